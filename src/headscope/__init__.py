@@ -1,0 +1,25 @@
+"""headscope: weight-based mechanistic interpretability of GPT-2-family models.
+
+Public API (everything else is private)::
+
+    model = headscope.load("gpt2")                 # hub id, directory, or offline cache
+    W = model.weights()                            # processed weights, TransformerLens names
+    cache = headscope.run_with_cache(W, model.to_tokens("Hello"), names=["blocks.0.attn.hook_pattern"])
+
+Convention: activations are row vectors, matrices multiply from the right (x @ W).
+"""
+
+from ._errors import HeadscopeError
+from .config import Config
+from .forward import Cache, all_names, run_with_cache
+from .loading import Model, from_hf_state_dict, load, save_checkpoint, to_hf_state_dict
+from .tokenizer import bundled_gpt2_tokenizer, escape_token, to_str_tokens
+from .weights import Block, Processing, Weights, process
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Block", "Cache", "Config", "HeadscopeError", "Model", "Processing", "Weights",
+    "all_names", "bundled_gpt2_tokenizer", "escape_token", "from_hf_state_dict", "load",
+    "process", "run_with_cache", "save_checkpoint", "to_hf_state_dict", "to_str_tokens",
+]

@@ -1,0 +1,73 @@
+"""The ``headscope`` command line.
+
+Each subcommand lives in ``headscope/commands/<name>.py`` and exposes
+``add_arguments(parser)`` and ``run(args) -> int``; :data:`COMMANDS` lists them.
+Bad input becomes one line on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from ._errors import HeadscopeError
+
+#: subcommand name → (module under headscope.commands, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "info": ("info", "sizes, processing and file hash of a checkpoint"),
+    "plant": ("plant", "write a GPT-2 checkpoint with planted, documented mechanisms"),
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2 (argparse's own convention)
+        self.exit(2, f"headscope: error: {message}\n")
+
+
+def common_options() -> argparse.ArgumentParser:
+    """Options every subcommand takes."""
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:1, mps); default cpu")
+    p.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16", "float16"],
+                   help="dtype of the weights and activations; default float32")
+    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    parser = _Parser(prog="headscope", description="Weight-based interpretability of GPT-2-family models.")
+    parser.add_argument("--version", action="version", version=f"headscope {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    common = common_options()
+    for name, (module, help_) in COMMANDS.items():
+        mod = importlib.import_module(f"headscope.commands.{module}")
+        p = sub.add_parser(name, help=help_, description=(mod.__doc__ or help_).strip(), parents=[common],
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        mod.add_arguments(p)
+        p.set_defaults(_run=mod.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(args._run(args) or 0)
+    except HeadscopeError as e:
+        print(f"headscope: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("headscope: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

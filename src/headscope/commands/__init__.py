@@ -1,0 +1,1 @@
+"""One module per ``headscope`` subcommand (see ``headscope.cli.COMMANDS``)."""

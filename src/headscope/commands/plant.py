@@ -1,0 +1,31 @@
+"""Write a GPT-2 checkpoint with planted, documented mechanisms (ground truth).
+
+  headscope plant --out planted/ --seed 0
+  headscope info planted/
+
+The directory holds config.json, model.safetensors, GPT-2's tokenizer files and
+planted.json, the manifest of every planted mechanism.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .._atomic import refuse_foreign_dir
+from ._common import emit
+
+
+def add_arguments(p):
+    p.add_argument("--out", required=True, help="directory to write (new, empty, or an earlier planted checkpoint)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (same seed → identical files); default 0")
+    p.add_argument("--layers", type=int, default=2, help="number of layers (≥ 2; layers ≥ 2 are unremarkable); default 2")
+
+
+def run(args) -> int:
+    from ..planted.build import MANIFEST, build, build_weights  # noqa: F401
+
+    out = Path(args.out)
+    refuse_foreign_dir(out, MANIFEST)
+    build(out, seed=args.seed, n_layers=args.layers)
+    emit(args, {"out": str(out), "seed": args.seed, "layers": args.layers}, f"wrote planted checkpoint to {out}")
+    return 0

@@ -1,0 +1,253 @@
+"""A white-box GPT-2 forward pass that keeps the named intermediate tensors asked for.
+
+Names follow TransformerLens (``blocks.{l}.attn.hook_pattern`` …) plus one of our own,
+``blocks.{l}.attn.hook_denom``: the log of the softmax denominator of every query,
+``logsumexp_k(score[q, k])`` over the causal keys, so that
+``pattern[q, k] = exp(score[q, k] - denom[q])``.
+
+Shapes: b = batch, p = position (query q / key k), h = head, e = d_head, d = d_model,
+m = d_mlp, v = d_vocab.
+
+===============================  ==============  ===========================================
+name                             shape           meaning
+===============================  ==============  ===========================================
+hook_embed                       [b p d]         W_E[tokens]
+hook_pos_embed                   [b p d]         W_pos[:p]
+blocks.l.hook_resid_pre          [b p d]         residual stream entering block l
+blocks.l.ln1.hook_scale          [b p]           σ = sqrt(var + eps) of LayerNorm 1
+blocks.l.ln1.hook_normalized     [b p d]         LN1 output
+blocks.l.attn.hook_q / _k / _v   [b p h e]       x @ W_Q[h] + b_Q[h] …
+blocks.l.attn.hook_attn_scores   [b h q k]       q·k / sqrt(e), −inf above the diagonal
+blocks.l.attn.hook_denom         [b h q]         logsumexp_k of the scores
+blocks.l.attn.hook_pattern       [b h q k]       softmax_k of the scores
+blocks.l.attn.hook_z             [b p h e]       Σ_k pattern · v
+blocks.l.attn.hook_result        [b p h d]       z @ W_O[h]   (per head, no bias)
+blocks.l.hook_attn_out           [b p d]         Σ_h result + b_O
+blocks.l.hook_resid_mid          [b p d]
+blocks.l.ln2.hook_scale          [b p]
+blocks.l.ln2.hook_normalized     [b p d]
+blocks.l.mlp.hook_pre            [b p m]         LN2 @ W_in + b_in
+blocks.l.mlp.hook_post           [b p m]         act(pre)
+blocks.l.hook_mlp_out            [b p d]
+blocks.l.hook_resid_post         [b p d]
+ln_final.hook_scale              [b p]
+logits                           [b p v]
+===============================  ==============  ===========================================
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from typing import Iterable
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float, Int
+
+from ._errors import HeadscopeError, expected_got
+from .weights import Block, Weights
+
+Tensor = torch.Tensor
+
+BLOCK_NAMES = (
+    "hook_resid_pre", "ln1.hook_scale", "ln1.hook_normalized",
+    "attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_attn_scores", "attn.hook_denom",
+    "attn.hook_pattern", "attn.hook_z", "attn.hook_result", "hook_attn_out", "hook_resid_mid",
+    "ln2.hook_scale", "ln2.hook_normalized", "mlp.hook_pre", "mlp.hook_post", "hook_mlp_out",
+    "hook_resid_post",
+)
+
+
+def all_names(n_layers: int) -> list[str]:
+    names = ["hook_embed", "hook_pos_embed"]
+    names += [f"blocks.{l}.{n}" for l in range(n_layers) for n in BLOCK_NAMES]
+    return names + ["ln_final.hook_scale", "logits"]
+
+
+class Cache(dict):
+    """Named tensors of one forward pass; ``cache["blocks.0.attn.hook_pattern"]``."""
+
+    @property
+    def logits(self) -> Tensor:
+        return self["logits"]
+
+
+def activation(name: str, x: Tensor) -> Tensor:
+    """The MLP non-linearity, written as HF writes it."""
+    if name == "gelu_new" or name == "gelu_pytorch_tanh":
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+    if name == "gelu":
+        return F.gelu(x)
+    if name == "gelu_fast":
+        return 0.5 * x * (1.0 + torch.tanh(x * 0.7978845608 * (1.0 + 0.044715 * x * x)))
+    if name == "quick_gelu":
+        return x * torch.sigmoid(1.702 * x)
+    if name == "relu":
+        return F.relu(x)
+    raise HeadscopeError(f"unsupported activation {name!r}")
+
+
+def layer_norm(x: Float[Tensor, "... d"], w, b, eps: float) -> tuple[Tensor, Tensor]:
+    """LN(x) = w ⊙ (x − mean x)/σ + b with σ = sqrt(mean((x − mean x)²) + eps). Returns (LN(x), σ)."""
+    xc = x - x.mean(-1, keepdim=True)
+    scale = (xc.pow(2).mean(-1, keepdim=True) + eps).sqrt()
+    return xc / scale * w + b, scale.squeeze(-1)
+
+
+class _Keeper:
+    """Decides which names are kept, and stores them."""
+
+    def __init__(self, names: Iterable[str] | None, n_layers: int):
+        universe = all_names(n_layers)
+        if names is None:
+            self.keep = set(universe)
+        else:
+            if isinstance(names, str):
+                names = [names]
+            self.keep = set()
+            for pat in names:
+                hits = fnmatch.filter(universe, pat)
+                if not hits:
+                    raise HeadscopeError(f"unknown cache name {pat!r} (see headscope.forward.all_names)")
+                self.keep.update(hits)
+        self.cache = Cache()
+
+    def wants(self, name: str) -> bool:
+        return name in self.keep
+
+    def put(self, name: str, t: Tensor) -> None:
+        if name in self.keep:
+            self.cache[name] = t
+
+
+def _attention(block: Block, x: Tensor, l: int, w: Weights, k: _Keeper) -> Tensor:
+    cfg = w.cfg
+    b_, p, d = x.shape
+    h, e = cfg.n_heads, cfg.d_head
+    pre = f"blocks.{l}."
+    ln, scale = layer_norm(x, block.ln1_w, block.ln1_b, cfg.ln_eps)
+    k.put(pre + "ln1.hook_scale", scale)
+    k.put(pre + "ln1.hook_normalized", ln)
+    W_qkv = torch.cat([W.permute(1, 0, 2).reshape(d, h * e) for W in (block.W_Q, block.W_K, block.W_V)], 1)  # [d 3he]
+    b_qkv = torch.cat([bb.reshape(h * e) for bb in (block.b_Q, block.b_K, block.b_V)])                      # [3he]
+    qkv = torch.addmm(b_qkv, ln.reshape(b_ * p, d), W_qkv).view(b_, p, 3, h, e)                            # [b p 3 h e]
+    q, key, v = qkv.unbind(2)                                                                                 # [b p h e]
+    k.put(pre + "attn.hook_q", q)
+    k.put(pre + "attn.hook_k", key)
+    k.put(pre + "attn.hook_v", v)
+    divisor = math.sqrt(e) if cfg.scale_attn_weights else 1.0
+    if cfg.scale_attn_by_inverse_layer_idx:
+        divisor *= float(l + 1)
+    scores = torch.matmul(q.transpose(1, 2), key.permute(0, 2, 3, 1)) / divisor                             # [b h q k]
+    causal = torch.ones(p, p, dtype=torch.bool, device=x.device).tril()
+    scores = scores.masked_fill(~causal, float("-inf"))
+    k.put(pre + "attn.hook_attn_scores", scores)
+    if k.wants(pre + "attn.hook_denom"):
+        k.put(pre + "attn.hook_denom", torch.logsumexp(scores, dim=-1))
+    pattern = torch.softmax(scores, dim=-1)
+    k.put(pre + "attn.hook_pattern", pattern)
+    z = torch.matmul(pattern, v.transpose(1, 2)).transpose(1, 2)                                             # [b q h e]
+    k.put(pre + "attn.hook_z", z)
+    if k.wants(pre + "attn.hook_result"):
+        k.put(pre + "attn.hook_result", torch.einsum("bqhe,hed->bqhd", z, block.W_O))
+    out = torch.addmm(block.b_O, z.reshape(b_ * p, h * e), block.W_O.reshape(h * e, d)).view(b_, p, d)      # [b p d]
+    return out
+
+
+def _mlp(block: Block, x: Tensor, l: int, w: Weights, k: _Keeper) -> Tensor:
+    cfg = w.cfg
+    b_, p, d = x.shape
+    pre = f"blocks.{l}."
+    ln, scale = layer_norm(x, block.ln2_w, block.ln2_b, cfg.ln_eps)
+    k.put(pre + "ln2.hook_scale", scale)
+    k.put(pre + "ln2.hook_normalized", ln)
+    hidden = torch.addmm(block.b_in, ln.reshape(b_ * p, d), block.W_in).view(b_, p, -1)                     # [b p m]
+    k.put(pre + "mlp.hook_pre", hidden)
+    act = activation(cfg.act_fn, hidden)
+    k.put(pre + "mlp.hook_post", act)
+    return torch.addmm(block.b_out, act.reshape(b_ * p, -1), block.W_out).view(b_, p, d)                    # [b p d]
+
+
+def _forward(w: Weights, tokens: Tensor, keeper: _Keeper, stop_at_layer: int | None) -> None:
+    cfg = w.cfg
+    b_, p = tokens.shape
+    emb = w.W_E[tokens]                                                                                      # [b p d]
+    pos = w.W_pos[:p].unsqueeze(0).expand(b_, p, cfg.d_model)                                                # [b p d]
+    keeper.put("hook_embed", emb)
+    keeper.put("hook_pos_embed", pos)
+    x = emb + pos
+    n = cfg.n_layers if stop_at_layer is None else stop_at_layer
+    for l in range(n):
+        block = w.blocks[l]
+        keeper.put(f"blocks.{l}.hook_resid_pre", x)
+        x = x + _attention(block, x, l, w, keeper)
+        keeper.put(f"blocks.{l}.hook_resid_mid", x)
+        mlp_out = _mlp(block, x, l, w, keeper)
+        keeper.put(f"blocks.{l}.hook_mlp_out", mlp_out)
+        x = x + mlp_out
+        keeper.put(f"blocks.{l}.hook_resid_post", x)
+    if n < cfg.n_layers:
+        return
+    ln, scale = layer_norm(x, w.ln_final_w, w.ln_final_b, cfg.ln_eps)
+    keeper.put("ln_final.hook_scale", scale)
+    if keeper.wants("logits"):
+        keeper.put("logits", torch.addmm(w.b_U, ln.reshape(b_ * p, -1), w.W_U).view(b_, p, -1))          # [b p v]
+
+
+def check_tokens(tokens, cfg) -> Tensor:
+    tokens = torch.as_tensor(tokens)
+    if tokens.dim() == 1:
+        tokens = tokens.unsqueeze(0)                                                                         # [p] → [1 p]
+    if tokens.dim() != 2:
+        raise HeadscopeError(expected_got("tokens shape", "[batch pos]", list(tokens.shape)))
+    if tokens.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
+        raise HeadscopeError(expected_got("tokens dtype", "an integer dtype", tokens.dtype))
+    if tokens.shape[1] == 0:
+        raise HeadscopeError("tokens: empty sequence")
+    if tokens.shape[1] > cfg.n_ctx:
+        raise HeadscopeError(expected_got("sequence length (n_ctx)", f"≤ {cfg.n_ctx}", tokens.shape[1]))
+    if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= cfg.d_vocab):
+        raise HeadscopeError(f"token ids must lie in [0, {cfg.d_vocab}), got {int(tokens.min())}..{int(tokens.max())}")
+    return tokens.long()
+
+
+@torch.no_grad()
+def run_with_cache(
+    weights: Weights,
+    tokens: Int[Tensor, "batch pos"],
+    names: Iterable[str] | str | None = None,
+    *,
+    batch_size: int | None = None,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | None = None,
+    stop_at_layer: int | None = None,
+    keep_device: bool = False,
+) -> Cache:
+    """Run GPT-2 on `tokens` and return the named tensors asked for.
+
+    ``names`` is a list of exact names or shell-style patterns
+    (``"blocks.*.attn.hook_pattern"``); ``None`` keeps everything (costly: the
+    per-head ``hook_result`` alone is b·p·h·d floats per layer), ``[]`` keeps
+    nothing but logits if asked by name. ``batch_size`` chunks the batch; tensors are
+    returned on the CPU unless ``keep_device``. ``stop_at_layer=L`` runs blocks
+    ``0..L-1`` only (no logits).
+    """
+    cfg = weights.cfg
+    tokens = check_tokens(tokens, cfg)
+    if stop_at_layer is not None and not 0 <= stop_at_layer <= cfg.n_layers:
+        raise HeadscopeError(expected_got("stop_at_layer", f"0..{cfg.n_layers}", stop_at_layer))
+    w = weights
+    if (device is not None and torch.device(device) != w.device) or (dtype is not None and dtype != w.dtype):
+        w = w.to(device=device, dtype=dtype)
+    chunks = [tokens] if not batch_size else list(tokens.split(batch_size))
+    parts: list[Cache] = []
+    for chunk in chunks:
+        keeper = _Keeper(names, cfg.n_layers)
+        _forward(w, chunk.to(w.device), keeper, stop_at_layer)
+        if not keep_device:
+            keeper.cache = Cache({k: v.cpu() for k, v in keeper.cache.items()})
+        parts.append(keeper.cache)
+    if len(parts) == 1:
+        return parts[0]
+    return Cache({k: torch.cat([c[k] for c in parts]) for k in parts[0]})
