@@ -76,9 +76,11 @@ def gpt2_small_config(n_layers: int = 2) -> Config:
 def base_weights(cfg: Config, space: Space, rng: np.random.Generator) -> Weights:
     """Random weights with GPT-2-like norms and no mechanism worth finding.
 
-    Attention Q/K/V/O and MLP matrices are small Gaussians (std 0.02, as GPT-2's
-    initialisation), so heads attend almost uniformly and write little; token
-    embeddings are random in the ``free`` block with norm ≈ FREE_NORM.
+    Matrices that read the residual stream (W_Q, W_K, W_V, W_in) are small
+    Gaussians (std 0.02, GPT-2's initialisation) over all coordinates, so heads attend
+    almost uniformly. Matrices that write to it (W_O, W_out) write only into the
+    ``free`` block, so every other block carries nothing but what is planted there.
+    Token embeddings are random in the ``free`` block with norm ≈ FREE_NORM.
     """
     d, h, e, m, V, N = cfg.d_model, cfg.n_heads, cfg.d_head, cfg.d_mlp, cfg.d_vocab, cfg.n_ctx
 
@@ -90,15 +92,20 @@ def base_weights(cfg: Config, space: Space, rng: np.random.Generator) -> Weights
     W_E[:, free] = randn(V, space.size("free"), std=FREE_NORM / np.sqrt(space.size("free")))
     W_pos = torch.zeros(N, d)
     W_pos[:, free] = randn(N, space.size("free"), std=0.3 / np.sqrt(space.size("free")))
+    def writer(rows, std):  # [rows d], non-zero only in the free block
+        out = torch.zeros(rows, d)
+        out[:, free] = randn(rows, space.size("free"), std=std)
+        return out
+
     blocks = []
     for _ in range(cfg.n_layers):
         blocks.append(Block(
             ln1_w=torch.ones(d), ln1_b=torch.zeros(d),
             W_Q=randn(h, d, e), W_K=randn(h, d, e), W_V=randn(h, d, e),
             b_Q=torch.zeros(h, e), b_K=torch.zeros(h, e), b_V=torch.zeros(h, e),
-            W_O=randn(h, e, d), b_O=torch.zeros(d),
+            W_O=writer(h * e, 0.02).reshape(h, e, d), b_O=torch.zeros(d),
             ln2_w=torch.ones(d), ln2_b=torch.zeros(d),
-            W_in=randn(d, m), b_in=torch.zeros(m), W_out=randn(m, d), b_out=torch.zeros(d),
+            W_in=randn(d, m), b_in=torch.zeros(m), W_out=writer(m, 0.005), b_out=torch.zeros(d),
         ))
     return Weights(
         cfg=cfg, W_E=W_E, W_pos=W_pos, blocks=blocks,
