@@ -99,7 +99,7 @@ def _centred(t: Tensor) -> Tensor:
 
 def measure_c(weights: Weights) -> float:
     """Typical token-embedding norm: median over the vocabulary of |W_E[t] − mean|."""
-    return float(_centred(weights.W_E.double()).norm(dim=-1).median())
+    return float(_centred(weights.W_E).norm(dim=-1).median())
 
 
 def resolve_c(weights: Weights, c: float | str | None = None) -> tuple[float, str]:
@@ -213,16 +213,22 @@ def tv_distance(true: Float[Tensor, "h q k"], approx: Float[Tensor, "h q k"]) ->
 # -- positional kernels and content factors for a fixed query token ------------------------
 
 
-def positional_kernel(weights: Weights, query_token: int, n: int, c: float) -> Float[Tensor, "h i"]:
-    """pos_{n,i,q} for i = 0..n, the query token placed at position n."""
+def positional_kernels(weights: Weights, query_tokens: Sequence[int], n: int, c: float) -> Float[Tensor, "t h i"]:
+    """pos_{n,i,q} for i = 0..n and each query token q placed at position n."""
     check_weights(weights)
     b, d = weights.blocks[0], weights.cfg.d_model
-    q = queries(weights, torch.tensor([query_token]), torch.tensor([n]))[0]       # [h e]
+    toks = torch.as_tensor(list(query_tokens), dtype=torch.long)
+    q = queries(weights, toks, torch.full_like(toks, n))                          # [t h e]
     p = _centred(weights.W_pos[: n + 1])                                          # [i d]
     pos_norm = (p.pow(2).sum(-1) + c ** 2).sqrt()                                 # [i]
-    pK = torch.einsum("id,hde->hie", (p - p[n]) / pos_norm[:, None], b.W_K)       # [h i e]
-    scores = math.sqrt(d) * torch.einsum("he,hie->hi", q, pK) / _divisor(weights)
-    return torch.softmax(scores.double(), dim=-1)                                 # [h i]
+    pK = torch.einsum("id,hde->hie", (p - p[n]) / pos_norm[:, None], b.W_K)       # [h i e]  P[n, i]/√d
+    scores = math.sqrt(d) * torch.einsum("the,hie->thi", q, pK) / _divisor(weights)
+    return torch.softmax(scores.double(), dim=-1)                                 # [t h i]
+
+
+def positional_kernel(weights: Weights, query_token: int, n: int, c: float) -> Float[Tensor, "h i"]:
+    """pos_{n,i,q} for i = 0..n, the query token placed at position n."""
+    return positional_kernels(weights, [query_token], n, c)[0]
 
 
 def log_content_factors(weights: Weights, query_token: int, n: int, chunk: int = 8192) -> Float[Tensor, "h v"]:
@@ -372,8 +378,7 @@ def analyse_kernels(
                             for m in sorted({min(m, n) for m in TRANSLATION_POSITIONS} | {n})})
     g = torch.Generator().manual_seed(QUERY_SAMPLE_SEED)
     others = torch.randint(0, cfg.d_vocab, (QUERY_SAMPLE,), generator=g).tolist()
-    qtv = torch.stack([0.5 * (positional_kernel(weights, t, n, c_value) - kern).abs().sum(-1)
-                       for t in others]).mean(0)                                 # [h]
+    qtv = (0.5 * (positional_kernels(weights, others, n, c_value) - kern).abs().sum(-1)).mean(0)  # [h]
     logc = log_content_factors(weights, q_id, n)                                 # [h v]
 
     tvs = None
