@@ -200,6 +200,18 @@ def approx_pattern(weights: Weights, tokens: Int[Tensor, "p"], c: float) -> Floa
     return torch.softmax(content + position, dim=-1)
 
 
+def text_positional_kernels(weights: Weights, tokens: Int[Tensor, "p"], c: float) -> Float[Tensor, "h q k"]:
+    """pos_{n,i,query[n](x)} with the real queries of a text: softmax_i of q_n·P[n,i]/√e."""
+    _, position = split_scores(weights, tokens, c)
+    return torch.softmax(position, dim=-1)
+
+
+def text_content_factors(weights: Weights, tokens: Int[Tensor, "p"], c: float) -> Float[Tensor, "h q k"]:
+    """content_{E[n, x_i], query[n](x)} = exp(q_n·E[n, x_i]/√e) (0 above the diagonal)."""
+    content, _ = split_scores(weights, tokens, c)
+    return content.exp()
+
+
 def true_pattern(weights: Weights, tokens: Int[Tensor, "p"]) -> Float[Tensor, "h q k"]:
     cache = run_with_cache(weights, tokens[None], names=["blocks.0.attn.hook_pattern"], stop_at_layer=1)
     return cache["blocks.0.attn.hook_pattern"][0]

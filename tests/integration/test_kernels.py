@@ -102,6 +102,10 @@ def test_approx_patterns_are_causal_distributions(planted_model, corpus_windows)
     torch.testing.assert_close(A.sum(-1), torch.ones(A.shape[:2]))
     assert (A >= 0).all()
     assert A.triu(1).abs().max() == 0
+    # the seed's factorisation: attn_approx = pos · content / Σ_j pos · content
+    pos = kernels.text_positional_kernels(W, corpus_windows[0][:200], 3.0)
+    con = kernels.text_content_factors(W, corpus_windows[0][:200], 3.0)
+    torch.testing.assert_close(A, pos * con / (pos * con).sum(-1, keepdim=True))
 
 
 def test_tv_two_ways_agree(planted_model, planted_dir, corpus_windows):
