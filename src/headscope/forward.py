@@ -181,7 +181,9 @@ def _forward(w: Weights, tokens: Tensor, keeper: _Keeper, stop_at_layer: int | N
     for l in range(n):
         block = w.blocks[l]
         keeper.put(f"blocks.{l}.hook_resid_pre", x)
-        x = x + _attention(block, x, l, w, keeper)
+        attn_out = _attention(block, x, l, w, keeper)
+        keeper.put(f"blocks.{l}.hook_attn_out", attn_out)
+        x = x + attn_out
         keeper.put(f"blocks.{l}.hook_resid_mid", x)
         mlp_out = _mlp(block, x, l, w, keeper)
         keeper.put(f"blocks.{l}.hook_mlp_out", mlp_out)
