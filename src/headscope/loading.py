@@ -196,7 +196,10 @@ def load(
 
 
 def check_device(device) -> None:
-    dev = torch.device(device)
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise HeadscopeError(f"--device {device!r} is not a torch device (expected cpu, cuda, cuda:1, mps)") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise HeadscopeError(f"--device {device}: CUDA is not available on this machine")
     if dev.type == "mps" and not torch.backends.mps.is_available():
