@@ -195,7 +195,7 @@ def _render(model, out: Path, stages: Sequence[Stage], results: dict, options, i
                                                     f" · processing {options.processing.label()}"]) + H.Safe("</p>"))
     parts.append(H.section("Summary", H.table(["quantity", "value"], summary, numeric=(1,)), id="summary"))
     toc = [H.link(f"#{s.name}", s.title) for s, _ in index_sections] + [H.link(f"#{group_ids[g]}", g) for g in groups]
-    parts.append(H.Safe('<p class="crumbs">Contents: ') + H.Safe(" · ").join([str(x) for x in toc]) + H.Safe("</p>"))
+    parts.append(H.Safe('<p class="crumbs">Contents: ' + " · ".join(str(x) for x in toc) + "</p>"))
     for stage, body in index_sections:
         parts.append(H.section(stage.title, H.join([body, H.Safe('<p class="crumbs">'),
                                                    H.link(f"data/{stage.name}.json", f"data/{stage.name}.json"),

@@ -215,7 +215,7 @@ def _legend(items: list[tuple[str, str, str]], x: float, y: float) -> list[str]:
 
 
 def line_plot(series: Sequence[Series], *, title: str = "", xlabel: str = "", ylabel: str = "",
-              bands: Sequence[Band] = (), width: int = 560, height: int = 300, log_y: bool = False,
+              bands: Sequence[Band] = (), width: int = 520, height: int = 300, log_y: bool = False,
               ylim: tuple[float, float] | None = None) -> Safe:
     """Curves y(x) with axes, gridlines and a legend; `bands` are shaded intervals behind them."""
     xs = _finite([x for s in series for x in s.x] + [x for b in bands for x in b.x])
@@ -269,7 +269,7 @@ def line_plot(series: Sequence[Series], *, title: str = "", xlabel: str = "", yl
 
 def histogram(values: Sequence[float] | None = None, *, edges: Sequence[float] | None = None,
               counts: Sequence[float] | None = None, bins: int = 30, title: str = "", xlabel: str = "",
-              ylabel: str = "count", width: int = 560, height: int = 280,
+              ylabel: str = "count", width: int = 520, height: int = 280,
               markers: Sequence[tuple[float, str]] = ()) -> Safe:
     """Histogram of `values` (or of precomputed `edges`/`counts`); `markers` = (x, label) vertical lines."""
     if edges is None or counts is None:
@@ -334,9 +334,9 @@ def heatmap(matrix: Sequence[Sequence[float | None]], *, row_labels: Sequence[st
     label_h = 0 if col_labels is None else min(max((len(str(s)) for s in col_labels), default=0), 14) * 6.0 + 8
     if cell is None:
         cell = int(max(4, min(28, (max_width - 60 - label_w - 40) / max(cols, 1))))
-    left, top = 40 + label_w, 30 + (label_h if col_labels is not None else 0)
+    left, top = 40 + label_w + (14 if row_labels is None else 0), 30 + (label_h if col_labels is not None else 0)
     width = int(left + cols * cell + 70)
-    height = int(top + rows * cell + (34 if xlabel else 12))
+    height = int(top + rows * cell + (38 if xlabel else 18))
     body = []
     if title:
         body.append(f'<text x="8" y="18" font-size="13" font-weight="600" fill="#222">{esc(title)}</text>')
@@ -367,12 +367,22 @@ def heatmap(matrix: Sequence[Sequence[float | None]], *, row_labels: Sequence[st
                 x = left + j * cell + cell / 2 + fs / 3
                 body.append(f'<text x="{x:.1f}" y="{top - 4}" font-size="{fs}" fill="#333" xml:space="preserve" '
                             f'transform="rotate(-90 {x:.1f} {top - 4})">{esc(_clip(s))}</text>')
+    if row_labels is None and rows > 1:
+        for i in nice_ticks(0, rows - 1, 6):
+            i = int(i)
+            body.append(f'<text x="{left - 4}" y="{top + i * cell + cell / 2 + 4:.1f}" text-anchor="end" '
+                        f'font-size="10" fill="#555">{i}</text>')
+    if col_labels is None and cols > 1:
+        for j in nice_ticks(0, cols - 1, 6):
+            j = int(j)
+            body.append(f'<text x="{left + j * cell + cell / 2:.1f}" y="{top + rows * cell + 12}" '
+                        f'text-anchor="middle" font-size="10" fill="#555">{j}</text>')
     if ylabel:
         cy = top + rows * cell / 2
         body.append(f'<text x="14" y="{cy:.1f}" text-anchor="middle" font-size="12" fill="#333" '
                     f'transform="rotate(-90 14 {cy:.1f})">{esc(ylabel)}</text>')
     if xlabel:
-        body.append(f'<text x="{left + cols * cell / 2:.1f}" y="{height - 10}" text-anchor="middle" '
+        body.append(f'<text x="{left + cols * cell / 2:.1f}" y="{height - 6}" text-anchor="middle" '
                     f'font-size="12" fill="#333">{esc(xlabel)}</text>')
     # colour bar
     bx, by, bh = left + cols * cell + 14, top, max(rows * cell, 60)
@@ -394,7 +404,7 @@ def _clip(s, n: int = 14) -> str:
 
 
 def bar_plot(values: Sequence[float], labels: Sequence[str], *, title: str = "", xlabel: str = "",
-             ylabel: str = "", width: int = 560, height: int = 280) -> Safe:
+             ylabel: str = "", width: int = 520, height: int = 280) -> Safe:
     """Labelled vertical bars; negative bars blue, positive red (RdBu ends)."""
     vals = [float(v) if v is not None else 0.0 for v in values]
     lo, hi = min(vals + [0.0]), max(vals + [0.0])
@@ -420,7 +430,7 @@ def bar_plot(values: Sequence[float], labels: Sequence[str], *, title: str = "",
 
 
 def spectrum_plot(spectra: dict[str, Sequence[float]], *, title: str = "", ylabel: str = "value",
-                  xlabel: str = "rank", width: int = 560, height: int = 300, top: int | None = None) -> Safe:
+                  xlabel: str = "rank", width: int = 520, height: int = 300, top: int | None = None) -> Safe:
     """Several spectra (eigen- or singular values) against their rank, as stems with markers.
 
     Each series is plotted in its given order (sort it first, e.g. by |λ| descending);
