@@ -133,10 +133,10 @@ table.kv td:first-child { color:var(--muted); white-space:nowrap; }
 table.kv thead { display:none; }
 td.num, th.num { text-align:right; font-variant-numeric: tabular-nums; }
 caption { caption-side:bottom; text-align:left; color:var(--muted); font-size:12.5px; padding-top:4px; }
-figure { margin:10px 18px 18px 0; display:inline-block; vertical-align:top; max-width:100%; }
+figure { margin:10px 0 18px 0; display:inline-block; vertical-align:top; max-width:100%; }
 figure svg.fig { display:block; max-width:100%; height:auto; background:#fff; border:1px solid var(--line); border-radius:4px; }
-figcaption { font-size:12.5px; color:var(--muted); max-width:560px; margin-top:5px; }
-.grid { display:flex; flex-wrap:wrap; align-items:flex-start; }
+figcaption { font-size:12.5px; color:var(--muted); max-width:520px; margin-top:5px; }
+.grid { display:flex; flex-wrap:wrap; align-items:flex-start; gap:0 22px; }
 code, .tokstr { font-family: ui-monospace, "SFMono-Regular", Menlo, Consolas, monospace; font-size:12.5px;
   white-space:pre; background:#f1f1ef; padding:0 3px; border-radius:3px; }
 .tokens { font-family: ui-monospace, "SFMono-Regular", Menlo, Consolas, monospace; font-size:13px; line-height:1.9;

@@ -119,7 +119,8 @@ class AttentionStage(Stage):
             m = [[by[(l, h)][key] for h in range(nh)] for l in layers]
             figs.append(H.figure(
                 F.heatmap(m, row_labels=[f"L{l}" for l in layers], col_labels=[f"H{h}" for h in range(nh)],
-                          title=label, xlabel="head", annotate=True, cell=34, signed=False),
+                          title=label, xlabel="head", annotate=True, cell=34, signed=False,
+                          vmin=None if key == "distance" else 0.0),
                 f"Mean {label} per head (rows: layer, columns: head), averaged over all {data['n_queries']} "
                 f"queries q ≥ 1 of the {len(data['samples'])} sample texts."))
         rows = []
@@ -136,7 +137,7 @@ class AttentionStage(Stage):
                 summary=f"BOS {d['bos']:.2f} · self {d['self']:.2f} · distance {d['distance']:.1f}"))
         loc = max(data["heads"], key=lambda d: d["prev"])
         summary = [("heads with pages", len(data["heads"])),
-                   ("most previous-token head", f"{loc['layer']}.{loc['head']} ({loc['prev']:.2f})")]
+                   ("most previous-token head", f"L{loc['layer']}H{loc['head']} (attention {loc['prev']:.2f})")]
         return Rendered(index=[H.grid(figs), table], summary=summary, pages=pages)
 
     def _head_body(self, d: dict, data: dict) -> H.Safe:
