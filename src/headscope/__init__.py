@@ -23,3 +23,7 @@ __all__ = [
     "all_names", "bundled_gpt2_tokenizer", "escape_token", "from_hf_state_dict", "load",
     "process", "run_with_cache", "save_checkpoint", "to_hf_state_dict", "to_str_tokens",
 ]
+
+from .report import ReportOptions, ReportResult, build_report  # noqa: E402  (needs __version__ above)
+
+__all__ += ["ReportOptions", "ReportResult", "build_report"]

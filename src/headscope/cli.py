@@ -17,6 +17,7 @@ from ._errors import HeadscopeError
 COMMANDS: dict[str, tuple[str, str]] = {
     "info": ("info", "sizes, processing and file hash of a checkpoint"),
     "plant": ("plant", "write a GPT-2 checkpoint with planted, documented mechanisms"),
+    "report": ("report", "write a self-contained HTML report of a model (every analysis)"),
 }
 
 
