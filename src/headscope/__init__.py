@@ -26,3 +26,7 @@ __all__ = [
     "process", "run_with_cache", "save_checkpoint", "to_hf_state_dict", "to_str_tokens",
 ]
 __all__ += ["HeadKernel", "KernelReport", "analyse_kernels", "read_corpus", "sample_corpus"]
+
+from .report import ReportOptions, ReportResult, build_report  # noqa: E402  (needs __version__ above)
+
+__all__ += ["ReportOptions", "ReportResult", "build_report"]
