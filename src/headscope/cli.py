@@ -17,6 +17,9 @@ from ._errors import HeadscopeError
 COMMANDS: dict[str, tuple[str, str]] = {
     "info": ("info", "sizes, processing and file hash of a checkpoint"),
     "plant": ("plant", "write a GPT-2 checkpoint with planted, documented mechanisms"),
+    "survey": ("survey", "rank heads as semantic heads (category prompts, seed 002)"),
+    "head": ("head", "QK bilinear form, eigenvalues and token clusters of one head"),
+    "steer": ("steer", "scale a head's QK eigenvalues and write the steered checkpoint"),
 }
 
 
