@@ -15,6 +15,11 @@ from .forward import Cache, all_names, run_with_cache
 from .loading import Model, from_hf_state_dict, load, save_checkpoint, to_hf_state_dict
 from .tokenizer import bundled_gpt2_tokenizer, escape_token, to_str_tokens
 from .weights import Block, Processing, Weights, process
+from .bilinear import BilinearForm, bilinear_form, effective_embeddings, explain_score, qk_matrix, topk_targets
+from .clustering import adjusted_rand_index, frequent_tokens
+from .head_analysis import HeadAnalysis, analyse_head
+from .semantic import HeadScore, PositionIndependence, SurveyResult, load_categories, position_independence, survey
+from .steering import SteerResult, steer, steered_qk
 
 __version__ = "0.1.0"
 
@@ -22,4 +27,10 @@ __all__ = [
     "Block", "Cache", "Config", "HeadscopeError", "Model", "Processing", "Weights",
     "all_names", "bundled_gpt2_tokenizer", "escape_token", "from_hf_state_dict", "load",
     "process", "run_with_cache", "save_checkpoint", "to_hf_state_dict", "to_str_tokens",
+]
+__all__ += [
+    "BilinearForm", "HeadAnalysis", "HeadScore", "PositionIndependence", "SteerResult", "SurveyResult",
+    "adjusted_rand_index", "analyse_head", "bilinear_form", "effective_embeddings", "explain_score",
+    "frequent_tokens", "load_categories", "position_independence", "qk_matrix", "steer", "steered_qk",
+    "survey", "topk_targets",
 ]
