@@ -17,6 +17,11 @@ from .tokenizer import bundled_gpt2_tokenizer, escape_token, to_str_tokens
 from .weights import Block, Processing, Weights, process
 from .corpus import read_corpus, sample_corpus
 from .kernels import HeadKernel, KernelReport, analyse_kernels
+from .bilinear import BilinearForm, bilinear_form, effective_embeddings, explain_score, qk_matrix, topk_targets
+from .clustering import adjusted_rand_index, frequent_tokens
+from .head_analysis import HeadAnalysis, analyse_head
+from .semantic import HeadScore, PositionIndependence, SurveyResult, load_categories, position_independence, survey
+from .steering import SteerResult, steer, steered_qk
 
 __version__ = "0.1.0"
 
@@ -30,3 +35,9 @@ __all__ += ["HeadKernel", "KernelReport", "analyse_kernels", "read_corpus", "sam
 from .report import ReportOptions, ReportResult, build_report  # noqa: E402  (needs __version__ above)
 
 __all__ += ["ReportOptions", "ReportResult", "build_report"]
+__all__ += [
+    "BilinearForm", "HeadAnalysis", "HeadScore", "PositionIndependence", "SteerResult", "SurveyResult",
+    "adjusted_rand_index", "analyse_head", "bilinear_form", "effective_embeddings", "explain_score",
+    "frequent_tokens", "load_categories", "position_independence", "qk_matrix", "steer", "steered_qk",
+    "survey", "topk_targets",
+]

@@ -19,6 +19,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plant": ("plant", "write a GPT-2 checkpoint with planted, documented mechanisms"),
     "kernels": ("kernels", "layer-0 positional kernels, categories and key-split TV distance"),
     "report": ("report", "write a self-contained HTML report of a model (every analysis)"),
+    "survey": ("survey", "rank heads as semantic heads (category prompts, seed 002)"),
+    "head": ("head", "QK bilinear form, eigenvalues and token clusters of one head"),
+    "steer": ("steer", "scale a head's QK eigenvalues and write the steered checkpoint"),
 }
 
 

@@ -1,0 +1,48 @@
+"""Analyse one head from its weights (seed 002): QK bilinear form, eigenvalues, clusters.
+
+Effective embeddings (--variant full: LN(W_E + mean W_pos + mean attn0 + MLP0);
+mlp: LN(MLP0 output) only), W_QK = W_Q W_Kᵀ split into symmetric and skew parts,
+float64 eigenvalues of the symmetric part (negative ones = self-suppression),
+top-k attention targets, a kNN graph of the N most frequent tokens clustered by
+Leiden and spectrally, and the share of score variance due to token identity.
+
+  headscope head gpt2 1.5
+  headscope head planted/ 1.5 --json --tokens 2000 --keys nodes
+  headscope head gpt2 1.5 --corpus my_text.txt --k 20
+"""
+
+from __future__ import annotations
+
+from ._common import emit, load_model, parse_float, parse_head
+
+
+def add_arguments(p):
+    p.add_argument("model", help="hub id or checkpoint directory")
+    p.add_argument("head", help="LAYER.HEAD, e.g. 1.5")
+    p.add_argument("--variant", default="full", choices=["full", "mlp"], help="effective embedding variant (default full)")
+    p.add_argument("--tokens", type=int, default=5000, help="N most frequent tokens in the graph (default 5000)")
+    p.add_argument("--k", type=int, default=10, help="neighbours per token (default 10)")
+    p.add_argument("--keys", default="vocab", choices=["vocab", "nodes"],
+                   help="rank example neighbours over the whole vocabulary (default) or the graph's nodes")
+    p.add_argument("--corpus", default=None, help="text file for token frequencies (default: BPE merge order)")
+    p.add_argument("--categories", default=None, help="JSON file {category: [words]} (default: the shipped lists)")
+    p.add_argument("--resolution", default="1.0", help="Leiden resolution (default 1.0)")
+    p.add_argument("--seed", type=int, default=0, help="seed for prompts and clustering (default 0)")
+
+
+def run(args) -> int:
+    from .._errors import HeadscopeError
+    from ..head_analysis import analyse_head
+
+    resolution = parse_float(args.resolution, "--resolution")
+    if resolution <= 0:
+        raise HeadscopeError(f"--resolution: expected > 0, got {args.resolution}")
+    for name in ("tokens", "k"):
+        if getattr(args, name) < 1:
+            raise HeadscopeError(f"--{name}: expected ≥ 1, got {getattr(args, name)}")
+    model = load_model(args)
+    layer, head = parse_head(args.head, model.cfg)
+    res = analyse_head(model, layer, head, variant=args.variant, n_tokens=args.tokens, k=args.k, keys=args.keys,
+                       categories=args.categories, corpus=args.corpus, resolution=resolution, seed=args.seed)
+    emit(args, res, res.render())
+    return 0

@@ -1,0 +1,45 @@
+"""Steer a head by scaling eigenvalues of its QK form, and write the steered checkpoint.
+
+Negative eigenvalues (default) or chosen ones (--eigen 0,3,7, indices by |λ| order)
+of the symmetric part are multiplied by ALPHA (the post uses 1.1, 0, −0.5); W_Q and
+W_K are rebuilt exactly (rank ≤ d_head, skew part kept unless --drop-skew) and
+written as a Hugging Face checkpoint. Self-attention probability and the rank of
+self are measured on category prompts before and after.
+
+  headscope steer gpt2 1.5 --scale-negative 0 --out steered/
+  headscope steer planted/ 1.5 --scale-negative -0.5 --out steered/ --json
+"""
+
+from __future__ import annotations
+
+from ._common import emit, load_model, parse_float, parse_head
+
+
+def add_arguments(p):
+    p.add_argument("model", help="hub id or checkpoint directory")
+    p.add_argument("head", help="LAYER.HEAD, e.g. 1.5")
+    p.add_argument("--scale-negative", dest="alpha", required=True, metavar="ALPHA",
+                   help="factor for the selected eigenvalues (a number)")
+    p.add_argument("--eigen", default=None, help="comma-separated eigenvalue indices instead of all negative ones")
+    p.add_argument("--drop-skew", action="store_true", help="also drop the skew-symmetric part")
+    p.add_argument("--out", required=True, help="directory for the steered checkpoint")
+    p.add_argument("--categories", default=None, help="JSON file {category: [words]} for the measurement prompts")
+
+
+def run(args) -> int:
+    from .._errors import HeadscopeError
+    from ..steering import steer
+
+    alpha = parse_float(args.alpha, "--scale-negative")
+    select = "negative"
+    if args.eigen is not None:
+        try:
+            select = [int(x) for x in args.eigen.split(",") if x.strip()]
+        except ValueError:
+            raise HeadscopeError(f"--eigen: expected comma-separated integers, got {args.eigen!r}") from None
+    model = load_model(args)
+    layer, head = parse_head(args.head, model.cfg)
+    res = steer(model, layer, head, alpha, args.out, select=select, keep_skew=not args.drop_skew,
+                categories=args.categories)
+    emit(args, res, res.render())
+    return 0

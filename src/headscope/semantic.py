@@ -1,0 +1,277 @@
+"""Behaviour of semantic heads (seed 002): category prompts, metrics, survey, position independence.
+
+Category prompts are ``BOS w_1 … w_n`` with every w_i a single GPT-2 token with a
+leading space drawn from a few categories (with replacement, so copies occur). For a
+query q (q ≥ 1) the target mask is::
+
+    M[q, k] = 1  if k < q, cat(k) = cat(q) and tok(k) ≠ tok(q)    (earlier partner)
+    M[q, 0] = 1  if q has no earlier partner                        (BOS fallback)
+
+and the seed's loss is ``L = mean_q −log Σ_k (M ⊙ A)[q, k]`` for the head's pattern A.
+Further rates (means over the queries they apply to):
+
+- ``self_attention``  A[q, q]
+- ``copy_attention``  Σ A[q, k] over earlier copies (tok(k) = tok(q), k < q), queries with copies
+- ``same_category``   Σ A[q, k] over earlier partners, queries with a partner
+- ``bos_fallback``    A[q, 0], queries without a partner
+
+Position independence: the same tokens are shown in shuffled orders; the score of
+every (query token, key token) pair is grouped over the orders, and the fraction of
+score variance explained by token identity is ``1 − E[within-pair variance] / Var``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import torch
+from jaxtyping import Float, Int
+
+from ._errors import HeadscopeError
+from .forward import run_with_cache
+from .weights import Processing
+
+Tensor = torch.Tensor
+
+
+# -- categories --------------------------------------------------------------------------
+
+
+def load_categories(path: str | Path | None = None) -> dict[str, list[str]]:
+    """Category word lists: ``{"colours": ["red", …], …}`` from a JSON file or the shipped one."""
+    try:
+        if path is None:
+            text = resources.files("headscope").joinpath("data/categories.json").read_text(encoding="utf-8")
+        else:
+            text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise HeadscopeError(f"categories file not found: {path}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise HeadscopeError(f"categories file {path}: not valid JSON ({e.msg}, line {e.lineno})") from None
+    if not isinstance(data, dict) or not all(
+        isinstance(v, list) and all(isinstance(w, str) for w in v) for v in data.values()
+    ):
+        raise HeadscopeError(f"categories file {path}: expected an object of name → list of words")
+    return {str(k): list(v) for k, v in data.items()}
+
+
+def category_tokens(tokenizer, categories: dict[str, list[str]]) -> dict[str, list[int]]:
+    """Token ids of the words that are single GPT-2 tokens with a leading space.
+
+    Words are given with or without their leading space. Other words are dropped;
+    categories left with fewer than 2 words, or tokens in two categories, are refused.
+    """
+    out: dict[str, list[int]] = {}
+    seen: dict[int, str] = {}
+    for name, words in categories.items():
+        ids = []
+        for w in words:
+            enc = tokenizer.encode(w if w.startswith(" ") else " " + w)
+            if len(enc) == 1 and enc[0] not in ids:
+                if enc[0] in seen:
+                    raise HeadscopeError(f"categories: token {w!r} is in both {seen[enc[0]]!r} and {name!r}")
+                seen[enc[0]] = name
+                ids.append(enc[0])
+        if len(ids) >= 2:
+            out[name] = ids
+    if len(out) < 2:
+        raise HeadscopeError(f"categories: expected at least 2 categories with ≥ 2 single-token words, got {len(out)}")
+    return out
+
+
+# -- prompts and masks ----------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class CategoryPrompts:
+    tokens: Int[Tensor, "batch pos"]      # BOS first
+    labels: Int[Tensor, "batch pos"]      # category index, -1 at BOS
+    names: list[str]
+
+
+def make_prompts(cat_ids: dict[str, list[int]], bos: int, *, n_prompts: int = 64, length: int = 16,
+                 cats_per_prompt: int = 5, seed: int = 0) -> CategoryPrompts:
+    """Seeded category prompts: each draws `cats_per_prompt` categories, then words from them."""
+    rng = np.random.default_rng(seed)
+    names = list(cat_ids)
+    k = min(cats_per_prompt, len(names))
+    toks = np.empty((n_prompts, length + 1), dtype=np.int64)
+    labs = np.full((n_prompts, length + 1), -1, dtype=np.int64)
+    toks[:, 0] = bos
+    for b in range(n_prompts):
+        chosen = rng.choice(len(names), size=k, replace=False)
+        for p in range(1, length + 1):
+            c = int(chosen[rng.integers(k)])
+            members = cat_ids[names[c]]
+            toks[b, p] = members[rng.integers(len(members))]
+            labs[b, p] = c
+    return CategoryPrompts(torch.from_numpy(toks), torch.from_numpy(labs), names)
+
+
+def target_masks(tokens: Tensor, labels: Tensor) -> dict[str, Tensor]:
+    """Boolean masks [b q k]: partner, copy (earlier copies), target (partner or BOS fallback)."""
+    b, p = tokens.shape
+    earlier = torch.ones(p, p, dtype=torch.bool).tril(-1)                                  # k < q
+    same_cat = (labels[:, :, None] == labels[:, None, :]) & (labels[:, :, None] >= 0)      # [b q k]
+    same_tok = tokens[:, :, None] == tokens[:, None, :]
+    partner = same_cat & ~same_tok & earlier
+    copy = same_tok & earlier
+    has_partner = partner.any(-1)                                                          # [b q]
+    target = partner.clone()
+    target[:, :, 0] |= ~has_partner
+    return {"partner": partner, "copy": copy, "target": target, "has_partner": has_partner}
+
+
+def pattern_metrics(pattern: Float[Tensor, "batch head q k"], masks: dict[str, Tensor]) -> dict[str, Tensor]:
+    """The metrics of the module docstring for every head at once ([head] tensors)."""
+    A = pattern.double()
+    q = slice(1, None)                                                                     # queries q ≥ 1
+    def m(x):
+        return x[:, None, q].double()                                                       # [b 1 q (k)]
+    target = (A[:, :, q] * m(masks["target"])).sum(-1)                                     # [b h q]
+    loss = -target.clamp_min(1e-30).log().mean(dim=(0, 2))
+    diag = torch.diagonal(A, dim1=-2, dim2=-1)[:, :, q]                                    # [b h q]
+    has_copy = masks["copy"].any(-1)[:, None, q].double()
+    has_partner = masks["has_partner"][:, None, q].double()
+
+    def masked_mean(x, w):
+        return (x * w).sum(dim=(0, 2)) / w.sum(dim=(0, 2)).clamp_min(1)
+    return {
+        "semantic_loss": loss,
+        "self_attention": diag.mean(dim=(0, 2)),
+        "copy_attention": masked_mean((A[:, :, q] * m(masks["copy"])).sum(-1), has_copy),
+        "same_category": masked_mean((A[:, :, q] * m(masks["partner"])).sum(-1), has_partner),
+        "bos_fallback": masked_mean(A[:, :, q, 0], 1 - has_partner),
+    }
+
+
+# -- survey ------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class HeadScore:
+    layer: int
+    head: int
+    semantic_loss: float
+    self_attention: float
+    copy_attention: float
+    same_category: float
+    bos_fallback: float
+    rank: int = 0
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class SurveyResult:
+    rows: list[HeadScore]                 # ranked by semantic_loss, best first
+    fingerprint: str
+    processing: dict
+    prompts: dict                         # how the prompts were made
+    categories: dict[str, list[str]]
+
+    def to_dict(self) -> dict:
+        return {"rows": [r.to_dict() for r in self.rows], "fingerprint": self.fingerprint,
+                "processing": self.processing, "prompts": self.prompts, "categories": self.categories}
+
+    def render(self, top: int | None = None) -> str:
+        lines = [f"{'rank':>4}  {'head':>5}  {'loss':>7}  {'self':>6}  {'copy':>6}  {'same_cat':>8}  {'bos_fb':>6}"]
+        for r in self.rows[:top]:
+            lines.append(f"{r.rank:>4}  {r.layer:>2}.{r.head:<2}  {r.semantic_loss:7.3f}  {r.self_attention:6.3f}  "
+                         f"{r.copy_attention:6.3f}  {r.same_category:8.3f}  {r.bos_fallback:6.3f}")
+        return "\n".join(lines)
+
+
+def prompts_for(model, categories=None, *, n_prompts=64, length=16, seed=0):
+    cats = categories if isinstance(categories, dict) else load_categories(categories)
+    ids = category_tokens(model.tokenizer, cats)
+    if length + 1 > model.cfg.n_ctx:
+        raise HeadscopeError(f"prompt length {length} + BOS exceeds n_ctx {model.cfg.n_ctx}")
+    return make_prompts(ids, model.bos_id, n_prompts=n_prompts, length=length, seed=seed), ids
+
+
+def survey(model, layers: list[int] | None = None, *, categories=None, n_prompts: int = 64,
+           length: int = 16, seed: int = 0, processing: Processing | None = None) -> SurveyResult:
+    """Score every head of `layers` (default: all) on category prompts, ranked by semantic loss."""
+    cfg = model.cfg
+    layers = list(range(cfg.n_layers)) if layers is None else list(layers)
+    for l in layers:
+        if not 0 <= l < cfg.n_layers:
+            raise HeadscopeError(f"layer {l} out of range (the model has layers 0..{cfg.n_layers - 1})")
+    prompts, ids = prompts_for(model, categories, n_prompts=n_prompts, length=length, seed=seed)
+    W = model.weights(processing)
+    cache = run_with_cache(W, prompts.tokens, names=[f"blocks.{l}.attn.hook_pattern" for l in layers],
+                           stop_at_layer=max(layers) + 1, batch_size=32)
+    masks = target_masks(prompts.tokens, prompts.labels)
+    rows = []
+    for l in layers:
+        met = pattern_metrics(cache[f"blocks.{l}.attn.hook_pattern"], masks)
+        for h in range(cfg.n_heads):
+            rows.append(HeadScore(l, h, **{k: float(v[h]) for k, v in met.items()}))
+    rows.sort(key=lambda r: (r.semantic_loss, r.layer, r.head))
+    for i, r in enumerate(rows):
+        r.rank = i + 1
+    return SurveyResult(
+        rows=rows, fingerprint=model.fingerprint, processing=W.processing.to_dict(),
+        prompts={"n_prompts": n_prompts, "length": length, "seed": seed},
+        categories={k: model.to_str_tokens(v) for k, v in ids.items()},
+    )
+
+
+# -- position independence --------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class PositionIndependence:
+    layer: int
+    head: int
+    identity_fraction: float      # share of score variance explained by (query token, key token)
+    position_fraction: float      # 1 − identity_fraction
+    within_pair_std: float        # mean std of a pair's score across orders
+    n_pairs: int
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def position_independence(model, layer: int, head: int, *, categories=None, n_prompts: int = 16,
+                          length: int = 16, n_shuffles: int = 4, seed: int = 0,
+                          processing: Processing | None = None) -> PositionIndependence:
+    """How much of head (layer, head)'s score is token identity rather than position."""
+    prompts, _ = prompts_for(model, categories, n_prompts=n_prompts, length=length, seed=seed)
+    rng = np.random.default_rng([seed, 1])
+    W = model.weights(processing)
+    b, p = prompts.tokens.shape
+    perms = [np.arange(p)] + [np.concatenate([[0], 1 + rng.permutation(p - 1)]) for _ in range(n_shuffles)]
+    sums = torch.zeros(b, p, p, dtype=torch.float64)         # indexed by original positions (i query, j key)
+    sq = torch.zeros_like(sums)
+    cnt = torch.zeros_like(sums)
+    name = f"blocks.{layer}.attn.hook_attn_scores"
+    for perm in perms:
+        perm_t = torch.from_numpy(perm)
+        toks = prompts.tokens[:, perm_t]                      # new position n holds original token perm[n]
+        S = run_with_cache(W, toks, names=[name], stop_at_layer=layer + 1)[name][:, head].double()  # [b q k]
+        inv = torch.empty_like(perm_t)
+        inv[perm_t] = torch.arange(p)
+        S = S[:, inv][:, :, inv]                              # back to original indices [b i j]
+        ok = torch.isfinite(S)
+        S = torch.where(ok, S, torch.zeros_like(S))
+        sums += S
+        sq += S * S
+        cnt += ok.double()
+    keep = cnt >= 2
+    n = cnt[keep]
+    mean = sums[keep] / n
+    within = (sq[keep] / n - mean**2).clamp_min(0)
+    total_mean = sums[keep].sum() / n.sum()
+    total_var = (sq[keep].sum() / n.sum() - total_mean**2).clamp_min(1e-30)
+    within_var = (within * n).sum() / n.sum()
+    frac = float(1 - within_var / total_var)
+    return PositionIndependence(layer, head, frac, 1 - frac, float(within.sqrt().mean()), int(keep.sum()))

@@ -1,0 +1,205 @@
+"""Steering a head by scaling eigenvalues of its QK form, written as a real checkpoint (seed 002).
+
+In processed space (fold_ln on, so LN1 only centres and scales and x̂ ⊥ 1) take
+``W = P W_Q W_Kᵀ P = S + A`` with ``S = Σ_i λ_i v_i v_iᵀ`` (see :mod:`headscope.bilinear`).
+Steering replaces λ_i by α·λ_i for the selected i (default: every negative λ_i)::
+
+    W' = S + Σ_{i ∈ sel} (α − 1) λ_i v_i v_iᵀ + A        (A dropped if keep_skew=False)
+
+and rebuilds the head from the SVD ``W' = U Σ Vᵀ`` of rank r:
+``W_Q' = U_r Σ_r^½``, ``W_K' = V_r Σ_r^½`` (zero columns beyond r). This is exact when
+r ≤ d_head (always for α = 1; for a symmetric head scaling eigenvalues never raises
+the rank); otherwise the d_head largest singular values are kept and the discarded
+part is reported as ``rebuild_error``. The key-only bias term ``x̂·v`` with
+``v = P W_K b_Q`` is kept exactly: ``b_Q'[:r] = Σ_r^-½ V_rᵀ v`` and, if v has a part
+outside span V_r, one spare column with ``W_Q' = 0``, ``W_K' = v⊥/‖v⊥‖``,
+``b_Q' = ‖v⊥‖``. Query-only terms (``x̂ W_Q b_Kᵀ``) do not change any pattern; their
+projection on span U_r is kept.
+
+Processed → raw (what a GPT-2 checkpoint stores): ``W_raw = W'/ln1_w`` row-wise and
+``b_raw = b' − ln1_b W_raw``, inverting fold_ln.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import torch
+
+from ._errors import HeadscopeError
+from .bilinear import bilinear_form, key_bias_vector, qk_matrix
+from .forward import run_with_cache
+from .weights import Processing, Weights, process
+
+Tensor = torch.Tensor
+MARKER = "steering.json"
+
+
+@dataclasses.dataclass
+class Rebuild:
+    W_Q: Tensor        # [d e] processed
+    W_K: Tensor
+    b_Q: Tensor        # [e]
+    b_K: Tensor
+    rank: int
+    rebuild_error: float      # ‖W_Q' W_K'ᵀ − W'‖_F / ‖W'‖_F
+    key_bias_error: float     # ‖W_K' b_Q' − v‖ / ‖v‖ (0 when v = 0)
+    selected: list[int]
+    selected_eigenvalues: list[float]
+
+
+def steered_qk(weights: Weights, layer: int, head: int, alpha: float, *, select: str | list[int] = "negative",
+               keep_skew: bool = True, rel_tol: float = 1e-9) -> Rebuild:
+    """Processed W_Q', W_K', b_Q', b_K' of the steered head (module docstring)."""
+    if not weights.processing.fold_ln:
+        raise HeadscopeError("steering needs weights processed with fold_ln (the default processing)")
+    cfg = weights.cfg
+    e = cfg.d_head
+    W = qk_matrix(weights, layer, head)                                               # [d d] float64
+    form = bilinear_form(W, layer, head)
+    lam, V = form.eigenvalues, form.eigenvectors
+    if select == "negative":
+        sel = [i for i in range(len(lam)) if lam[i] < -form.tol]
+    elif select == "positive":
+        sel = [i for i in range(len(lam)) if lam[i] > form.tol]
+    else:
+        sel = [int(i) for i in select]
+        bad = [i for i in sel if not 0 <= i < len(lam)]
+        if bad:
+            raise HeadscopeError(f"eigenvalue index {bad[0]} out of range (the form has {len(lam)} non-zero eigenvalues)")
+    Vs, ls = V[:, sel], lam[sel]
+    W_new = form.sym + (Vs * ((alpha - 1.0) * ls)) @ Vs.T
+    if keep_skew:
+        W_new = W_new + form.skew
+    U, sig, Vh = torch.linalg.svd(W_new)
+    tol = rel_tol * float(sig[0]) if sig.numel() and sig[0] > 0 else 0.0
+    r = min(int((sig > tol).sum()), e)
+    root = sig[:r].sqrt()
+    WQ = torch.zeros(cfg.d_model, e, dtype=torch.float64)
+    WK = torch.zeros_like(WQ)
+    WQ[:, :r] = U[:, :r] * root
+    WK[:, :r] = Vh[:r].T * root
+    err = float((WQ @ WK.T - W_new).norm() / W_new.norm()) if W_new.norm() > 0 else 0.0
+    # key-only bias term, kept exactly (one spare column if needed)
+    v = key_bias_vector(weights, layer, head)                                          # [d]
+    bQ = torch.zeros(e, dtype=torch.float64)
+    bQ[:r] = (Vh[:r] @ v) / root
+    perp = v - Vh[:r].T @ (Vh[:r] @ v)
+    if float(perp.norm()) > 1e-12 * max(1.0, float(v.norm())) and r < e:
+        WK[:, r] = perp / perp.norm()
+        bQ[r] = perp.norm()
+    kb_err = float((WK @ bQ - v).norm() / v.norm()) if v.norm() > 0 else 0.0
+    # query-only bias term: softmax-invariant, keep its projection on span U_r
+    blk = weights.blocks[layer]
+    u = blk.W_Q[head].double() @ blk.b_K[head].double()
+    bK = torch.zeros(e, dtype=torch.float64)
+    bK[:r] = (U[:, :r].T @ (u - u.mean())) / root
+    return Rebuild(WQ, WK, bQ, bK, r, err, kb_err, sel, [float(x) for x in ls])
+
+
+def unfold_into_raw(raw: Weights, layer: int, head: int, rb: Rebuild) -> Weights:
+    """Raw weights with head (layer, head)'s W_Q, W_K, b_Q, b_K replaced (fold_ln inverted)."""
+    out = raw.map(lambda t: t.clone())
+    out.W_U = out.W_E.T                                     # keep the tie GPT-2 checkpoints need
+    blk = out.blocks[layer]
+    w = blk.ln1_w.double()
+    inv = torch.where(w != 0, 1 / torch.where(w != 0, w, torch.ones_like(w)), torch.zeros_like(w))
+    for X, Wp, bp in (("Q", rb.W_Q, rb.b_Q), ("K", rb.W_K, rb.b_K)):
+        W_raw = Wp * inv[:, None]                                                      # [d e]
+        b_raw = bp - blk.ln1_b.double() @ W_raw
+        getattr(blk, f"W_{X}")[head] = W_raw.to(raw.dtype)
+        getattr(blk, f"b_{X}")[head] = b_raw.to(raw.dtype)
+    return out
+
+
+# -- measuring the effect --------------------------------------------------------------------
+
+
+def self_attention_stats(weights: Weights, tokens: Tensor, layer: int, head: int) -> dict:
+    """Mean self-attention probability A[q, q] and mean rank of self among keys 0..q (1 = top), q ≥ 1."""
+    name = f"blocks.{layer}.attn.hook_pattern"
+    A = run_with_cache(weights, tokens, names=[name], stop_at_layer=layer + 1, batch_size=32)[name][:, head]
+    A = A.double()                                                                     # [b q k]
+    diag = torch.diagonal(A, dim1=-2, dim2=-1)                                         # [b q]
+    p = A.shape[-1]
+    causal = torch.ones(p, p, dtype=torch.bool).tril()
+    above = ((A > diag[..., None]) & causal).sum(-1) + 1                               # [b q]
+    return {"self_attention": float(diag[:, 1:].mean()), "self_rank": float(above[:, 1:].double().mean())}
+
+
+@dataclasses.dataclass
+class SteerResult:
+    layer: int
+    head: int
+    alpha: float
+    select: str | list[int]
+    keep_skew: bool
+    n_selected: int
+    selected_eigenvalues: list[float]
+    rank: int
+    rebuild_error: float
+    key_bias_error: float
+    self_attention_before: float
+    self_attention_after: float
+    self_rank_before: float
+    self_rank_after: float
+    out: str | None
+    fingerprint: str
+    steered_fingerprint: str | None
+    processing: dict
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def render(self) -> str:
+        return "\n".join([
+            f"head {self.layer}.{self.head}: {self.n_selected} eigenvalues ({self.select}) scaled by α = {self.alpha:g}",
+            f"rebuilt rank {self.rank}, rebuild error {self.rebuild_error:.2e}, key-bias error {self.key_bias_error:.2e}",
+            f"self-attention  {self.self_attention_before:.4f} → {self.self_attention_after:.4f}",
+            f"rank of self    {self.self_rank_before:.2f} → {self.self_rank_after:.2f}",
+            f"wrote {self.out}" if self.out else "(no checkpoint written)",
+        ])
+
+
+def steer(model, layer: int, head: int, alpha: float, out: str | Path | None = None, *,
+          select: str | list[int] = "negative", keep_skew: bool = True, tokens: Tensor | None = None,
+          categories=None, seed: int = 0) -> SteerResult:
+    """Scale eigenvalues of head (layer, head) by α, measure self-attention, optionally save a checkpoint."""
+    from ._atomic import refuse_foreign_dir
+    from ._json import dumps
+    from .loading import WEIGHTS_FILE, file_sha256, save_checkpoint
+    from .semantic import prompts_for
+
+    cfg = model.cfg
+    if not 0 <= layer < cfg.n_layers:
+        raise HeadscopeError(f"layer {layer} out of range (the model has layers 0..{cfg.n_layers - 1})")
+    if not 0 <= head < cfg.n_heads:
+        raise HeadscopeError(f"head index {head} out of range (the model has {cfg.n_heads} heads per layer)")
+    processing = Processing.default()
+    W = model.weights(processing)
+    rb = steered_qk(W, layer, head, alpha, select=select, keep_skew=keep_skew)
+    raw_new = unfold_into_raw(model.raw, layer, head, rb)
+    if tokens is None:
+        tokens = prompts_for(model, categories, n_prompts=32, length=16, seed=seed)[0].tokens
+    before = self_attention_stats(W, tokens, layer, head)
+    after = self_attention_stats(process(raw_new, processing), tokens, layer, head)
+    res = SteerResult(
+        layer=layer, head=head, alpha=float(alpha), select=select, keep_skew=keep_skew,
+        n_selected=len(rb.selected), selected_eigenvalues=rb.selected_eigenvalues, rank=rb.rank,
+        rebuild_error=rb.rebuild_error, key_bias_error=rb.key_bias_error,
+        self_attention_before=before["self_attention"], self_attention_after=after["self_attention"],
+        self_rank_before=before["self_rank"], self_rank_after=after["self_rank"],
+        out=str(out) if out is not None else None, fingerprint=model.fingerprint, steered_fingerprint=None,
+        processing=processing.to_dict(),
+    )
+    if out is not None:
+        out = Path(out)
+        refuse_foreign_dir(out, MARKER)
+        meta = {k: v for k, v in res.to_dict().items() if k not in ("out", "steered_fingerprint")}
+        meta["source"] = model.source
+        save_checkpoint(raw_new.to(dtype=torch.float32), out, tokenizer_from=model.directory,
+                        extra_files={MARKER: dumps(meta)})
+        res.steered_fingerprint = file_sha256(out / WEIGHTS_FILE)
+    return res

@@ -1,0 +1,67 @@
+"""Pure pieces of the seed-002 analyses on small synthetic inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from headscope import bilinear, clustering
+from headscope.semantic import pattern_metrics, target_masks
+
+
+def test_ari_known_values():
+    ari = clustering.adjusted_rand_index
+    assert ari([0, 0, 1, 1], [5, 5, 2, 2]) == 1.0
+    assert abs(ari([0, 0, 0, 1, 1, 1], [0, 0, 1, 1, 2, 2]) - 0.24242424) < 1e-6
+    assert ari([0, 1, 2, 3], [0, 0, 0, 0]) == 0.0
+
+
+def test_chunked_topk_matches_dense():
+    g = torch.Generator().manual_seed(0)
+    Q, K = torch.randn(23, 5, generator=g), torch.randn(23, 5, generator=g)
+    v, i, lse = bilinear.topk_targets(Q, K, 4, self_index=torch.arange(23), chunk=7, return_lse=True)
+    S = Q @ K.T
+    S.fill_diagonal_(float("-inf"))
+    dv, di = torch.topk(S, 4, dim=1)
+    torch.testing.assert_close(v, dv)
+    assert torch.equal(i, di)
+    torch.testing.assert_close(lse, torch.logsumexp(S, 1))
+
+
+def test_eigen_counts_and_skew():
+    g = torch.Generator().manual_seed(1)
+    V = torch.linalg.qr(torch.randn(10, 10, generator=g, dtype=torch.float64))[0]
+    lam = torch.tensor([3.0, -2.0, 1.0, -0.5] + [0.0] * 6, dtype=torch.float64)
+    S = (V * lam) @ V.T
+    A = torch.randn(10, 10, generator=g, dtype=torch.float64)
+    A = 0.1 * (A - A.T)
+    form = bilinear.bilinear_form(S + A, 0, 0, top=2)
+    assert form.n_negative == 2 and form.n_positive == 2 and form.n_negative_top == 1
+    torch.testing.assert_close(form.sym, S)
+    torch.testing.assert_close(form.skew, A)
+    torch.testing.assert_close(form.sigma_skew, torch.linalg.svdvals(A)[:8])
+
+
+def test_metrics_on_a_handmade_pattern():
+    tokens = torch.tensor([[9, 1, 2, 1, 3]])         # BOS, a(cat0), b(cat0), a again, c(cat1)
+    labels = torch.tensor([[-1, 0, 0, 0, 1]])
+    m = target_masks(tokens, labels)
+    A = torch.zeros(1, 1, 5, 5)
+    A[0, 0, 1, 0] = 1                                # a → BOS (no partner): fallback
+    A[0, 0, 2, 1] = 1                                # b → a: partner
+    A[0, 0, 3, 3] = 1                                # a → itself: wrong
+    A[0, 0, 4, 0] = 1                                # c → BOS: fallback
+    met = pattern_metrics(A, m)
+    assert abs(met["self_attention"][0] - 0.25) < 1e-9
+    assert abs(met["bos_fallback"][0] - 1.0) < 1e-9 and abs(met["same_category"][0] - 0.5) < 1e-9
+    assert abs(met["semantic_loss"][0] - (-np.log(1e-30) / 4)) < 1e-6
+    assert abs(met["copy_attention"][0] - 0.0) < 1e-9
+
+
+def test_frequency_from_corpus(tmp_path):
+    from headscope.tokenizer import bundled_gpt2_tokenizer
+
+    tok = bundled_gpt2_tokenizer()
+    (tmp_path / "c.txt").write_text(" red red red blue blue green")
+    assert clustering.frequent_tokens(tok, 2, tmp_path / "c.txt") == tok.encode(" red blue")
+    assert clustering.frequent_tokens(tok, 3) == [256, 257, 258]
