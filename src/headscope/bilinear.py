@@ -46,12 +46,11 @@ def mean_attn_outputs(weights: Weights, tokens: Int[Tensor, "batch pos"], layers
     """Mean attention output of blocks 0..layers-1 over positions ≥ 1 of `tokens`. [layers][d]"""
     if layers == 0:
         return []
-    # attn_out = resid_mid − resid_pre (forward.py lists hook_attn_out but does not keep it)
-    names = [f"blocks.{l}.{n}" for l in range(layers) for n in ("hook_resid_pre", "hook_resid_mid")]
+    names = [f"blocks.{l}.hook_attn_out" for l in range(layers)]
     cache = run_with_cache(weights, tokens, names=names, stop_at_layer=layers, batch_size=32)
     out = []
     for l in range(layers):
-        a = cache[f"blocks.{l}.hook_resid_mid"] - cache[f"blocks.{l}.hook_resid_pre"]          # [b p d]
+        a = cache[f"blocks.{l}.hook_attn_out"]                                                  # [b p d]
         out.append(a[:, 1:].reshape(-1, weights.cfg.d_model).mean(0).to(weights.dtype))
     return out
 
