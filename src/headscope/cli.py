@@ -17,6 +17,7 @@ from ._errors import HeadscopeError
 COMMANDS: dict[str, tuple[str, str]] = {
     "info": ("info", "sizes, processing and file hash of a checkpoint"),
     "plant": ("plant", "write a GPT-2 checkpoint with planted, documented mechanisms"),
+    "kernels": ("kernels", "layer-0 positional kernels, categories and key-split TV distance"),
 }
 
 

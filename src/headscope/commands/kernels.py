@@ -1,0 +1,99 @@
+"""Positional kernels of layer-0 heads, their categories, and how well the key split works.
+
+Splits every layer-0 key into content + position (seed 000), computes each head's
+positional kernel for a query token, its width, decay rate, translation equivariance,
+query and content dependence, and its category (local / slowly_decaying / uniform);
+with a corpus, the total-variation distance between true and approximate attention.
+
+  headscope kernels gpt2
+  headscope kernels planted/ --corpus texts/ --json
+  headscope kernels planted/ --sample-corpus --c gpt2 --out kernels/
+  headscope kernels planted/ --query " of" --max-windows 8
+
+--c: 'measured' (default; median token-embedding norm), 'gpt2' (3.5) or a number.
+--out DIR writes kernels.json, kernels.svg (kernel curves) and, with a corpus,
+tv_hist.svg and tv_position.svg.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .._atomic import atomic_write_text, ensure_writable_dir, refuse_foreign_dir
+from .._errors import HeadscopeError
+from .._json import dumps
+from ._common import check_layer, emit, load_model
+
+OUT_MARKER = "kernels.json"
+
+
+def add_arguments(p):
+    p.add_argument("model", help="hub id (gpt2, …) or checkpoint directory")
+    p.add_argument("--layer", type=int, default=0, help="layer (the split is defined for layer 0); default 0")
+    p.add_argument("--corpus", nargs="+", metavar="PATH", help="text files or directories (UTF-8) for TV distances")
+    p.add_argument("--sample-corpus", action="store_true", help="use headscope's bundled sample text as corpus")
+    p.add_argument("--max-windows", type=int, default=32, help="at most this many n_ctx windows; default 32")
+    p.add_argument("--window", type=int, default=None, help="window length in tokens (BOS included); default n_ctx")
+    p.add_argument("--query", default=" the", help="query token for the kernels; default ' the'")
+    p.add_argument("--c", default="measured", help="'measured' (default), 'gpt2' (3.5) or a positive number")
+    p.add_argument("--n-ref", type=int, default=None, help="reference query position; default 255 (capped at n_ctx-1)")
+    p.add_argument("--out", help="directory for kernels.json and SVG figures")
+
+
+def render(report) -> str:
+    lines = [f"layer {report.layer}  query {report.query!r}  n_ref {report.n_ref}  "
+             f"c {report.c:.4g} ({report.c_source})  processing {','.join(k for k, v in report.processing.items() if v)}",
+             f"{'head':>4} {'category':<16} {'width':>8} {'decay':>7} {'transl':>7} {'query':>7} "
+             f"{'c_std':>6} {'boost':>6} {'tv_med':>7} {'tv_p90':>7}"]
+    for h in report.heads:
+        tv = (f"{h.tv_median:7.4f} {h.tv_p90:7.4f}" if h.tv_median is not None else f"{'-':>7} {'-':>7}")
+        lines.append(f"{h.head:>4} {h.category:<16} {h.width:8.2f} {h.decay_rate:7.3f} {h.translation_tv:7.4f} "
+                     f"{h.query_tv:7.4f} {h.content_std:6.3f} {h.content_boost:6.2f} {tv}")
+    if report.corpus:
+        lines.append(f"corpus: {report.corpus['n_windows']} windows, {report.corpus['n_queries']} query positions")
+    return "\n".join(lines)
+
+
+def write_figures(report, out: Path) -> list[Path]:
+    from .._svg import small_multiples
+    from ..kernels import TV_BINS
+
+    files = []
+    panels = [(f"head {h.head}: {h.category}", h.kernel[:64]) for h in report.heads]
+    files.append(atomic_write_text(out / "kernels.svg", small_multiples(
+        panels, title=f"positional kernels pos(n={report.n_ref}, n-d), query {report.query!r}",
+        x_label="distance d = n - i (0..63)", y_label="pos", log_y=True)))
+    if report.corpus:
+        hist = [(f"head {h.head}: median {h.tv_median:.3f}", h.tv_hist) for h in report.heads]
+        files.append(atomic_write_text(out / "tv_hist.svg", small_multiples(
+            hist, kind="bar", title="TV(true, approx) per query position",
+            x_label=f"TV in bins of {TV_BINS[1]:.2f} from 0 to 1", y_label="count")))
+        per_pos = [(f"head {h.head}", h.tv_by_position) for h in report.heads]
+        files.append(atomic_write_text(out / "tv_position.svg", small_multiples(
+            per_pos, title="mean TV by query position", x_label="query position n", y_label="TV")))
+    return files
+
+
+def run(args) -> int:
+    from ..corpus import read_corpus, sample_corpus, windows
+    from ..kernels import analyse_kernels
+
+    if args.out:
+        refuse_foreign_dir(Path(args.out), OUT_MARKER)
+    model = load_model(args)
+    check_layer(args.layer, model.cfg)
+    if args.max_windows < 1:
+        raise HeadscopeError(f"--max-windows: expected ≥ 1, got {args.max_windows}")
+    texts = []
+    if args.corpus:
+        texts += read_corpus(args.corpus)
+    if args.sample_corpus:
+        texts += sample_corpus()
+    wins = windows(model, texts, n_ctx=args.window, max_windows=args.max_windows) if texts else None
+    report = analyse_kernels(model, layer=args.layer, query=args.query, c=args.c, windows=wins, n_ref=args.n_ref)
+    if args.out:
+        out = ensure_writable_dir(Path(args.out))
+        atomic_write_text(out / OUT_MARKER, dumps(report.to_dict()))
+        write_figures(report, out)
+    emit(args, report, render(report))
+    return 0
