@@ -1,5 +1,8 @@
 """Layer-0 attention at one query position n, split into position and content (seed 000).
 
+The split is :mod:`headscope.kernels`' (same formulas, same c); this module adds
+what the denominators need on top of it: the positional kernel's normaliser
+log Z_h[n], scores for a fixed query against a text's true keys, and the value split.
 Private helpers shared by :mod:`.denominators`, :mod:`.calibration`, :mod:`.contextual`
 and :mod:`.neurons`. Notation of the seed: x_i the token at key position i ≤ n, n the
 query position, d = d_model, e = d_head, LN the layer-0 LayerNorm 1 (with its weight
@@ -54,9 +57,10 @@ Tensor = torch.Tensor
 
 
 def typical_embedding_norm(w: Weights) -> float:
-    """Median over the vocabulary of |W_E[t] − mean W_E[t]| (the seed's c ≈ 3.5 on GPT-2)."""
-    E = w.W_E - w.W_E.mean(-1, keepdim=True)
-    return float(E.norm(dim=-1).median())
+    """The key split's default c: :func:`headscope.kernels.measure_c` (median |c(W_E[t])|)."""
+    from .kernels import measure_c
+
+    return measure_c(w)
 
 
 def score_divisor(w: Weights) -> float:
@@ -70,9 +74,9 @@ def ln1(w: Weights, x: Float[Tensor, "... d"]) -> Float[Tensor, "... d"]:
 
 def query(w: Weights, token: int, n: int) -> Float[Tensor, "head e"]:
     """q_h[n] for every layer-0 head, query token `token` at position n."""
-    b = w.blocks[0]
-    x = ln1(w, w.W_E[token] + w.W_pos[n])                                  # [d]
-    return torch.einsum("d,hde->he", x, b.W_Q) + b.b_Q
+    from .kernels import queries
+
+    return queries(w, torch.tensor([token]), torch.tensor([n]))[0]
 
 
 @dataclasses.dataclass

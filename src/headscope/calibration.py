@@ -143,18 +143,12 @@ def query_id(model, query: str) -> int:
 
 
 def _windows(model, text: str, window: int | None) -> list[torch.Tensor]:
-    p = min(window or model.cfg.n_ctx, model.cfg.n_ctx)
-    if p < 2:
-        raise HeadscopeError(f"window must be at least 2 tokens, got {p}")
-    ids = model.to_tokens(text, prepend_bos=False)
-    if ids.numel() == 0:
-        raise HeadscopeError("calibration text is empty (no tokens)")
-    body = p - 1
-    chunks = [ids[i:i + body] for i in range(0, ids.numel(), body)]
-    if len(chunks) > 1 and chunks[-1].numel() < body:
-        chunks = chunks[:-1]
-    bos = torch.tensor([model.bos_id])
-    return [torch.cat([bos, c]) for c in chunks]
+    """Windows [BOS] + chunk of at most `window` (default n_ctx) tokens (:func:`headscope.corpus.windows`)."""
+    from .corpus import windows
+
+    if not text.strip():
+        raise HeadscopeError("calibration text is empty")
+    return windows(model, [text], n_ctx=min(window or model.cfg.n_ctx, model.cfg.n_ctx))
 
 
 def log_Z_all(w, token: int, n_pos: int, c: float) -> Float[Tensor, "head pos"]:
