@@ -23,3 +23,16 @@ __all__ = [
     "all_names", "bundled_gpt2_tokenizer", "escape_token", "from_hf_state_dict", "load",
     "process", "run_with_cache", "save_checkpoint", "to_hf_state_dict", "to_str_tokens",
 ]
+
+# seed 000, second half: denominators, calibration, contextual circuit, contextual neurons
+from .calibration import Calibration, calibrate, load_calibration
+from .contextual import Circuit, Fidelity, HeadChoice, build_circuit, circuit_fidelity, select_heads
+from .denominators import DenominatorStability, denominator_stability
+from .neurons import NeuronScan, NeuronTrace, neuron_trace, predict_neuron, scan_neurons
+
+__all__ += [
+    "Calibration", "calibrate", "load_calibration",
+    "Circuit", "Fidelity", "HeadChoice", "build_circuit", "circuit_fidelity", "select_heads",
+    "DenominatorStability", "denominator_stability",
+    "NeuronScan", "NeuronTrace", "neuron_trace", "predict_neuron", "scan_neurons",
+]

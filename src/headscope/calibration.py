@@ -168,7 +168,7 @@ def calibrate(
 ) -> Calibration:
     """Sample every layer-0 head's denominator on `text` with query token `query`."""
     processing = Processing.default() if processing is None else processing
-    w = model.weights(processing).to(dtype=torch.float64)
+    w = _l0.layer0_float64(model.weights(processing))
     qid = query_id(model, query)
     c = _l0.typical_embedding_norm(w) if c is None else float(c)
     chunks = _windows(model, text, window)

@@ -198,7 +198,7 @@ def build_circuit(model, calibration: Calibration, heads: list[int] | None = Non
     """Check the calibration against `model`, choose heads, return (circuit, choice)."""
     processing = Processing.default() if processing is None else processing
     calibration.check(model, processing)
-    w = model.weights(processing).to(dtype=torch.float64)
+    w = _l0.layer0_float64(model.weights(processing))
     n = calibration.n_positions - 1 if position is None else position
     if not 0 <= n < calibration.n_positions:
         raise HeadscopeError(f"position {n} is not calibrated (0..{calibration.n_positions - 1})")

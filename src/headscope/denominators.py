@@ -98,7 +98,7 @@ def denominator_stability(
     position has the same number of samples); predictions at n = stride, 2·stride, ….
     """
     processing = Processing.default() if processing is None else processing
-    w = model.weights(processing).to(dtype=torch.float64)
+    w = _l0.layer0_float64(model.weights(processing))
     if not 0 < delta < 1:
         raise HeadscopeError(f"delta must lie in (0, 1), got {delta}")
     if texts and isinstance(texts[0], str):
