@@ -101,6 +101,9 @@ def denominator_stability(
     w = _l0.layer0_float64(model.weights(processing))
     if not 0 < delta < 1:
         raise HeadscopeError(f"delta must lie in (0, 1), got {delta}")
+    if not 0 <= n_min < window - 1 or not 1 <= stride < window:
+        raise HeadscopeError(f"expected 0 ≤ n_min < window − 1 and 1 ≤ stride < window, "
+                             f"got n_min {n_min}, stride {stride}, window {window}")
     if texts and isinstance(texts[0], str):
         from .corpus import windows
 
@@ -167,3 +170,45 @@ def denominator_stability(
         measured_rel_quantile=meas_q.tolist(), sum_pos2=out["s2"],
         fingerprint=model.fingerprint, processing=processing.to_dict(),
     )
+
+
+# -- figure -------------------------------------------------------------------------------
+
+
+def traces_svg(r: DenominatorStability, cols: int = 4) -> str:
+    """One panel per head: S_h[n] of each sampled text (thin) and the mean over texts (thick).
+
+    The y range of every panel is mean ± 4·(median relative spread) around the mean, so
+    panels show *relative* stability on one scale."""
+    import html
+
+    W, Hh, pad = 230, 150, 26
+    rows = -(-len(r.heads) // cols)
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{cols * (W + pad) + pad}" height="{rows * (Hh + pad) + 2 * pad}">',
+           f'<text x="{pad}" y="16" font-size="13" font-family="sans-serif">softmax denominators per head '
+           f'({html.escape(r.normalisation.split(":")[0])} normalisation, query {html.escape(repr(r.query))}, '
+           f'{r.n_texts} texts); x: query position, y: S / mean over positions</text>']
+    for k, h in enumerate(r.heads):
+        x0, y0 = pad + (k % cols) * (W + pad), pad + (k // cols) * (Hh + pad)
+        mean = r.mean[h]
+        scale = sum(mean[r.n_min:]) / max(len(mean) - r.n_min, 1)
+        half = max(4 * r.median_rel_spread[h], 0.02)
+        lo, hi = 1 - half, 1 + half
+        out.append(f'<rect x="{x0}" y="{y0}" width="{W}" height="{Hh}" fill="white" stroke="#999"/>')
+        out.append(f'<text x="{x0 + 4}" y="{y0 + 12}" font-size="11" font-family="sans-serif">head {h}: '
+                   f'spread {r.median_rel_spread[h]:.3g}</text>')
+
+        def line(vals, colour, width):
+            pts = []
+            for i, v in enumerate(vals):
+                y = min(max((v / scale - lo) / (hi - lo), 0.0), 1.0)
+                pts.append(f"{x0 + 4 + (W - 8) * i / max(len(vals) - 1, 1):.2f},{y0 + Hh - 4 - (Hh - 22) * y:.2f}")
+            return f'<polyline fill="none" stroke="{colour}" stroke-width="{width}" points="{" ".join(pts)}"/>'
+
+        for t in r.traces:
+            out.append(line(t[h], "#88ccee", 0.7))
+        out.append(line(mean, "#332288", 1.8))
+        out.append(f'<text x="{x0 + W - 4}" y="{y0 + 12}" font-size="9" text-anchor="end" font-family="sans-serif">'
+                   f'±{half:.2g}</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"

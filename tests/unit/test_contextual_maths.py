@@ -162,3 +162,28 @@ def test_select_heads_reports_metrics_and_respects_given_heads(tiny):
     assert ch.heads == [0, 2] and not ch.automatic and len(ch.width) == 3
     with pytest.raises(HeadscopeError, match="--heads"):
         select_heads(w, 262, 30, 1.0, heads=[5])
+
+
+def test_denominators_cli_and_own_query_mode(tiny_hf_dir, tiny, tmp_path, capsys):
+    """Own-query mode reports exp(hook_denom) as it is; the CLI writes JSON + SVG."""
+    from headscope import run_with_cache
+    from headscope.cli import main
+    from headscope.denominators import denominator_stability
+
+    texts = [TEXT, "Stocks fell sharply in Tokyo as investors sold banks and tech shares today.",
+             "A small boat drifted past the old pier while gulls circled over the quiet harbour."]
+    r = denominator_stability(tiny, texts, query=None, window=12, n_min=2, stride=4)
+    from headscope.corpus import windows
+
+    X = torch.stack([x for x in windows(tiny, texts, n_ctx=12) if len(x) == 12])   # the windows it used
+    assert r.predicted_rel_std is None and r.n_texts == len(X) >= 3
+    S = run_with_cache(tiny.weights().to(dtype=torch.float64), X, names=["blocks.0.attn.hook_denom"],
+                       stop_at_layer=1)["blocks.0.attn.hook_denom"].exp()
+    torch.testing.assert_close(torch.tensor(r.mean, dtype=torch.float64), S.mean(0))
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(" ".join(texts * 4))
+    assert main(["denominators", str(tiny_hf_dir), "--corpus", str(corpus), "--window", "16",
+                 "--out", str(tmp_path / "d"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["hoeffding_rel"]) == 3 and (tmp_path / "d" / "denominators.svg").read_text().startswith("<svg")
+    assert main(["denominators", str(tiny_hf_dir), "--corpus", str(tmp_path / "missing")]) == 2
