@@ -15,6 +15,8 @@ from .forward import Cache, all_names, run_with_cache
 from .loading import Model, from_hf_state_dict, load, save_checkpoint, to_hf_state_dict
 from .tokenizer import bundled_gpt2_tokenizer, escape_token, to_str_tokens
 from .weights import Block, Processing, Weights, process
+from .corpus import read_corpus, sample_corpus
+from .kernels import HeadKernel, KernelReport, analyse_kernels
 
 __version__ = "0.1.0"
 
@@ -23,6 +25,11 @@ __all__ = [
     "all_names", "bundled_gpt2_tokenizer", "escape_token", "from_hf_state_dict", "load",
     "process", "run_with_cache", "save_checkpoint", "to_hf_state_dict", "to_str_tokens",
 ]
+__all__ += ["HeadKernel", "KernelReport", "analyse_kernels", "read_corpus", "sample_corpus"]
+
+from .report import ReportOptions, ReportResult, build_report  # noqa: E402  (needs __version__ above)
+
+__all__ += ["ReportOptions", "ReportResult", "build_report"]
 
 # seed 000, second half: denominators, calibration, contextual circuit, contextual neurons
 from .calibration import Calibration, calibrate, load_calibration

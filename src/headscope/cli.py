@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "neurons": ("neurons", "find contextual MLP0 neurons through the calibrated contextual circuit"),
     "neuron": ("neuron", "one MLP0 neuron on texts: true pre-activation vs circuit prediction"),
     "kernels": ("kernels", "layer-0 positional kernels, categories and key-split TV distance"),
+    "report": ("report", "write a self-contained HTML report of a model (every analysis)"),
 }
 
 

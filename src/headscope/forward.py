@@ -121,6 +121,24 @@ class _Keeper:
             self.cache[name] = t
 
 
+def _fused_qkv(block: Block) -> tuple[Tensor, Tensor]:
+    """W_Q, W_K, W_V [h d e] side by side as one [d 3·h·e] matrix (and the biases [3·h·e]).
+
+    Built once per block and remembered on it; rebuilt if any of the six tensors was
+    replaced or modified in place (tensor ``_version``), so edits to weights are seen.
+    """
+    parts = (block.W_Q, block.W_K, block.W_V, block.b_Q, block.b_K, block.b_V)
+    key = tuple((id(t), t._version) for t in parts)
+    memo = block.__dict__.get("_qkv_memo")
+    if memo is not None and memo[0] == key:
+        return memo[1], memo[2]
+    h, d, e = block.W_Q.shape
+    W_qkv = torch.cat([W.permute(1, 0, 2).reshape(d, h * e) for W in parts[:3]], 1)                       # [h d e] → [d 3he]
+    b_qkv = torch.cat([bb.reshape(h * e) for bb in parts[3:]])                                              # [h e] → [3he]
+    block.__dict__["_qkv_memo"] = (key, W_qkv, b_qkv, parts)  # `parts` keeps the ids alive (no reuse)
+    return W_qkv, b_qkv
+
+
 def _attention(block: Block, x: Tensor, l: int, w: Weights, k: _Keeper) -> Tensor:
     cfg = w.cfg
     b_, p, d = x.shape
@@ -129,8 +147,7 @@ def _attention(block: Block, x: Tensor, l: int, w: Weights, k: _Keeper) -> Tenso
     ln, scale = layer_norm(x, block.ln1_w, block.ln1_b, cfg.ln_eps)
     k.put(pre + "ln1.hook_scale", scale)
     k.put(pre + "ln1.hook_normalized", ln)
-    W_qkv = torch.cat([W.permute(1, 0, 2).reshape(d, h * e) for W in (block.W_Q, block.W_K, block.W_V)], 1)  # [d 3he]
-    b_qkv = torch.cat([bb.reshape(h * e) for bb in (block.b_Q, block.b_K, block.b_V)])                      # [3he]
+    W_qkv, b_qkv = _fused_qkv(block)                                                                        # [d 3he], [3he]
     qkv = torch.addmm(b_qkv, ln.reshape(b_ * p, d), W_qkv).view(b_, p, 3, h, e)                            # [b p 3 h e]
     q, key, v = qkv.unbind(2)                                                                                 # [b p h e]
     k.put(pre + "attn.hook_q", q)
@@ -139,9 +156,9 @@ def _attention(block: Block, x: Tensor, l: int, w: Weights, k: _Keeper) -> Tenso
     divisor = math.sqrt(e) if cfg.scale_attn_weights else 1.0
     if cfg.scale_attn_by_inverse_layer_idx:
         divisor *= float(l + 1)
-    scores = torch.matmul(q.transpose(1, 2), key.permute(0, 2, 3, 1)) / divisor                             # [b h q k]
-    causal = torch.ones(p, p, dtype=torch.bool, device=x.device).tril()
-    scores = scores.masked_fill(~causal, float("-inf"))
+    scores = torch.matmul(q.transpose(1, 2), key.permute(0, 2, 3, 1)).div_(divisor)                        # [b h q k]
+    above = torch.ones(p, p, dtype=torch.bool, device=x.device).triu_(1)
+    scores.masked_fill_(above, float("-inf"))                                                               # in place: fresh tensor
     k.put(pre + "attn.hook_attn_scores", scores)
     if k.wants(pre + "attn.hook_denom"):
         k.put(pre + "attn.hook_denom", torch.logsumexp(scores, dim=-1))
@@ -181,7 +198,9 @@ def _forward(w: Weights, tokens: Tensor, keeper: _Keeper, stop_at_layer: int | N
     for l in range(n):
         block = w.blocks[l]
         keeper.put(f"blocks.{l}.hook_resid_pre", x)
-        x = x + _attention(block, x, l, w, keeper)
+        attn_out = _attention(block, x, l, w, keeper)
+        keeper.put(f"blocks.{l}.hook_attn_out", attn_out)
+        x = x + attn_out
         keeper.put(f"blocks.{l}.hook_resid_mid", x)
         mlp_out = _mlp(block, x, l, w, keeper)
         keeper.put(f"blocks.{l}.hook_mlp_out", mlp_out)
@@ -192,7 +211,10 @@ def _forward(w: Weights, tokens: Tensor, keeper: _Keeper, stop_at_layer: int | N
     ln, scale = layer_norm(x, w.ln_final_w, w.ln_final_b, cfg.ln_eps)
     keeper.put("ln_final.hook_scale", scale)
     if keeper.wants("logits"):
-        keeper.put("logits", torch.addmm(w.b_U, ln.reshape(b_ * p, -1), w.W_U).view(b_, p, -1))          # [b p v]
+        logits = torch.mm(ln.reshape(b_ * p, -1), w.W_U).view(b_, p, -1)                                    # [b p v]
+        if bool(w.b_U.any()):
+            logits.add_(w.b_U)  # raw GPT-2 has b_U = 0: skip a pass over b·p·d_vocab floats
+        keeper.put("logits", logits)
 
 
 def check_tokens(tokens, cfg) -> Tensor:

@@ -99,7 +99,7 @@ def _centred(t: Tensor) -> Tensor:
 
 def measure_c(weights: Weights) -> float:
     """Typical token-embedding norm: median over the vocabulary of |W_E[t] − mean|."""
-    return float(_centred(weights.W_E.double()).norm(dim=-1).median())
+    return float(_centred(weights.W_E).norm(dim=-1).median())
 
 
 def resolve_c(weights: Weights, c: float | str | None = None) -> tuple[float, str]:
@@ -200,6 +200,18 @@ def approx_pattern(weights: Weights, tokens: Int[Tensor, "p"], c: float) -> Floa
     return torch.softmax(content + position, dim=-1)
 
 
+def text_positional_kernels(weights: Weights, tokens: Int[Tensor, "p"], c: float) -> Float[Tensor, "h q k"]:
+    """pos_{n,i,query[n](x)} with the real queries of a text: softmax_i of q_n·P[n,i]/√e."""
+    _, position = split_scores(weights, tokens, c)
+    return torch.softmax(position, dim=-1)
+
+
+def text_content_factors(weights: Weights, tokens: Int[Tensor, "p"], c: float) -> Float[Tensor, "h q k"]:
+    """content_{E[n, x_i], query[n](x)} = exp(q_n·E[n, x_i]/√e) (0 above the diagonal)."""
+    content, _ = split_scores(weights, tokens, c)
+    return content.exp()
+
+
 def true_pattern(weights: Weights, tokens: Int[Tensor, "p"]) -> Float[Tensor, "h q k"]:
     cache = run_with_cache(weights, tokens[None], names=["blocks.0.attn.hook_pattern"], stop_at_layer=1)
     return cache["blocks.0.attn.hook_pattern"][0]
@@ -213,16 +225,22 @@ def tv_distance(true: Float[Tensor, "h q k"], approx: Float[Tensor, "h q k"]) ->
 # -- positional kernels and content factors for a fixed query token ------------------------
 
 
-def positional_kernel(weights: Weights, query_token: int, n: int, c: float) -> Float[Tensor, "h i"]:
-    """pos_{n,i,q} for i = 0..n, the query token placed at position n."""
+def positional_kernels(weights: Weights, query_tokens: Sequence[int], n: int, c: float) -> Float[Tensor, "t h i"]:
+    """pos_{n,i,q} for i = 0..n and each query token q placed at position n."""
     check_weights(weights)
     b, d = weights.blocks[0], weights.cfg.d_model
-    q = queries(weights, torch.tensor([query_token]), torch.tensor([n]))[0]       # [h e]
+    toks = torch.as_tensor(list(query_tokens), dtype=torch.long)
+    q = queries(weights, toks, torch.full_like(toks, n))                          # [t h e]
     p = _centred(weights.W_pos[: n + 1])                                          # [i d]
     pos_norm = (p.pow(2).sum(-1) + c ** 2).sqrt()                                 # [i]
-    pK = torch.einsum("id,hde->hie", (p - p[n]) / pos_norm[:, None], b.W_K)       # [h i e]
-    scores = math.sqrt(d) * torch.einsum("he,hie->hi", q, pK) / _divisor(weights)
-    return torch.softmax(scores.double(), dim=-1)                                 # [h i]
+    pK = torch.einsum("id,hde->hie", (p - p[n]) / pos_norm[:, None], b.W_K)       # [h i e]  P[n, i]/√d
+    scores = math.sqrt(d) * torch.einsum("the,hie->thi", q, pK) / _divisor(weights)
+    return torch.softmax(scores.double(), dim=-1)                                 # [t h i]
+
+
+def positional_kernel(weights: Weights, query_token: int, n: int, c: float) -> Float[Tensor, "h i"]:
+    """pos_{n,i,q} for i = 0..n, the query token placed at position n."""
+    return positional_kernels(weights, [query_token], n, c)[0]
 
 
 def log_content_factors(weights: Weights, query_token: int, n: int, chunk: int = 8192) -> Float[Tensor, "h v"]:
@@ -372,8 +390,7 @@ def analyse_kernels(
                             for m in sorted({min(m, n) for m in TRANSLATION_POSITIONS} | {n})})
     g = torch.Generator().manual_seed(QUERY_SAMPLE_SEED)
     others = torch.randint(0, cfg.d_vocab, (QUERY_SAMPLE,), generator=g).tolist()
-    qtv = torch.stack([0.5 * (positional_kernel(weights, t, n, c_value) - kern).abs().sum(-1)
-                       for t in others]).mean(0)                                 # [h]
+    qtv = (0.5 * (positional_kernels(weights, others, n, c_value) - kern).abs().sum(-1)).mean(0)  # [h]
     logc = log_content_factors(weights, q_id, n)                                 # [h v]
 
     tvs = None

@@ -127,15 +127,13 @@ def _download(repo_id: str) -> Path:
     import huggingface_hub
     from huggingface_hub import errors as hf_errors
 
-    offline = huggingface_hub.constants.HF_HUB_OFFLINE
+    from huggingface_hub import constants as hf_constants
+
+    offline = hf_constants.HF_HUB_OFFLINE
 
     def fetch(filename: str, required: bool) -> Path | None:
         try:
             return Path(huggingface_hub.hf_hub_download(repo_id, filename))
-        except hf_errors.EntryNotFoundError:
-            if required:
-                raise HeadscopeError(f"hub model {repo_id!r} has no {filename}") from None
-            return None
         except hf_errors.LocalEntryNotFoundError:
             if not required:
                 return None
@@ -147,6 +145,10 @@ def _download(repo_id: str) -> Path:
             raise HeadscopeError(
                 f"cannot download {repo_id!r}: the hub is unreachable and it is not cached"
             ) from None
+        except hf_errors.EntryNotFoundError:
+            if required:
+                raise HeadscopeError(f"hub model {repo_id!r} has no {filename}") from None
+            return None
         except (hf_errors.RepositoryNotFoundError, hf_errors.GatedRepoError):
             raise HeadscopeError(f"unknown hub model id {repo_id!r}") from None
         except hf_errors.HfHubHTTPError as e:
@@ -194,7 +196,10 @@ def load(
 
 
 def check_device(device) -> None:
-    dev = torch.device(device)
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise HeadscopeError(f"--device {device!r} is not a torch device (expected cpu, cuda, cuda:1, mps)") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise HeadscopeError(f"--device {device}: CUDA is not available on this machine")
     if dev.type == "mps" and not torch.backends.mps.is_available():

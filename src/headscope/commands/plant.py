@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .._atomic import refuse_foreign_dir
+from .._errors import HeadscopeError
 from ._common import emit
 
 
@@ -25,6 +26,10 @@ def run(args) -> int:
     from ..planted.build import MANIFEST, build, build_weights  # noqa: F401
 
     out = Path(args.out)
+    if args.seed < 0:
+        raise HeadscopeError(f"--seed: the seed must be a non-negative integer, got {args.seed}")
+    if args.layers < 2:
+        raise HeadscopeError(f"--layers: a planted checkpoint needs at least 2 layers, got {args.layers}")
     refuse_foreign_dir(out, MANIFEST)
     build(out, seed=args.seed, n_layers=args.layers)
     emit(args, {"out": str(out), "seed": args.seed, "layers": args.layers}, f"wrote planted checkpoint to {out}")

@@ -1,0 +1,46 @@
+"""Write a self-contained HTML report of a model (opens from disk, no network, no scripts).
+
+  headscope report gpt2 --out report/
+  headscope plant --out planted/ && headscope report planted/ --out planted-report/
+  headscope report gpt2 --out report/ --calibration-text my.txt --samples a.txt b.txt
+  headscope report gpt2 --out report/ --stages attention --json
+
+DIR gets index.html, a page per item (heads/L0H3.html, neurons/n123.html, …) and
+data/<stage>.json with every number shown. Finished stages are cached in data/*.json
+under a key of model fingerprint, options and input-text hashes: rerunning (or resuming
+an interrupted run) skips them. --no-cache recomputes everything. The default texts ship
+with headscope (headscope/data/calibration.txt, headscope/data/samples/*.txt).
+"""
+
+from __future__ import annotations
+
+from ._common import emit, load_model
+
+
+def add_arguments(p):
+    p.add_argument("model", help="hub id (gpt2, …) or checkpoint directory")
+    p.add_argument("--out", required=True, help="report directory (new, empty, or an earlier report)")
+    p.add_argument("--calibration-text", metavar="FILE", help="calibration text (default: the shipped one)")
+    p.add_argument("--samples", metavar="FILE", nargs="+", help="sample texts (default: the shipped ones)")
+    p.add_argument("--stages", metavar="NAME", nargs="+", help="run only these stages (and what they need)")
+    p.add_argument("--neurons", metavar="J", type=int, nargs="+", help="MLP0 neurons to show (default: most variable)")
+    p.add_argument("--no-cache", action="store_true", help="recompute every stage, ignoring data/*.json")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
+
+
+def run(args) -> int:
+    from ..report import ReportOptions, build_report
+    from ..report.build import check_out_dir
+    from ..report.inputs import load_inputs
+
+    check_out_dir(args.out)                              # fail before loading the model
+    load_inputs(args.calibration_text, args.samples)     # … and on unreadable texts
+    options = ReportOptions(calibration_text=args.calibration_text, samples=args.samples,
+                            use_cache=not args.no_cache, progress=not args.no_progress,
+                            stages=args.stages, neurons=args.neurons)
+    model = load_model(args)
+    result = build_report(model, args.out, options)
+    lines = [f"{s.name:<14} {'cached' if s.cached else 'computed':<9} {s.seconds:7.2f} s" for s in result.stages]
+    lines.append(f"wrote {result.index} ({len(result.pages)} pages)")
+    emit(args, result, "\n".join(lines))
+    return 0

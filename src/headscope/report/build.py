@@ -1,0 +1,228 @@
+"""``build_report``: run the stages (cached), render every page, write the report directory.
+
+Layout of DIR::
+
+    .headscope-report        marker: this directory is a headscope report (reruns may overwrite it)
+    index.html               summary table, one section per stage, lists of item pages
+    <group>/<item>.html      per-item pages (heads/L0H3.html, neurons/n123.html, …)
+    data/<stage>.json        every number shown, with the cache key and what it hashes
+
+Every file is written atomically (temp file + rename), each stage's data as soon as the
+stage finishes, so an interrupted run leaves a valid cache for the rerun. Files of an
+earlier report in DIR that this run did not write (pages of items that no longer exist)
+are removed at the end. Nothing written depends on the clock: the same inputs give
+byte-identical files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Sequence
+
+from .. import __version__
+from .._atomic import atomic_write_text, ensure_writable_dir, refuse_foreign_dir
+from .._errors import HeadscopeError
+from .._json import dumps
+from ..weights import Processing
+from . import html as H
+from .inputs import load_inputs
+from .stages import (Context, PageSection, Progress, RenderContext, Stage, check_order, data_path,
+                     default_stages, document, read_cached, select, stage_key)
+
+MARKER = ".headscope-report"
+MARKER_TEXT = dumps({"format": "headscope-report", "version": 1})
+
+
+@dataclasses.dataclass
+class ReportOptions:
+    """Options of ``build_report`` (the CLI flags of ``headscope report``)."""
+
+    calibration_text: str | Path | None = None   # default: headscope/data/calibration.txt
+    samples: Sequence[str | Path] | None = None   # default: headscope/data/samples/*.txt
+    use_cache: bool = True                        # reuse data/<stage>.json with the same key
+    progress: bool = True                         # tqdm bars on stderr
+    stages: Sequence[str] | None = None           # run only these (and what they require)
+    processing: Processing = dataclasses.field(default_factory=Processing.default)
+    attention_layers: Sequence[int] = (0, 1)      # layers whose heads get attention pages
+    max_positions: int = 40                       # positions shown in attention heatmaps
+    n_neurons: int = 8                            # MLP0 neurons shown (most variable on the samples)
+    neurons: Sequence[int] | None = None          # or exactly these
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["processing"] = self.processing.to_dict()
+        d["calibration_text"] = None if self.calibration_text is None else str(self.calibration_text)
+        d["samples"] = None if self.samples is None else [str(s) for s in self.samples]
+        return d
+
+
+@dataclasses.dataclass
+class StageRun:
+    name: str
+    key: str
+    cached: bool
+    seconds: float
+
+
+@dataclasses.dataclass
+class ReportResult:
+    """What ``build_report`` did: where the report is, each stage's key and whether it was cached."""
+
+    out_dir: Path
+    index: Path
+    stages: list[StageRun]
+    pages: list[str]
+    data_files: list[str]
+    fingerprint: str
+
+    def to_dict(self) -> dict:
+        return {
+            "out_dir": str(self.out_dir),
+            "index": str(self.index),
+            "fingerprint": self.fingerprint,
+            "stages": [dataclasses.asdict(s) for s in self.stages],
+            "pages": self.pages,
+            "data_files": self.data_files,
+        }
+
+
+def build_report(model, out_dir: str | Path, options: ReportOptions | None = None,
+                 stages: Sequence[Stage] | None = None) -> ReportResult:
+    """Write the HTML report of `model` (a :class:`headscope.Model`) to `out_dir`.
+
+    `stages` defaults to every registered stage (:func:`headscope.report.stages.default_stages`).
+    """
+    options = options or ReportOptions()
+    out = Path(out_dir)
+    inputs = load_inputs(options.calibration_text, options.samples)
+    stages = select(list(stages) if stages is not None else default_stages(), options.stages)
+    check_order(stages)
+    refuse_foreign_dir(out, MARKER)
+    ensure_writable_dir(out)
+    if not (out / MARKER).is_file() or (out / MARKER).read_text(encoding="utf-8") != MARKER_TEXT:
+        atomic_write_text(out / MARKER, MARKER_TEXT)
+
+    results: dict[str, dict] = {}
+    keys: dict[str, str] = {}
+    runs: list[StageRun] = []
+    for i, stage in enumerate(stages):
+        key, parts = stage_key(stage, model, options, inputs, keys)
+        path = data_path(out, stage)
+        t0 = time.perf_counter()
+        data = read_cached(path, key) if options.use_cache else None
+        cached = data is not None
+        if data is None:
+            progress = Progress(f"[{i + 1}/{len(stages)}] {stage.name}", enabled=options.progress)
+            try:
+                raw = stage.compute(Context(model, options, inputs, dict(results), progress))
+            finally:
+                progress.close()
+            if not isinstance(raw, dict):
+                raise TypeError(f"stage {stage.name}: compute must return a dict, got {type(raw).__name__}")
+            data = json.loads(dumps(raw))  # what is saved is exactly what later stages see
+            atomic_write_text(path, document(stage, key, parts, data))
+        elif options.progress:
+            import sys
+
+            print(f"[{i + 1}/{len(stages)}] {stage.name}: cached ({path.name})", file=sys.stderr)
+        results[stage.name] = data
+        keys[stage.name] = key
+        runs.append(StageRun(stage.name, key, cached, round(time.perf_counter() - t0, 3)))
+
+    written = _render(model, out, stages, results, options, inputs)
+    data_files = [f"data/{s.name}.json" for s in stages]
+    _remove_stale(out, set(written) | set(data_files) | {MARKER})
+    return ReportResult(out, out / "index.html", runs, sorted(p for p in written if p != "index.html"),
+                        data_files, model.fingerprint)
+
+
+# -- rendering ---------------------------------------------------------------------------
+
+
+def _check_page_path(p: str, stage: str) -> str:
+    parts = p.split("/")
+    if not p.endswith(".html") or p.startswith("/") or any(x in ("", ".", "..") for x in parts) or p == "index.html":
+        raise ValueError(f"stage {stage}: bad page path {p!r} (expected e.g. 'heads/L0H3.html')")
+    return p
+
+
+def _render(model, out: Path, stages: Sequence[Stage], results: dict, options, inputs) -> list[str]:
+    rctx = RenderContext(results=results, options=options)
+    index_sections, summary, pages = [], [], {}
+    page_stages: dict[str, list[str]] = {}
+    for stage in stages:
+        r = stage.render(results[stage.name], rctx)
+        if r.index:
+            index_sections.append((stage, H.join(r.index)))
+        summary += r.summary
+        for ps in r.pages:
+            _check_page_path(ps.path, stage.name)
+            pages.setdefault(ps.path, []).append(ps)
+            page_stages.setdefault(ps.path, []).append(stage.name)
+
+    groups: dict[str, list[tuple[str, list[PageSection]]]] = {}
+    for path, sections in pages.items():
+        groups.setdefault(sections[0].group, []).append((path, sections))
+    for g in groups.values():
+        g.sort(key=lambda item: (item[1][0].order, item[0]))
+    group_ids = {g: "pages-" + "".join(c if c.isalnum() else "-" for c in g.lower()) for g in groups}
+    nav = [("Overview", "index.html")] + [(g, f"index.html#{group_ids[g]}") for g in groups]
+
+    written = []
+    source = getattr(model, "source", "model")
+    foot_base = f"headscope {__version__} · model sha256 {model.fingerprint[:16]}…"
+    for g, items in groups.items():
+        for k, (path, sections) in enumerate(items):
+            title = sections[0].title
+            body = H.join(H.Safe(f'<div class="stage-part">{H.h(s.body)}</div>') for s in sections)
+            names = sorted(set(page_stages[path]))
+            links = [str(H.link(H.rel(path, f"data/{n}.json"), f"data/{n}.json")) for n in names]
+            data_links = H.Safe("numbers: " + " · ".join(links))
+            prev = (items[k - 1][1][0].title, items[k - 1][0]) if k > 0 else None
+            nxt = (items[k + 1][1][0].title, items[k + 1][0]) if k + 1 < len(items) else None
+            doc = H.page(title, body, path=path, nav=nav,
+                         crumbs=[("Report", "index.html"), (g, f"index.html#{group_ids[g]}")],
+                         prev=prev, next=nxt, footer=H.join([foot_base, H.Safe(" · "), data_links]))
+            atomic_write_text(out / path, doc)
+            written.append(path)
+
+    # index
+    parts = []
+    parts.append(H.Safe('<p class="sub">') + H.join([f"{source} · sha256 ", H.code(model.fingerprint),
+                                                    f" · processing {options.processing.label()}"]) + H.Safe("</p>"))
+    parts.append(H.section("Summary", H.table(["quantity", "value"], summary, numeric=(1,)), id="summary"))
+    toc = [H.link(f"#{s.name}", s.title) for s, _ in index_sections] + [H.link(f"#{group_ids[g]}", g) for g in groups]
+    parts.append(H.Safe('<p class="crumbs">Contents: ' + " · ".join(str(x) for x in toc) + "</p>"))
+    for stage, body in index_sections:
+        parts.append(H.section(stage.title, H.join([body, H.Safe('<p class="crumbs">'),
+                                                   H.link(f"data/{stage.name}.json", f"data/{stage.name}.json"),
+                                                   H.Safe("</p>")]), id=stage.name))
+    for g, items in groups.items():
+        rows = [(H.link(path, secs[0].title), " · ".join(s.summary for s in secs if s.summary)) for path, secs in items]
+        parts.append(H.section(g, H.table(["page", "at a glance"], rows), id=group_ids[g]))
+    title = f"Report: {source}"
+    atomic_write_text(out / "index.html", H.page(title, H.join(parts), path="index.html", nav=nav,
+                                                  footer=foot_base))
+    written.append("index.html")
+    return written
+
+
+def _remove_stale(out: Path, keep: set[str]) -> None:
+    """Delete pages and data files of an earlier report that this run did not write."""
+    for f in sorted(out.rglob("*")):
+        rel = f.relative_to(out).as_posix()
+        if f.is_file() and rel not in keep and (rel.endswith(".html") or (rel.startswith("data/") and rel.endswith(".json"))):
+            f.unlink()
+    for d in sorted((d for d in out.rglob("*") if d.is_dir()), key=lambda d: -len(d.parts)):
+        if not any(d.iterdir()):
+            d.rmdir()
+
+
+def check_out_dir(out: str | Path) -> None:
+    """Raise if `out` cannot hold a report (exists with other files, or is a file)."""
+    refuse_foreign_dir(Path(out), MARKER)
+    if Path(out).exists() and not Path(out).is_dir():
+        raise HeadscopeError(f"output path {out} exists and is not a directory")

@@ -1,0 +1,7 @@
+"""Built-in report stages. Importing this package registers them, in this order.
+
+To add a stage to the default report, write a module here with one
+``@register_stage`` class and import it below (the import order is the run order).
+"""
+
+from . import model, attention, activations  # noqa: F401

@@ -1,0 +1,133 @@
+"""Stage ``activations``: MLP0 pre-activations of a few neurons on the sample texts.
+
+pre[p, j] = LN2(resid_mid[p]) · W_in[:, j] + b_in[j]  (``blocks.0.mlp.hook_pre``).
+Unless neurons are given, the ones shown are the ``n_neurons`` with the largest standard
+deviation of pre[p, j] over every non-BOS token of the sample texts.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..._errors import HeadscopeError
+from ...forward import run_with_cache
+from .. import figures as F
+from .. import html as H
+from ..stages import Context, PageSection, Rendered, Stage, register_stage
+
+TOP = 10      # top / bottom tokens listed per neuron
+CONTEXT = 4   # tokens of left context shown with each
+
+
+def neuron_page(j: int) -> str:
+    """Path of the page of MLP0 neuron j, shared by every stage that writes about neurons."""
+    return f"neurons/n{j}.html"
+
+
+@register_stage
+class ActivationsStage(Stage):
+    name = "activations"
+    title = "MLP0 neuron activations (sample texts)"
+    version = 1
+    inputs = ("samples",)
+
+    def key_options(self, o) -> dict:
+        return {"n_neurons": o.n_neurons, "neurons": None if o.neurons is None else list(o.neurons)}
+
+    def compute(self, ctx: Context) -> dict:
+        model, cfg = ctx.model, ctx.model.cfg
+        W = ctx.weights()
+        toks = [model.to_tokens(t.text)[: cfg.n_ctx] for t in ctx.inputs.samples]
+        pres = []
+        for t in ctx.progress.iter(toks):
+            cache = run_with_cache(W, t[None], ["blocks.0.mlp.hook_pre"], stop_at_layer=1)
+            pres.append(cache["blocks.0.mlp.hook_pre"][0].double())   # [p m]
+        allp = torch.cat([p[1:] for p in pres])                          # non-BOS tokens: [N m]
+        std = allp.std(0)                                                # [m]
+        if ctx.options.neurons is not None:
+            bad = [j for j in ctx.options.neurons if not 0 <= j < cfg.d_mlp]
+            if bad:
+                raise HeadscopeError(f"neuron {bad[0]} out of range (MLP0 has neurons 0..{cfg.d_mlp - 1})")
+            chosen = list(dict.fromkeys(int(j) for j in ctx.options.neurons))
+        else:
+            chosen = torch.argsort(std, descending=True, stable=True)[: ctx.options.n_neurons].tolist()
+        str_toks = [model.to_str_tokens(t.tolist()) for t in toks]
+        where = [(s, p) for s, t in enumerate(toks) for p in range(1, len(t))]  # rows of allp
+        neurons = []
+        for j in chosen:
+            v = allp[:, j]
+            order = torch.argsort(v, descending=True, stable=True).tolist()
+
+            def entry(r):
+                s, p = where[r]
+                return {"token": str_toks[s][p], "sample": s, "position": p, "value": v[r].item(),
+                        "context": str_toks[s][max(1, p - CONTEXT):p]}
+
+            edges, counts = F.bin_values(v.tolist(), bins=30)
+            neurons.append({
+                "neuron": j, "mean": v.mean().item(), "std": std[j].item(), "min": v.min().item(), "max": v.max().item(),
+                "values": [[None] + p[1:, j].tolist() for p in pres],   # per sample, BOS → None
+                "top": [entry(r) for r in order[:TOP]],
+                "bottom": [entry(r) for r in order[::-1][:TOP]],
+                "hist": {"edges": edges, "counts": counts},
+            })
+        edges, counts = F.bin_values(std.tolist(), bins=40)
+        return {
+            "selection": "given" if ctx.options.neurons is not None else f"top {ctx.options.n_neurons} by std",
+            "n_tokens": int(allp.shape[0]),
+            "samples": [{"name": t.name, "tokens": st} for t, st in zip(ctx.inputs.samples, str_toks)],
+            "std_hist": {"edges": edges, "counts": counts},
+            "neurons": neurons,
+        }
+
+    def render(self, data: dict, ctx) -> Rendered:
+        ns = data["neurons"]
+        rows = [(H.link(neuron_page(n["neuron"]), f"n{n['neuron']}"), n["mean"], n["std"], n["min"], n["max"],
+                 H.token_repr(n["top"][0]["token"]) if n["top"] else "—") for n in ns]
+        table = H.table(["neuron", "mean", "std", "min", "max", "top token"], rows, numeric=(1, 2, 3, 4),
+                        caption=f"MLP0 pre-activations over {data['n_tokens']} non-BOS sample tokens; "
+                                f"neurons shown: {data['selection']}.")
+        fig_std = H.figure(
+            F.histogram(edges=data["std_hist"]["edges"], counts=data["std_hist"]["counts"],
+                        title="Spread of every MLP0 neuron", xlabel="std of pre-activation", ylabel="neurons"),
+            "Histogram, over all MLP0 neurons, of the standard deviation of the pre-activation across "
+            "the sample tokens (BOS excluded).")
+        fig_bar = H.figure(
+            F.bar_plot([n["max"] for n in ns], [f"n{n['neuron']}" for n in ns], title="Largest activation",
+                       ylabel="max pre-activation"),
+            "Maximum pre-activation on the sample tokens of each neuron shown.")
+        pages = [PageSection(path=neuron_page(n["neuron"]), title=f"MLP0 neuron {n['neuron']}", group="MLP0 neurons",
+                             order=(n["neuron"],), body=self._page(n, data),
+                             summary=f"std {n['std']:.2f} · max {n['max']:.2f}") for n in ns]
+        summary = [("MLP0 neurons with pages", len(ns))]
+        return Rendered(index=[table, H.grid([fig_std, fig_bar])], summary=summary, pages=pages)
+
+    def _page(self, n: dict, data: dict) -> H.Safe:
+        j = n["neuron"]
+        vmax = max(abs(n["min"]), abs(n["max"])) or 1.0
+        parts = [H.kv_table([("mean", n["mean"]), ("std", n["std"]), ("min", n["min"]), ("max", n["max"])],
+                            caption="Pre-activation statistics over the non-BOS sample tokens.")]
+        parts.append(H.figure(
+            F.histogram(edges=n["hist"]["edges"], counts=n["hist"]["counts"], title=f"n{j}: pre-activations",
+                        xlabel="pre-activation", ylabel="tokens"),
+            f"Histogram of neuron {j}'s MLP0 pre-activation over the {data['n_tokens']} non-BOS sample tokens."))
+
+        def tok_rows(entries):
+            return [(H.Safe(H.join([H.Safe('<span class="ctx">'), H.code("".join(e["context"])), H.Safe("</span>")])),
+                     H.token_repr(e["token"]), data["samples"][e["sample"]]["name"], e["position"], e["value"])
+                    for e in entries]
+
+        hdr = ["left context", "token", "sample", "position", "pre-activation"]
+        parts.append(H.Safe('<div class="grid"><div>') + H.table(hdr, tok_rows(n["top"]), numeric=(3, 4),
+                                                                  caption="Top tokens (largest pre-activation).")
+                     + H.Safe("</div><div>") + H.table(hdr, tok_rows(n["bottom"]), numeric=(3, 4),
+                                                      caption="Bottom tokens (smallest pre-activation).")
+                     + H.Safe("</div></div>"))
+        heat = []
+        for s, vals in zip(data["samples"], n["values"]):
+            heat.append(H.Safe("<h3>") + H.h(f"Sample “{s['name']}”") + H.Safe("</h3>"))
+            heat.append(F.token_heatmap(s["tokens"], vals, vmax=vmax, value_name=f"n{j} pre-activation"))
+        parts.append(H.section("Token heatmaps", H.join(heat),
+                               intro=f"Each token's background shows neuron {j}'s pre-activation there "
+                                     f"(blue negative, red positive, common scale ±{vmax:.3g}); hover for the value."))
+        return H.join(parts)

@@ -1,0 +1,85 @@
+"""Stage ``model``: configuration, fingerprint, processing, the inputs, embedding norms."""
+
+from __future__ import annotations
+
+import torch
+
+from .. import figures as F
+from .. import html as H
+from ..stages import Context, Rendered, Stage, register_stage
+
+
+@register_stage
+class ModelStage(Stage):
+    name = "model"
+    title = "Model and inputs"
+    version = 1
+    inputs = ("calibration", "samples")
+
+    def compute(self, ctx: Context) -> dict:
+        model = ctx.model
+        cfg = model.cfg
+        p = ctx.progress
+        p.set_total(3)
+        W = ctx.weights()
+        pos_norm = W.W_pos.norm(dim=-1)                        # [n_ctx]
+        p.update()
+        emb_norm = torch.cat([W.W_E[i:i + 8192].norm(dim=-1) for i in range(0, cfg.d_vocab, 8192)])  # [d_vocab]
+        edges, counts = F.bin_values(emb_norm.tolist(), bins=40)
+        qs = torch.quantile(emb_norm.double(), torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64))
+        p.update()
+        n_params = sum(t.numel() for _, t in model.raw.named_tensors()) - cfg.d_model * cfg.d_vocab  # W_U tied
+        samples = []
+        for t in ctx.inputs.samples:
+            d = t.to_dict()
+            d["tokens"] = int(len(model.to_tokens(t.text)))
+            samples.append(d)
+        cal = ctx.inputs.calibration.to_dict()
+        cal["tokens"] = int(len(model.to_tokens(ctx.inputs.calibration.text)))
+        p.update()
+        return {
+            "fingerprint": model.fingerprint,
+            "config": cfg.to_dict(),
+            "n_parameters": n_params,
+            "dtype": str(model.raw.dtype).replace("torch.", ""),
+            "processing": ctx.options.processing.to_dict(),
+            "inputs": {"calibration": cal, "samples": samples},
+            "W_pos_norm": pos_norm.tolist(),
+            "W_E_norm_hist": {"edges": edges, "counts": counts},
+            "W_E_norm_quantiles": {"p10": qs[0].item(), "p50": qs[1].item(), "p90": qs[2].item()},
+        }
+
+    def render(self, data: dict, ctx) -> Rendered:
+        c = data["config"]
+        cfg_table = H.kv_table([
+            ("layers", c["n_layers"]), ("heads per layer", c["n_heads"]), ("d_model", c["d_model"]),
+            ("d_head", c["d_head"]), ("d_mlp", c["d_mlp"]), ("d_vocab", c["d_vocab"]), ("n_ctx", c["n_ctx"]),
+            ("activation", c["act_fn"]), ("parameters", f"{data['n_parameters']:,}"), ("dtype", data["dtype"]),
+            ("sha256 of model.safetensors", H.code(data["fingerprint"])),
+            ("processing", ", ".join(k for k, v in data["processing"].items() if v) or "none"),
+        ], caption="Shapes are read from config.json; the analyses use the processed weights.")
+        ins = data["inputs"]
+        rows = [("calibration", ins["calibration"]["words"], ins["calibration"]["tokens"],
+                 H.code(ins["calibration"]["sha256"][:16]))]
+        rows += [(f"sample: {s['name']}", s["words"], s["tokens"], H.code(s["sha256"][:16])) for s in ins["samples"]]
+        in_table = H.table(["text", "words", "tokens (with BOS)", "sha256 (prefix)"], rows, numeric=(1, 2),
+                           caption="Input texts (replace with --calibration-text FILE and --samples FILE…).")
+        pos = data["W_pos_norm"]
+        fig_pos = H.figure(F.line_plot([F.Series(list(range(len(pos))), pos, "|W_pos[i]|")],
+                                       title="Positional embedding norms", xlabel="position i", ylabel="norm"),
+                           "Euclidean norm of the processed positional embedding W_pos[i] against position i.")
+        hq = data["W_E_norm_quantiles"]
+        fig_emb = H.figure(F.histogram(edges=data["W_E_norm_hist"]["edges"], counts=data["W_E_norm_hist"]["counts"],
+                                       title="Token embedding norms", xlabel="|W_E[t]|", ylabel="tokens",
+                                       markers=[(hq["p50"], "median")]),
+                           f"Histogram of |W_E[t]| over all {c['d_vocab']:,} tokens (processed weights); "
+                           f"dashed line: median {hq['p50']:.3g}.")
+        summary = [
+            ("model sha256", H.code(data["fingerprint"][:16] + "…")),
+            ("layers × heads", f"{c['n_layers']} × {c['n_heads']}"),
+            ("d_model / d_mlp / d_vocab", f"{c['d_model']} / {c['d_mlp']} / {c['d_vocab']}"),
+            ("parameters", f"{data['n_parameters']:,}"),
+            ("median |W_E[t]|", hq["p50"]),
+            ("sample texts", len(ins["samples"])),
+        ]
+        return Rendered(index=[cfg_table, in_table, H.grid([fig_pos, fig_emb])], summary=summary)

@@ -1,0 +1,184 @@
+"""Page templates for the report: one inline stylesheet, no scripts, no network.
+
+Escaping is by type: a plain ``str`` is always escaped with
+:func:`headscope.escape_token` (token strings such as ``'<script'`` or
+``'<|endoftext|>'`` stay text); markup we built ourselves is wrapped in :class:`Safe`
+and passed through. Every helper here follows that rule, so a stage that only
+composes these helpers cannot inject markup.
+
+Every page carries a Content-Security-Policy that forbids scripts and any network
+fetch (``default-src 'none'``), so the report opens from disk and stays inert.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from typing import Iterable, Sequence
+
+from ..tokenizer import escape_token
+
+
+class Safe(str):
+    """A string of trusted markup: inserted into pages without escaping."""
+
+    def __add__(self, other):
+        return Safe(str.__add__(self, h(other)))
+
+
+def h(x) -> str:
+    """Escape `x` for HTML unless it is :class:`Safe` (numbers are formatted, not escaped)."""
+    if isinstance(x, Safe):
+        return x
+    if x is None:
+        return "—"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, float):
+        return escape_token(f"{x:.4g}")
+    return escape_token(str(x))
+
+
+def join(parts: Iterable) -> Safe:
+    return Safe("".join(h(p) for p in parts))
+
+
+def tag(name: str, content="", **attrs) -> Safe:
+    """``<name attr="...">content</name>`` with attributes and content escaped (class_ → class)."""
+    a = "".join(f' {k.rstrip("_").replace("_", "-")}="{escape_token(str(v))}"' for k, v in attrs.items() if v is not None)
+    return Safe(f"<{name}{a}>{h(content)}</{name}>")
+
+
+def link(href: str, text) -> Safe:
+    return tag("a", text, href=href)
+
+
+def code(text) -> Safe:
+    """A token string shown verbatim (whitespace visible), escaped."""
+    return tag("code", text, class_="tokstr")
+
+
+def token_repr(s: str) -> Safe:
+    """A token as a quoted literal, e.g. ``' colour'`` → ‹ colour›, escaped."""
+    return tag("code", s, class_="tokstr")
+
+
+def figure(svg: Safe, caption) -> Safe:
+    """A figure with its caption (say what is plotted, axes and units)."""
+    return Safe(f'<figure>{h(svg)}<figcaption>{h(caption)}</figcaption></figure>')
+
+
+def table(headers: Sequence, rows: Iterable[Sequence], *, numeric: Sequence[int] = (), caption=None,
+          class_: str = "data") -> Safe:
+    """A table; cells are escaped unless :class:`Safe`; columns in `numeric` are right-aligned."""
+    num = set(numeric)
+    head = "".join(f'<th{" class=num" if i in num else ""}>{h(c)}</th>' for i, c in enumerate(headers))
+    body = []
+    for r in rows:
+        body.append("<tr>" + "".join(f'<td{" class=num" if i in num else ""}>{h(_cell(c))}</td>'
+                                     for i, c in enumerate(r)) + "</tr>")
+    cap = f"<caption>{h(caption)}</caption>" if caption is not None else ""
+    return Safe(f'<table class="{class_}">{cap}<thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>')
+
+
+def _cell(c):
+    if isinstance(c, float):
+        return f"{c:.4g}"
+    return c
+
+
+def kv_table(pairs: Iterable[tuple], caption=None) -> Safe:
+    """A two-column key/value table."""
+    return table(["", ""], pairs, caption=caption, class_="kv")
+
+
+def section(title, body, *, id: str | None = None, intro=None) -> Safe:
+    intro_html = f'<p class="intro">{h(intro)}</p>' if intro is not None else ""
+    ida = f' id="{escape_token(id)}"' if id else ""
+    return Safe(f"<section{ida}><h2>{h(title)}</h2>{intro_html}{h(body)}</section>")
+
+
+def grid(items: Iterable) -> Safe:
+    """Figures side by side, wrapping."""
+    return Safe('<div class="grid">' + "".join(h(i) for i in items) + "</div>")
+
+
+def rel(from_page: str, to_page: str) -> str:
+    """Relative URL from one report page (path under the report root) to another."""
+    start = posixpath.dirname(from_page) or "."
+    return posixpath.relpath(to_page, start)
+
+
+CSS = """
+:root { --fg:#1d1d1f; --muted:#5f6368; --line:#e3e3e3; --accent:#0b61a4; --bg:#fbfbfa; }
+* { box-sizing: border-box; }
+body { margin:0; background:var(--bg); color:var(--fg);
+  font: 15px/1.55 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", sans-serif; }
+header.top { background:#fff; border-bottom:1px solid var(--line); padding:10px 28px; display:flex;
+  gap:18px; align-items:baseline; flex-wrap:wrap; position:sticky; top:0; z-index:2; }
+header.top .brand { font-weight:700; letter-spacing:.02em; color:var(--fg); text-decoration:none; }
+header.top nav a { margin-right:14px; color:var(--accent); text-decoration:none; font-size:14px; }
+header.top nav a:hover { text-decoration:underline; }
+main { max-width:1180px; margin:0 auto; padding:18px 28px 60px; }
+h1 { font-size:26px; margin:14px 0 4px; font-weight:650; }
+h2 { font-size:19px; margin:34px 0 8px; padding-bottom:4px; border-bottom:1px solid var(--line); font-weight:620; }
+h3 { font-size:16px; margin:22px 0 6px; font-weight:600; }
+p.sub, p.intro { color:var(--muted); margin:4px 0 12px; max-width:80ch; }
+a { color:var(--accent); }
+table { border-collapse:collapse; margin:10px 0 16px; font-size:13.5px; background:#fff; }
+table.data th, table.data td { border-bottom:1px solid var(--line); padding:4px 10px; text-align:left; vertical-align:top; }
+table.data thead th { border-bottom:2px solid #c9c9c9; font-weight:600; background:#f5f5f4; position:sticky; top:44px; }
+table.data tbody tr:hover { background:#f3f7fb; }
+table.kv td { padding:3px 14px 3px 0; border-bottom:1px solid var(--line); }
+table.kv td:first-child { color:var(--muted); white-space:nowrap; }
+table.kv thead { display:none; }
+td.num, th.num { text-align:right; font-variant-numeric: tabular-nums; }
+caption { caption-side:bottom; text-align:left; color:var(--muted); font-size:12.5px; padding-top:4px; }
+figure { margin:10px 0 18px 0; display:inline-block; vertical-align:top; max-width:100%; }
+figure svg.fig { display:block; max-width:100%; height:auto; background:#fff; border:1px solid var(--line); border-radius:4px; }
+figcaption { font-size:12.5px; color:var(--muted); max-width:520px; margin-top:5px; }
+.grid { display:flex; flex-wrap:wrap; align-items:flex-start; gap:0 22px; }
+code, .tokstr { font-family: ui-monospace, "SFMono-Regular", Menlo, Consolas, monospace; font-size:12.5px;
+  white-space:pre; background:#f1f1ef; padding:0 3px; border-radius:3px; }
+.tokens { font-family: ui-monospace, "SFMono-Regular", Menlo, Consolas, monospace; font-size:13px; line-height:1.9;
+  white-space:pre-wrap; background:#fff; border:1px solid var(--line); border-radius:4px; padding:8px 10px; max-width:100ch; }
+.tok { border-radius:2px; padding:1px 0; }
+.tok-none { color:#999; }
+.tok-scale { font-size:12px; color:var(--muted); margin:4px 0 14px; }
+.tok-scale span { display:inline-block; padding:0 6px; margin-right:2px; border-radius:2px; color:#111; }
+.pager { display:flex; justify-content:space-between; margin:8px 0 0; font-size:14px; }
+.crumbs { font-size:13px; color:var(--muted); margin-top:6px; }
+ul.items { columns: 4 12em; padding-left:18px; }
+footer { color:var(--muted); font-size:12px; margin-top:40px; border-top:1px solid var(--line); padding-top:8px; }
+"""
+
+CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+
+
+def page(title, body, *, path: str, nav: Sequence[tuple[str, str]] = (), crumbs: Sequence[tuple[str, str]] = (),
+         prev: tuple[str, str] | None = None, next: tuple[str, str] | None = None, footer=None) -> str:
+    """A full HTML document.
+
+    `path` is this page's path under the report root (``index.html``,
+    ``heads/L0H3.html``); `nav`, `crumbs`, `prev`, `next` hold (label, path under the
+    root) pairs and are turned into relative links.
+    """
+    nav_html = "".join(str(link(rel(path, p), label)) for label, p in nav)
+    crumb_html = ""
+    if crumbs:
+        crumb_html = '<div class="crumbs">' + " › ".join(str(link(rel(path, p), label)) for label, p in crumbs) + "</div>"
+    pager = ""
+    if prev or next:
+        left = str(link(rel(path, prev[1]), f"← {prev[0]}")) if prev else "<span></span>"
+        right = str(link(rel(path, next[1]), f"{next[0]} →")) if next else "<span></span>"
+        pager = f'<div class="pager">{left}{right}</div>'
+    foot = f"<footer>{h(footer)}</footer>" if footer is not None else ""
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{h(title)}</title><style>{CSS}</style></head>\n<body>"
+        f'<header class="top"><a class="brand" href="{escape_token(rel(path, "index.html"))}">headscope report</a>'
+        f"<nav>{nav_html}</nav></header>\n"
+        f"<main>{crumb_html}<h1>{h(title)}</h1>{pager}\n{h(body)}\n{pager}{foot}</main></body></html>\n"
+    )

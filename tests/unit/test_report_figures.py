@@ -1,0 +1,68 @@
+"""SVG figures and HTML helpers of the report: scales, escaping, masked cells."""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+
+from headscope.report import figures as F
+from headscope.report import html as H
+
+
+def _parse(svg: str) -> ET.Element:
+    return ET.fromstring(svg)  # well-formed XML, or this raises
+
+
+def test_diverging_palette_is_centred_and_signed():
+    assert F.diverging(0.0, 2.0) == "#f7f7f7"
+    assert F.diverging(2.0, 2.0) == F.RDBU[-1] and F.diverging(-2.0, 2.0) == F.RDBU[0]
+    assert F.diverging(5.0, 2.0) == F.RDBU[-1]  # clipped
+    r, _, b = F._hex(F.diverging(1.0, 2.0))
+    assert r > b  # positive is red
+    r, _, b = F._hex(F.diverging(-1.0, 2.0))
+    assert b > r  # negative is blue
+
+
+def test_nice_ticks_cover_the_range():
+    t = F.nice_ticks(0.013, 0.97)
+    assert t[0] >= 0.013 - 1e-12 and t[-1] <= 0.97 + 1e-12 and 3 <= len(t) <= 8
+    steps = {round(b - a, 9) for a, b in zip(t, t[1:])}
+    assert len(steps) == 1
+
+
+def test_heatmap_leaves_masked_cells_blank_and_escapes_labels():
+    m = [[1.0, None, None], [0.5, 0.5, None], [0.2, 0.3, 0.5]]
+    svg = F.heatmap(m, row_labels=["<|endoftext|>", "<script", " &"], col_labels=["a", "b", "c"])
+    root = _parse(svg)
+    cells = [e for e in root.iter("{http://www.w3.org/2000/svg}rect") if e.find("{http://www.w3.org/2000/svg}title") is not None]
+    assert len(cells) == 6
+    assert "<script" not in svg and "&lt;script" in svg and "&lt;|endoftext|&gt;" in svg
+
+
+def test_line_plot_with_band_and_legend():
+    svg = F.line_plot([F.Series([0, 1, 2], [1, 2, 3], "measured <b>")],
+                      bands=[F.Band([0, 1, 2], [0.5, 1.5, 2.5], [1.5, 2.5, 3.5], "predicted")],
+                      title="t", xlabel="x", ylabel="y")
+    root = _parse(svg)
+    ns = "{http://www.w3.org/2000/svg}"
+    assert len(list(root.iter(ns + "polyline"))) == 1 and len(list(root.iter(ns + "polygon"))) == 1
+    texts = [e.text for e in root.iter(ns + "text")]
+    assert "measured <b>" in texts and "predicted" in texts
+
+
+def test_histogram_counts_every_value():
+    edges, counts = F.bin_values([0, 0.1, 0.5, 0.9, 1.0, float("nan")], bins=4)
+    assert sum(counts) == 5 and len(edges) == 5
+    _parse(F.histogram([1, 2, 2, 3], bins=3, markers=[(2, "median")]))
+    _parse(F.bar_plot([1.0, -2.0], ["a", "<b>"]))
+    _parse(F.spectrum_plot({"sym": [3, -2, 1], "skew": [1, 0.5]}))
+
+
+def test_token_heatmap_and_tables_escape():
+    out = F.token_heatmap(["<|endoftext|>", "<", "script", "\">"], [None, 1.0, -1.0, 0.0])
+    assert "<script" not in out and out.count('<span class="tok') == 4
+    t = H.table(["a", "b"], [("<i>", H.code("<x>")), (1.5, H.Safe("<em>ok</em>"))])
+    assert "&lt;i&gt;" in t and "&lt;x&gt;" in t and "<em>ok</em>" in t and "<i>" not in t
+    assert re.search(r"<td class=num>|<td>1.5</td>", t)
+    assert H.rel("heads/L0H1.html", "index.html") == "../index.html"
+    assert H.rel("index.html", "heads/L0H1.html") == "heads/L0H1.html"

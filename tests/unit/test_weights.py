@@ -1,0 +1,77 @@
+"""Canonical weights: HF ↔ headscope conversion, shapes, processing invariants (tiny dims)."""
+
+import pytest
+import torch
+
+import headscope
+from headscope import HeadscopeError, Processing
+from headscope.loading import from_hf_state_dict, read_safetensors, to_hf_state_dict
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_hf_dir):
+    return headscope.load(tiny_hf_dir)
+
+
+def test_shapes_follow_transformerlens(tiny):
+    w, c = tiny.raw, tiny.cfg
+    assert (c.n_heads, c.d_head, c.d_model, c.d_mlp) == (3, 4, 12, 20)
+    b = w.blocks[0]
+    assert w.W_E.shape == (50257, 12) and w.W_pos.shape == (40, 12)
+    assert b.W_Q.shape == (3, 12, 4) and b.W_O.shape == (3, 4, 12)
+    assert b.b_Q.shape == (3, 4) and b.W_in.shape == (12, 20) and b.W_out.shape == (20, 12)
+    assert w.W_U.shape == (12, 50257)
+
+
+def test_c_attn_split_matches_hf_conv1d(tiny, tiny_hf_dir):
+    """q computed from HF's fused c_attn equals headscope's per-head W_Q."""
+    state = read_safetensors(tiny_hf_dir)
+    W = state["transformer.h.1.attn.c_attn.weight"]           # [d 3d], Conv1D: x @ W
+    x = torch.randn(5, 12)
+    q_hf = (x @ W)[:, :12].reshape(5, 3, 4)                   # [pos d] → [pos head d_head]
+    v_hf = (x @ W)[:, 24:].reshape(5, 3, 4)
+    torch.testing.assert_close(torch.einsum("pd,hde->phe", x, tiny.raw.blocks[1].W_Q), q_hf)
+    torch.testing.assert_close(torch.einsum("pd,hde->phe", x, tiny.raw.blocks[1].W_V), v_hf)
+
+
+def test_round_trip_hf_state_dict(tiny):
+    state = to_hf_state_dict(tiny.raw)
+    back = from_hf_state_dict(state, tiny.cfg)
+    for (name, a), (_, b) in zip(tiny.raw.named_tensors(), back.named_tensors()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
+
+
+def test_wrong_shape_names_expected_and_got(tiny, tiny_hf_dir):
+    state = read_safetensors(tiny_hf_dir)
+    state["transformer.h.0.mlp.c_fc.weight"] = state["transformer.h.0.mlp.c_fc.weight"][:, :19]
+    with pytest.raises(HeadscopeError, match=r"h\.0\.mlp\.c_fc\.weight: expected \[12, 20\], got \[12, 19\]"):
+        from_hf_state_dict(state, tiny.cfg)
+
+
+def test_processing_is_recorded_and_raw_kept(tiny):
+    p = tiny.weights()
+    assert p.processing == Processing.default()
+    assert tiny.raw.processing == Processing.none()
+    assert not torch.equal(p.blocks[0].W_Q, tiny.raw.blocks[0].W_Q)   # LN1 folded in
+    torch.testing.assert_close(p.blocks[0].ln1_w, torch.ones(12))
+    torch.testing.assert_close(p.W_E.mean(-1), torch.zeros(50257), atol=1e-6, rtol=0)
+    torch.testing.assert_close(p.W_U.mean(-1), torch.zeros(12), atol=1e-6, rtol=0)
+    assert p.blocks[1].b_V.abs().max() == 0
+    with pytest.raises(HeadscopeError, match="already processed"):
+        headscope.process(p)
+
+
+@pytest.mark.parametrize("option", ["fold_ln", "center_writing_weights", "center_unembed", "fold_value_biases"])
+def test_each_processing_option_alone_keeps_log_probs(tiny, option):
+    tokens = torch.randint(0, 50257, (2, 9), generator=torch.Generator().manual_seed(3))
+    ref = headscope.run_with_cache(tiny.raw, tokens, names=["logits"]).logits.log_softmax(-1)
+    proc = Processing(**{option: True})
+    got = headscope.run_with_cache(tiny.weights(proc), tokens, names=["logits"]).logits.log_softmax(-1)
+    torch.testing.assert_close(got, ref, atol=2e-5, rtol=1e-5)
+
+
+def test_nan_weights_refused(tiny):
+    bad = tiny.raw.map(lambda t: t.clone())
+    bad.blocks[1].W_in[3, 4] = float("nan")
+    with pytest.raises(HeadscopeError, match=r"blocks\.1\.W_in contains NaN or Inf"):
+        bad.validate()
