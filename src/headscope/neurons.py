@@ -33,8 +33,8 @@ with Y[t] = (content_h[n, t]/S̄_h[n] · (LN1(W_E[t] + W_pos[n]) W_V[h] + b_V[h]
 (concatenated over heads, [d_vocab |H|·d_head], kept) and
 M = stack_h(c(W_O[h]) ⊙ w₂ W_in / σ̄₂) ([|H|·d_head d_mlp]), score = Y @ M. Pass 1
 multiplies chunks of Y by M and keeps a running max and min per neuron; pass 2
-recomputes score only for the neurons above threshold, ``Y @ M[:, sel]``, and takes
-their top and bottom k tokens.
+recomputes score only for the neurons above threshold, ``Y @ M[:, sel]`` chunk by chunk,
+keeping a running top and bottom k.
 """
 
 from __future__ import annotations
@@ -85,6 +85,21 @@ def token_values(circuit: Circuit, n: int, dtype=torch.float32, chunk: int = CHU
         a = (out[:, :H] + bq - log_S).exp()                                          # [c H] content/S̄
         Y[s:s + chunk] = ((out[:, H:] + bV).view(-1, H, e) * a[:, :, None]).view(-1, H * e)
     return Y
+
+
+def _running_topk(Y: Tensor, Ms: Tensor, k: int, chunk: int) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:
+    """((top values, ids), (bottom values, ids)), each [k s], of Y @ Ms over the vocabulary,
+    chunk by chunk: [d_vocab s] is never formed."""
+    best = [(torch.empty(0, Ms.shape[1], dtype=Y.dtype), torch.empty(0, Ms.shape[1], dtype=torch.long))
+            for _ in range(2)]
+    for s in range(0, Y.shape[0], chunk):
+        score = Y[s:s + chunk] @ Ms                                       # [c s]
+        ids = torch.arange(s, s + score.shape[0])[:, None].expand_as(score)
+        for side, largest in ((0, True), (1, False)):
+            vals, idx = torch.cat([best[side][0], score]), torch.cat([best[side][1], ids])
+            v, pick = vals.topk(min(k, vals.shape[0]), dim=0, largest=largest)   # [k s]
+            best[side] = (v, idx.gather(0, pick))
+    return best[0], best[1]
 
 
 @dataclasses.dataclass
@@ -141,10 +156,8 @@ def scan_neurons(
     sel = sel[torch.argsort(hi[sel], descending=True, stable=True)]
     neurons = []
     if len(sel):
-        score = Y @ M[:, sel]                                             # pass 2: [V s]
-        k = min(top, score.shape[0])
-        tv, ti = score.topk(k, dim=0)
-        bv, bi = score.topk(k, dim=0, largest=False)
+        k = min(top, Y.shape[0])
+        (tv, ti), (bv, bi) = _running_topk(Y, M[:, sel], k, chunk)      # pass 2: [k s] each
         for c, j in enumerate(sel.tolist()):
             neurons.append({
                 "neuron": j, "max_contribution": float(hi[j]), "min_contribution": float(lo[j]),
