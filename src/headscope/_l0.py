@@ -64,11 +64,12 @@ def typical_embedding_norm(w: Weights) -> float:
 
 
 def layer0_float64(w: Weights) -> Weights:
-    """A float64 view of what layer 0 needs (W_E, W_pos, block 0); the rest is shared as is.
+    """A float64 CPU copy of what layer 0 needs (W_E, W_pos, block 0); the rest is shared as is.
 
     Saves converting W_U and the later blocks (a GPT-2-small W_U alone is 0.3 GB in float64).
+    These analyses run on the CPU whatever ``--device`` the model was loaded on.
     """
-    f = lambda t: t.to(torch.float64)
+    f = lambda t: t.to(device="cpu", dtype=torch.float64)
     b0 = Block(**{k: f(getattr(w.blocks[0], k)) for k in w.blocks[0].shapes(w.cfg)})
     return dataclasses.replace(w, W_E=f(w.W_E), W_pos=f(w.W_pos), blocks=[b0, *w.blocks[1:]])
 
