@@ -40,4 +40,16 @@ __all__ += [
     "adjusted_rand_index", "analyse_head", "bilinear_form", "effective_embeddings", "explain_score",
     "frequent_tokens", "load_categories", "position_independence", "qk_matrix", "steer", "steered_qk",
     "survey", "topk_targets",
+
+# seed 000, second half: denominators, calibration, contextual circuit, contextual neurons
+from .calibration import Calibration, calibrate, load_calibration
+from .contextual import Circuit, Fidelity, HeadChoice, build_circuit, circuit_fidelity, select_heads
+from .denominators import DenominatorStability, denominator_stability
+from .neurons import NeuronScan, NeuronTrace, neuron_trace, predict_neuron, scan_neurons
+
+__all__ += [
+    "Calibration", "calibrate", "load_calibration",
+    "Circuit", "Fidelity", "HeadChoice", "build_circuit", "circuit_fidelity", "select_heads",
+    "DenominatorStability", "denominator_stability",
+    "NeuronScan", "NeuronTrace", "neuron_trace", "predict_neuron", "scan_neurons",
 ]

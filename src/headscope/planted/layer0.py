@@ -71,7 +71,7 @@ Neuron j has a feature direction v_j in ``ctx_in`` and an output direction u_j i
 and its ``free`` part is rescaled so that |W_E[t]| keeps the base value (token norms,
 hence ρ, do not depend on membership). Each contextual head h has, for value dim j,
 
-    W_V[h][:, j] = α v_j,      W_O[h][j, :] = ω_o u_j,
+    W_V[h][:, j] = α v_j,      W_O[h][j, :] = ω_o u_j,   (value dims ≥ K are zero)
 
 so at query n the contextual heads write Σ_h ω_o α Σ_i A_h[n,i] ρ_i s σ_j(x_i) along u_j:
 a kernel-weighted density of the neuron's positive minus negative tokens (α ω_o is
@@ -288,6 +288,10 @@ def plant(w, space, tokenizer, rng) -> dict:
             n_ctx_heads = sum(1 for p in plan if p[1])
             alpha = 1.0
             w_o = OV_GAIN / (n_ctx_heads * alpha * rho * FEATURE_SCALE)
+            # The other value dims carry nothing: random values there, weighted up on
+            # keywords by the keyword heads, would make every MLP0 neuron "contextual".
+            b0.W_V[h, :, K:] = 0.0
+            b0.b_V[h, K:] = 0.0
             for j in range(K):
                 b0.W_V[h, :, j] = alpha * v_dirs[j]
                 b0.b_V[h, j] = 0.0

@@ -1,0 +1,116 @@
+"""Benchmark: the full-vocabulary contextual-neuron scan vs the bare matmuls of its shapes.
+
+On a GPT-2-small-shaped planted checkpoint (built into a temp dir unless a path is
+given), times :func:`headscope.neurons.scan_neurons` (token values for the whole
+vocabulary, pass 1 with running max/min, pass 2 top/bottom k for the selected neurons)
+against, in the same run, bare ``torch.mm`` calls of exactly the shapes the scan
+multiplies:
+
+    [d_vocab d_model] @ [d_model |H| + |H|·d_head]     (content logits and values)
+    [d_vocab |H|·d_head] @ [|H|·d_head d_mlp]          (pass 1)
+    [d_vocab |H|·d_head] @ [|H|·d_head n_selected]     (pass 2)
+
+and, for reference, the [d_vocab d_model] @ [d_model d_mlp] product of the naive scan.
+Prints the ratios and the process's peak RSS. Target: ratio ≤ 2, peak RSS ≤ 2.5 GB.
+
+  PYTHONPATH=src python benchmarks/bench_neurons.py [CHECKPOINT] [--threads N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+TEXT = ("The town sits on a wide river, and most of its people work in the shops, the schools and the "
+        "small workshops along the main road. In the evening the streets are quiet and families walk by "
+        "the water while the lights of the factory go out one by one. ") * 12
+
+
+def _best(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def peak_rss_gb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20   # kB on Linux
+
+
+def run(checkpoint: str | None = None, repeat: int = 3, threads: int | None = None) -> dict:
+    import headscope
+    from headscope.calibration import calibrate
+    from headscope.contextual import build_circuit
+    from headscope.neurons import scan_neurons
+
+    if threads:
+        torch.set_num_threads(threads)
+    tmp = None
+    if checkpoint is None:
+        from headscope.planted import build
+
+        tmp = tempfile.TemporaryDirectory()
+        checkpoint = str(build(Path(tmp.name) / "planted", seed=0))
+    model = headscope.load(checkpoint)
+    cal = calibrate(model, TEXT, window=128)
+    circuit, choice = build_circuit(model, cal)
+    rss_before = peak_rss_gb()
+    scan_s = _best(lambda: scan_neurons(circuit, choice, model.tokenizer), repeat)
+    scan = scan_neurons(circuit, choice, model.tokenizer)
+    cfg = model.cfg
+    V, d, m = cfg.d_vocab, cfg.d_model, cfg.d_mlp
+    he = len(circuit.heads) * cfg.d_head
+    s = max(len(scan.neurons), 1)
+    g = torch.Generator().manual_seed(0)
+    A = torch.randn(V, d, generator=g)
+    B1 = torch.randn(d, len(circuit.heads) + he, generator=g)
+    Y = torch.randn(V, he, generator=g)
+    M = torch.randn(he, m, generator=g)
+    Ms = torch.randn(he, s, generator=g)
+    W = torch.randn(d, m, generator=g)
+    chunk = 4096
+
+    def bare():
+        torch.mm(A, B1)
+        for i in range(0, V, chunk):
+            torch.mm(Y[i:i + chunk], M)
+        torch.mm(Y, Ms)
+
+    def naive():
+        for i in range(0, V, chunk):
+            torch.mm(A[i:i + chunk], W)
+
+    bare_s = _best(bare, repeat)
+    naive_s = _best(naive, repeat)
+    out = {
+        "checkpoint": checkpoint, "threads": torch.get_num_threads(), "heads": circuit.heads,
+        "n_selected": len(scan.neurons), "scan_s": scan_s, "bare_matmuls_s": bare_s,
+        "ratio_vs_bare": scan_s / bare_s, "naive_matmul_s": naive_s, "ratio_vs_naive": scan_s / naive_s,
+        "peak_rss_gb": peak_rss_gb(), "peak_rss_before_scan_gb": rss_before,
+    }
+    if tmp is not None:
+        tmp.cleanup()
+    return out
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("checkpoint", nargs="?")
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--repeat", type=int, default=3)
+    a = ap.parse_args()
+    r = run(a.checkpoint, a.repeat, a.threads)
+    print(f"scan            {r['scan_s']:.3f} s  ({r['n_selected']} neurons selected, heads {r['heads']}, "
+          f"{r['threads']} threads)")
+    print(f"bare matmuls    {r['bare_matmuls_s']:.3f} s  ratio {r['ratio_vs_bare']:.2f}  (target ≤ 2)")
+    print(f"naive V×d @ d×m {r['naive_matmul_s']:.3f} s  ratio {r['ratio_vs_naive']:.2f}")
+    print(f"peak RSS        {r['peak_rss_gb']:.2f} GB (before the scan {r['peak_rss_before_scan_gb']:.2f} GB; target ≤ 2.5)")
+    sys.exit(0)

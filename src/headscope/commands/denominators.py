@@ -1,0 +1,65 @@
+"""Stability of the layer-0 softmax denominators across texts, measured vs i.i.d. predictions.
+
+For a fixed query token (default ' the') at every position, each head's denominator
+in the seed's normalisation S = Σ_j pos·content, over windows of a corpus: mean,
+relative spread across texts, input-independent trend, and the Hoeffding / Chebyshev
+predictions of an i.i.d. token model (unigram distribution of the corpus).
+
+  headscope denominators planted/ --corpus texts/ --window 256
+  headscope denominators gpt2 --corpus book.txt --out denoms/ --json
+  headscope denominators gpt2 --corpus texts/ --own-query    # the text's own queries (hook_denom)
+
+--out DIR writes denominators.json and denominators.svg (traces per head).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ._common import emit, load_model, parse_float
+
+
+def add_arguments(p):
+    p.add_argument("model", help="hub id (gpt2, …) or checkpoint directory")
+    p.add_argument("--corpus", nargs="+", required=True, metavar="PATH", help="text files or directories (UTF-8)")
+    p.add_argument("--query", default=" the", help="fixed query token; default ' the'")
+    p.add_argument("--own-query", action="store_true", help="use each text's own query tokens (model's hook_denom)")
+    p.add_argument("--window", type=int, default=256, help="window length in tokens (BOS included); default 256")
+    p.add_argument("--delta", default="0.1", help="level of the Hoeffding/Chebyshev bounds; default 0.1")
+    p.add_argument("--out", help="directory for denominators.json and denominators.svg")
+
+
+def render(r) -> str:
+    lines = [f"{r.n_texts} windows of {r.window} tokens, query {r.query!r}; {r.normalisation}",
+             f"{'head':>4} {'spread':>8} {'slope':>10} {'pred_std':>9} {'meas_std':>9} {'cheb':>8} {'hoeff':>8} {'meas_q':>8}"]
+    for h in r.heads:
+        last = -1
+        pred = f"{r.predicted_rel_std[h][last]:9.4f}" if r.predicted_rel_std else f"{'-':>9}"
+        cheb = f"{r.chebyshev_rel[h][last]:8.4f}" if r.chebyshev_rel else f"{'-':>8}"
+        hoef = f"{r.hoeffding_rel[h][last]:8.4f}" if r.hoeffding_rel else f"{'-':>8}"
+        lines.append(f"{h:>4} {r.median_rel_spread[h]:8.4f} {r.trend_slope[h]:10.2e} {pred} "
+                     f"{r.measured_rel_std[h][last]:9.4f} {cheb} {hoef} {r.measured_rel_quantile[h][last]:8.4f}")
+    lines.append(f"(std/bounds relative to the mean, at position {r.positions[-1]}; bounds at level δ = {r.delta})")
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    from .._atomic import atomic_write_text, ensure_writable_dir, refuse_foreign_dir
+    from .._json import dumps
+    from ..corpus import read_corpus, windows
+    from ..denominators import denominator_stability, traces_svg
+
+    model = load_model(args)
+    wins = windows(model, read_corpus(args.corpus), n_ctx=min(args.window, model.cfg.n_ctx))
+    window = min(args.window, model.cfg.n_ctx)
+    r = denominator_stability(model, wins, query=None if args.own_query else args.query, window=window,
+                              n_min=min(32, window // 4), stride=max(1, min(16, window // 4)),
+                              delta=parse_float(args.delta, "--delta"))
+    if args.out:
+        out = Path(args.out)
+        refuse_foreign_dir(out, "denominators.json")
+        ensure_writable_dir(out)
+        atomic_write_text(out / "denominators.json", dumps(r.to_dict()))
+        atomic_write_text(out / "denominators.svg", traces_svg(r))
+    emit(args, r, render(r))
+    return 0

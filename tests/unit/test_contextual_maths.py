@@ -1,0 +1,189 @@
+"""The maths of seed 000's second half on a tiny GPT-2 with all-distinct dimensions
+(n_heads 3, d_head 4, d_model 12, d_mlp 20, n_ctx 40): denominators, the calibrated
+circuit where it is exact, and the vocabulary scan against brute force."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+TEXT = "The cat sat on the mat and the dog ran to the park with the ball."
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_hf_dir):
+    import headscope
+
+    return headscope.load(tiny_hf_dir)
+
+
+@pytest.fixture(scope="module")
+def tiny_nopos(tiny, tmp_path_factory):
+    """The tiny model with W_pos = 0: the key and value splits are then exact and every
+    kernel is uniform, so the calibrated circuit must reproduce the heads exactly."""
+    import headscope
+    from headscope.loading import save_checkpoint
+
+    raw = tiny.raw.map(lambda t: t.clone())
+    raw.W_pos.zero_()
+    return headscope.load(save_checkpoint(raw, tmp_path_factory.mktemp("nopos") / "m", tokenizer_from=tiny.directory))
+
+
+def _circuit(model, heads=None, text=TEXT):
+    from headscope.calibration import calibrate
+    from headscope.contextual import build_circuit
+
+    cal = calibrate(model, text)
+    return build_circuit(model, cal, heads=heads), cal
+
+
+def test_fixed_query_denominator_is_hook_denom_where_the_query_is_the_token(tiny):
+    """Where x_n is the fixed query token, the fixed-query log-denominator is the model's."""
+    from headscope import _l0, run_with_cache
+
+    w = tiny.weights()
+    toks = tiny.to_tokens(TEXT)
+    the = tiny.tokenizer.encode(" the")[0]
+    cache = run_with_cache(w, toks[None], names=["blocks.0.attn.hook_k", "blocks.0.attn.hook_denom"], stop_at_layer=1)
+    L = torch.logsumexp(_l0.fixed_query_scores(w, cache["blocks.0.attn.hook_k"], the), -1)[0]   # [head p]
+    at = (toks == the).nonzero().squeeze(1)
+    assert len(at) >= 3
+    torch.testing.assert_close(L[:, at], cache["blocks.0.attn.hook_denom"][0][:, at])
+    others = (toks != the).nonzero().squeeze(1)
+    assert not torch.allclose(L[:, others], cache["blocks.0.attn.hook_denom"][0][:, others])
+
+
+def test_frame_matches_kernels_module(tiny):
+    """_l0's kernel and content factors are headscope.kernels' (one split, not two)."""
+    from headscope import _l0, kernels
+
+    w = tiny.weights().to(dtype=torch.float64)
+    c = kernels.measure_c(w)
+    fr = _l0.frame(w, 262, 17, c)
+    torch.testing.assert_close(fr.pos, kernels.positional_kernel(w, 262, 17, c))
+    torch.testing.assert_close(fr.content_logits(w, torch.arange(w.cfg.d_vocab)), kernels.log_content_factors(w, 262, 17))
+
+
+def test_seed_denominator_is_exact_at_position_zero(tiny):
+    """At n = 0 the split is exact: S = content(x_0) and the circuit is the head output."""
+    (circ, _), cal = _circuit(tiny, heads=[0, 1, 2])
+    toks = tiny.to_tokens(TEXT)
+    fr = circ.frame(0)
+    torch.testing.assert_close(cal.log_seed_denom[:, 0], fr.content_logits(circ.weights, toks[:1])[:, 0])
+    torch.testing.assert_close(circ.predict(toks, [0])[0], circ.true_output(toks)[0])
+    # away from n = 0 the split (W_pos ≠ 0) is an approximation, not an identity
+    assert not torch.allclose(circ.predict(toks, [12])[0], circ.true_output(toks)[12], atol=1e-6)
+
+
+def test_calibrated_circuit_is_exact_without_position_embeddings(tiny_nopos):
+    """W_pos = 0, calibration on the text itself (one window): Σ_i pos·contribution = Σ_h out_h."""
+    (circ, choice), cal = _circuit(tiny_nopos, heads=[0, 1, 2])
+    assert cal.n_windows == 1
+    toks = tiny_nopos.to_tokens(TEXT)
+    n = list(range(len(toks)))
+    torch.testing.assert_close(circ.predict(toks, n), circ.true_output(toks))
+    # per head: the shared kernel is uniform, S̄ = exp(L)/(n+1)
+    torch.testing.assert_close(cal.log_seed_denom, cal.log_denom - torch.log(torch.arange(1.0, len(toks) + 1)).double())
+    # another text: denominators no longer match, so the circuit is approximate
+    other = tiny_nopos.to_tokens("Stocks fell sharply in Tokyo as investors sold banks, energy and tech shares.")
+    m = list(range(1, min(len(other), len(toks))))
+    assert not torch.allclose(circ.predict(other, m), circ.true_output(other)[m], atol=1e-6)
+
+
+def test_scan_matches_brute_force(tiny):
+    """Chunked two-pass scan == brute force over the explicit [d_vocab d_model] contributions."""
+    from headscope.neurons import scan_neurons
+
+    (circ, choice), cal = _circuit(tiny, heads=[0, 2])
+    b = circ.weights.blocks[0]
+    C = circ.contribution(choice.position)                                       # [V d]
+    C = C - C.mean(-1, keepdim=True)
+    score = (C * b.ln2_w) @ b.W_in / cal.ln2_scale                               # [V m]
+    scan = scan_neurons(circ, choice, tiny.tokenizer, threshold=float(score.amax(0).median()), top=7, chunk=5000,
+                        dtype=torch.float64)
+    torch.testing.assert_close(torch.tensor(scan.max_all, dtype=torch.float64), score.amax(0))
+    torch.testing.assert_close(torch.tensor(scan.min_all, dtype=torch.float64), score.amin(0))
+    assert 0 < len(scan.neurons) < tiny.cfg.d_mlp
+    for nr in scan.neurons:
+        j = nr["neuron"]
+        assert nr["top_ids"] == score[:, j].topk(7).indices.tolist()
+        assert nr["bottom_ids"] == score[:, j].topk(7, largest=False).indices.tolist()
+        assert nr["max_contribution"] >= scan.threshold
+
+
+def test_predict_neuron_is_the_circuit_read_by_the_neuron(tiny):
+    from headscope.neurons import predict_neuron
+
+    (circ, _), cal = _circuit(tiny, heads=[1, 2])
+    b = circ.weights.blocks[0]
+    toks = tiny.to_tokens(TEXT)
+    pos = list(range(len(toks)))
+    pred = circ.predict(toks, pos)
+    pred = pred - pred.mean(-1, keepdim=True)
+    for j in (0, 7, 19):
+        expected = (pred * b.ln2_w) @ b.W_in[:, j] / cal.ln2_scale + b.b_in[j]
+        torch.testing.assert_close(predict_neuron(circ, j, toks), expected)
+
+
+def test_calibration_roundtrip_and_bad_files(tiny, tmp_path):
+    from headscope import HeadscopeError, Processing
+    from headscope.calibration import calibrate, load_calibration
+
+    cal = calibrate(tiny, TEXT, query=" dog")
+    path = cal.save(tmp_path / "c.json")
+    back = load_calibration(path, tiny)
+    torch.testing.assert_close(back.log_seed_denom, cal.log_seed_denom, rtol=1e-6, atol=1e-6)
+    assert back.query == " dog" and back.text_sha256 == cal.text_sha256 and back.processing == Processing.default().to_dict()
+    assert path.read_text() == cal.save(tmp_path / "d.json").read_text()         # deterministic bytes
+    with pytest.raises(HeadscopeError, match="other processing"):
+        load_calibration(path, tiny, Processing.none())
+    path.write_text(path.read_text()[:-40])
+    with pytest.raises(HeadscopeError, match="not valid JSON"):
+        load_calibration(path, tiny)
+    d = json.loads((tmp_path / "d.json").read_text())
+    del d["ln2_scale"]
+    (tmp_path / "e.json").write_text(json.dumps(d))
+    with pytest.raises(HeadscopeError, match="missing the field 'ln2_scale'"):
+        load_calibration(tmp_path / "e.json", tiny)
+    with pytest.raises(HeadscopeError, match="single token"):
+        calibrate(tiny, TEXT, query=" the cat")
+    with pytest.raises(HeadscopeError, match="empty"):
+        calibrate(tiny, "   ")
+
+
+def test_select_heads_reports_metrics_and_respects_given_heads(tiny):
+    from headscope import HeadscopeError
+    from headscope.contextual import select_heads
+
+    w = tiny.weights().to(dtype=torch.float64)
+    ch = select_heads(w, 262, 30, 1.0, heads=[2, 0])
+    assert ch.heads == [0, 2] and not ch.automatic and len(ch.width) == 3
+    with pytest.raises(HeadscopeError, match="--heads"):
+        select_heads(w, 262, 30, 1.0, heads=[5])
+
+
+def test_denominators_cli_and_own_query_mode(tiny_hf_dir, tiny, tmp_path, capsys):
+    """Own-query mode reports exp(hook_denom) as it is; the CLI writes JSON + SVG."""
+    from headscope import run_with_cache
+    from headscope.cli import main
+    from headscope.denominators import denominator_stability
+
+    texts = [TEXT, "Stocks fell sharply in Tokyo as investors sold banks and tech shares today.",
+             "A small boat drifted past the old pier while gulls circled over the quiet harbour."]
+    r = denominator_stability(tiny, texts, query=None, window=12, n_min=2, stride=4)
+    from headscope.corpus import windows
+
+    X = torch.stack([x for x in windows(tiny, texts, n_ctx=12) if len(x) == 12])   # the windows it used
+    assert r.predicted_rel_std is None and r.n_texts == len(X) >= 3
+    S = run_with_cache(tiny.weights().to(dtype=torch.float64), X, names=["blocks.0.attn.hook_denom"],
+                       stop_at_layer=1)["blocks.0.attn.hook_denom"].exp()
+    torch.testing.assert_close(torch.tensor(r.mean, dtype=torch.float64), S.mean(0))
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(" ".join(texts * 4))
+    assert main(["denominators", str(tiny_hf_dir), "--corpus", str(corpus), "--window", "16",
+                 "--out", str(tmp_path / "d"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["hoeffding_rel"]) == 3 and (tmp_path / "d" / "denominators.svg").read_text().startswith("<svg")
+    assert main(["denominators", str(tiny_hf_dir), "--corpus", str(tmp_path / "missing")]) == 2
