@@ -17,6 +17,9 @@ from ._errors import HeadscopeError
 COMMANDS: dict[str, tuple[str, str]] = {
     "info": ("info", "sizes, processing and file hash of a checkpoint"),
     "plant": ("plant", "write a GPT-2 checkpoint with planted, documented mechanisms"),
+    "calibrate": ("calibrate", "sample layer-0 softmax denominators on a calibration text"),
+    "neurons": ("neurons", "find contextual MLP0 neurons through the calibrated contextual circuit"),
+    "neuron": ("neuron", "one MLP0 neuron on texts: true pre-activation vs circuit prediction"),
     "kernels": ("kernels", "layer-0 positional kernels, categories and key-split TV distance"),
     "report": ("report", "write a self-contained HTML report of a model (every analysis)"),
     "survey": ("survey", "rank heads as semantic heads (category prompts, seed 002)"),

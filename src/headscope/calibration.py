@@ -1,0 +1,218 @@
+"""Calibrated softmax denominators of the layer-0 heads (seed 000, "contextual circuit").
+
+The contextual heads' denominators are macroscopic properties of the text (see
+:mod:`.denominators`), so the effective circuit needs them sampled from one
+representative *calibration text*. With a fixed query token t_q (the seed's ' the')
+at every query position n, the calibration records, per head h and position n,
+
+    L_h[n]        = logsumexp_{i ≤ n} q_h[n]·key_i / √e       (the model's own log-denominator)
+    log S_h[n]    = L_h[n] − log Z_h[n]                        (the seed's Σ_j pos·content, see _l0)
+
+averaged over the calibration windows that reach position n (the average is taken of
+the denominators themselves, ``log mean_w exp(·)``). Keys are the text's true keys
+(forward's ``hook_k``); the query is t_q at position n — the model's computation at n
+had x_n been t_q. It also records σ₂, the median LayerNorm-2 scale of layer 0 over the
+calibration positions (forward's ``blocks.0.ln2.hook_scale``, with the text's own
+queries), which :mod:`.neurons` uses to map head outputs to MLP0 pre-activations.
+
+A calibration depends on the weights (sha256 of model.safetensors), on the processing
+options, on the query token and on the text (sha256 of its UTF-8 bytes); all are
+stored, and :func:`load_calibration` refuses a file made with another model or other
+processing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+
+import torch
+from jaxtyping import Float
+
+from . import _l0
+from ._atomic import atomic_write_text
+from ._errors import HeadscopeError
+from ._json import dumps
+from .forward import run_with_cache
+from .weights import Processing
+
+Tensor = torch.Tensor
+
+FORMAT = "headscope.calibration"
+FORMAT_VERSION = 1
+
+
+@dataclasses.dataclass
+class Calibration:
+    """Per-head, per-position calibrated denominators and what they depend on."""
+
+    fingerprint: str
+    processing: dict
+    query: str
+    query_id: int
+    text_sha256: str
+    n_text_tokens: int
+    n_windows: int
+    window: int
+    c: float                                  # the key split's constant (see _l0)
+    ln2_scale: float                          # median σ₂ of layer 0 on the calibration text
+    counts: list[int]                         # windows reaching position n
+    log_denom: Float[Tensor, "head pos"]      # log mean_w exp(L_h[n])
+    log_seed_denom: Float[Tensor, "head pos"]  # log mean_w S_h[n]
+
+    @property
+    def n_positions(self) -> int:
+        return int(self.log_denom.shape[1])
+
+    def to_dict(self) -> dict:
+        return {
+            "format": FORMAT, "version": FORMAT_VERSION,
+            "fingerprint": self.fingerprint, "processing": self.processing,
+            "query": self.query, "query_id": self.query_id,
+            "text_sha256": self.text_sha256, "n_text_tokens": self.n_text_tokens,
+            "n_windows": self.n_windows, "window": self.window,
+            "c": self.c, "ln2_scale": self.ln2_scale, "counts": self.counts,
+            "normalisation": {
+                "log_denom": "log of the model's softmax denominator, logsumexp_i q·k_i/sqrt(d_head)",
+                "log_seed_denom": "log of the seed's S = sum_j pos[n,j]*content[n,x_j] = log_denom - log Z[n]",
+            },
+            "log_denom": self.log_denom.tolist(),
+            "log_seed_denom": self.log_seed_denom.tolist(),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict, source: str = "calibration") -> "Calibration":
+        if not isinstance(d, dict) or d.get("format") != FORMAT:
+            raise HeadscopeError(f"{source} is not a headscope calibration file (no \"format\": \"{FORMAT}\")")
+        if d.get("version") != FORMAT_VERSION:
+            raise HeadscopeError(f"{source}: calibration format version: expected {FORMAT_VERSION}, got {d.get('version')!r}")
+        try:
+            ld = torch.tensor(d["log_denom"], dtype=torch.float64)
+            ls = torch.tensor(d["log_seed_denom"], dtype=torch.float64)
+            cal = cls(
+                fingerprint=str(d["fingerprint"]), processing=dict(d["processing"]),
+                query=str(d["query"]), query_id=int(d["query_id"]),
+                text_sha256=str(d["text_sha256"]), n_text_tokens=int(d["n_text_tokens"]),
+                n_windows=int(d["n_windows"]), window=int(d["window"]),
+                c=float(d["c"]), ln2_scale=float(d["ln2_scale"]),
+                counts=[int(x) for x in d["counts"]], log_denom=ld, log_seed_denom=ls,
+            )
+        except KeyError as e:
+            raise HeadscopeError(f"{source}: calibration file is missing the field {e.args[0]!r}") from None
+        except (TypeError, ValueError, RuntimeError) as e:
+            raise HeadscopeError(f"{source}: calibration file has a malformed field ({str(e).splitlines()[0]})") from None
+        if ld.dim() != 2 or ld.shape != ls.shape or ld.shape[1] != len(cal.counts) or ld.shape[1] == 0:
+            raise HeadscopeError(f"{source}: calibration arrays have inconsistent shapes "
+                                 f"({list(ld.shape)}, {list(ls.shape)}, {len(cal.counts)} counts)")
+        if not (torch.isfinite(ld).all() and torch.isfinite(ls).all()) or not cal.ln2_scale > 0:
+            raise HeadscopeError(f"{source}: calibration holds non-finite denominators or a non-positive ln2_scale")
+        return cal
+
+    def check(self, model, processing: Processing | None = None, source: str = "calibration") -> "Calibration":
+        """Refuse a calibration made for another model or other processing."""
+        processing = Processing.default() if processing is None else processing
+        if self.fingerprint != model.fingerprint:
+            raise HeadscopeError(
+                f"{source} was made for another model: its weights' sha256 is {self.fingerprint[:12]}…, "
+                f"this model's is {model.fingerprint[:12]}… (recalibrate with `headscope calibrate`)")
+        if self.processing != processing.to_dict():
+            raise HeadscopeError(
+                f"{source} was made with other processing: expected {Processing(**self.processing).label()}, "
+                f"got {processing.label()} (recalibrate with the same processing)")
+        if self.log_denom.shape[0] != model.cfg.n_heads or self.n_positions > model.cfg.n_ctx:
+            raise HeadscopeError(f"{source}: shape {list(self.log_denom.shape)} does not fit this model "
+                                 f"({model.cfg.n_heads} heads, n_ctx {model.cfg.n_ctx})")
+        return self
+
+    def save(self, path: str | Path) -> Path:
+        return atomic_write_text(Path(path), dumps(self.to_dict()))
+
+
+def text_sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def query_id(model, query: str) -> int:
+    """The id of `query`, which must be exactly one token."""
+    ids = model.tokenizer.encode(query)
+    if len(ids) != 1:
+        raise HeadscopeError(f"query {query!r} must be a single token, got {len(ids)} tokens")
+    return int(ids[0])
+
+
+def _windows(model, text: str, window: int | None) -> list[torch.Tensor]:
+    """Windows [BOS] + chunk of at most `window` (default n_ctx) tokens (:func:`headscope.corpus.windows`)."""
+    from .corpus import windows
+
+    if not text.strip():
+        raise HeadscopeError("calibration text is empty")
+    return windows(model, [text], n_ctx=min(window or model.cfg.n_ctx, model.cfg.n_ctx))
+
+
+def log_Z_all(w, token: int, n_pos: int, c: float) -> Float[Tensor, "head pos"]:
+    """log Z_h[n] for n = 0..n_pos−1 (the positional kernel's normaliser, see _l0)."""
+    return torch.stack([_l0.frame(w, token, n, c).log_Z for n in range(n_pos)], dim=1)
+
+
+@torch.no_grad()
+def calibrate(
+    model,
+    text: str,
+    *,
+    query: str = " the",
+    processing: Processing | None = None,
+    window: int | None = None,
+    c: float | None = None,
+) -> Calibration:
+    """Sample every layer-0 head's denominator on `text` with query token `query`."""
+    processing = Processing.default() if processing is None else processing
+    w = model.weights(processing).to(dtype=torch.float64)
+    qid = query_id(model, query)
+    c = _l0.typical_embedding_norm(w) if c is None else float(c)
+    chunks = _windows(model, text, window)
+    P = max(x.numel() for x in chunks)
+    H = model.cfg.n_heads
+    sum_exp = torch.zeros(H, P, dtype=torch.float64)
+    counts = torch.zeros(P, dtype=torch.long)
+    shift = None
+    scales = []
+    for x in chunks:
+        cache = run_with_cache(w, x[None], names=["blocks.0.attn.hook_k", "blocks.0.ln2.hook_scale"], stop_at_layer=1)
+        scores = _l0.fixed_query_scores(w, cache["blocks.0.attn.hook_k"], qid)   # [1 head q k]
+        L = torch.logsumexp(scores, dim=-1)[0]                                    # [head q]
+        p = L.shape[1]
+        if shift is None:
+            shift = L.max().item()
+        sum_exp[:, :p] += (L - shift).exp()
+        counts[:p] += 1
+        scales.append(cache["blocks.0.ln2.hook_scale"][0, 1:] if p > 1 else cache["blocks.0.ln2.hook_scale"][0])
+    log_denom = (sum_exp / counts).log() + shift                                  # [head P]
+    log_seed = log_denom - log_Z_all(w, qid, P, c)
+    return Calibration(
+        fingerprint=model.fingerprint, processing=processing.to_dict(), query=query, query_id=qid,
+        text_sha256=text_sha256(text), n_text_tokens=sum(x.numel() - 1 for x in chunks),
+        n_windows=len(chunks), window=P, c=c, ln2_scale=float(torch.cat(scales).median()),
+        counts=counts.tolist(), log_denom=log_denom, log_seed_denom=log_seed,
+    )
+
+
+def load_calibration(path: str | Path, model=None, processing: Processing | None = None) -> Calibration:
+    """Read a calibration file; with `model`, refuse one made for another model/processing."""
+    path = Path(path)
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise HeadscopeError(f"no such calibration file: {path}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise HeadscopeError(f"cannot read calibration file {path}: {e}") from None
+    try:
+        d = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise HeadscopeError(f"calibration file {path} is not valid JSON (line {e.lineno}: {e.msg}); "
+                             "it may be truncated or corrupted — recreate it with `headscope calibrate`") from None
+    cal = Calibration.from_dict(d, source=str(path))
+    if model is not None:
+        cal.check(model, processing, source=str(path))
+    return cal

@@ -1,0 +1,54 @@
+"""Shared options of the commands that use a calibrated contextual circuit."""
+
+from __future__ import annotations
+
+import importlib.resources
+
+from .._errors import HeadscopeError
+
+DEFAULT_TEXT = "calibration.txt"
+
+
+def add_calibration_arguments(p) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--calibration", metavar="JSON", help="calibration file written by `headscope calibrate`")
+    g.add_argument("--calibration-text", metavar="FILE",
+                   help="calibrate on this UTF-8 text now (default: headscope's shipped calibration text)")
+    p.add_argument("--query", default=" the", help="query token when calibrating now; default ' the'")
+    p.add_argument("--window", type=int, default=None, help="calibration window in tokens (BOS included); default n_ctx")
+    p.add_argument("--heads", default=None, help="layer-0 heads of the circuit, e.g. 0,2,6 (default: chosen automatically)")
+    p.add_argument("--position", type=int, default=None,
+                   help="query position n of the circuit; default the last calibrated position")
+
+
+def default_text() -> str:
+    res = importlib.resources.files("headscope").joinpath("data", DEFAULT_TEXT)
+    if not res.is_file():
+        raise HeadscopeError("no calibration given: pass --calibration JSON or --calibration-text FILE")
+    return res.read_text(encoding="utf-8")
+
+
+def parse_heads(spec: str | None, cfg) -> list[int] | None:
+    if spec is None:
+        return None
+    try:
+        heads = [int(x) for x in spec.split(",") if x.strip()]
+    except ValueError:
+        raise HeadscopeError(f"--heads: expected comma-separated head indices such as 0,2,6, got {spec!r}") from None
+    if not heads or any(not 0 <= h < cfg.n_heads for h in heads):
+        raise HeadscopeError(f"--heads: expected indices in 0..{cfg.n_heads - 1}, got {spec!r}")
+    return heads
+
+
+def circuit_from_args(args, model):
+    """(circuit, head choice) from --calibration / --calibration-text / the shipped text."""
+    from ..calibration import calibrate, load_calibration
+    from ..contextual import build_circuit
+    from ..corpus import read_text_file
+
+    if args.calibration:
+        cal = load_calibration(args.calibration, model)
+    else:
+        text = read_text_file(args.calibration_text) if args.calibration_text else default_text()
+        cal = calibrate(model, text, query=args.query, window=args.window)
+    return build_circuit(model, cal, heads=parse_heads(args.heads, model.cfg), position=args.position)

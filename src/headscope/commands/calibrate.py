@@ -1,0 +1,37 @@
+"""Sample the layer-0 softmax denominators on a calibration text (seed 000).
+
+Every layer-0 head's denominator at every query position, with a fixed query token
+(default ' the') against the text's own keys, averaged over the text's windows. The
+file records the model's sha256, the processing, the query and the text's sha256;
+`headscope neurons --calibration` refuses it for another model or other processing.
+
+  headscope calibrate planted/ --text calib.txt --out calib.json
+  headscope calibrate gpt2 --text book.txt --query " of" --window 512 --out calib.json --json
+"""
+
+from __future__ import annotations
+
+from ._common import emit, load_model
+
+
+def add_arguments(p):
+    p.add_argument("model", help="hub id (gpt2, …) or checkpoint directory")
+    p.add_argument("--text", required=True, metavar="FILE", help="calibration text (UTF-8)")
+    p.add_argument("--query", default=" the", help="query token (one token); default ' the'")
+    p.add_argument("--window", type=int, default=None, help="window length in tokens (BOS included); default n_ctx")
+    p.add_argument("--out", required=True, metavar="JSON", help="where to write the calibration (atomically)")
+
+
+def run(args) -> int:
+    from ..calibration import calibrate
+    from ..corpus import read_text_file
+
+    model = load_model(args)
+    cal = calibrate(model, read_text_file(args.text), query=args.query, window=args.window)
+    cal.save(args.out)
+    summary = {"out": args.out, "fingerprint": cal.fingerprint, "processing": cal.processing,
+               "query": cal.query, "text_sha256": cal.text_sha256, "n_windows": cal.n_windows,
+               "n_positions": cal.n_positions, "ln2_scale": cal.ln2_scale}
+    emit(args, summary, f"wrote {args.out}: {cal.n_windows} windows, {cal.n_positions} positions, "
+                        f"query {cal.query!r}, ln2 scale {cal.ln2_scale:.4g}")
+    return 0

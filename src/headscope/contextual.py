@@ -1,0 +1,256 @@
+"""The contextual circuit: several broad, weakly content-dependent layer-0 heads as one sum.
+
+Derivation (seed 000; notation of :mod:`._l0`). For a fixed query token t_q at position
+n, head h writes
+
+    out_h[n] = Σ_{i ≤ n} A_h[n, i] · v_h[i] W_O[h]
+             ≈ Σ_i pos_h[n, i] · content_h[n, x_i] / S_h[n] · (OV_h[n, x_i] + OVP_h[n, i])
+
+with the key split in A_h and the value split of _l0. Three further steps give the
+seed's circuit:
+
+1. **calibrated denominators**: S_h[n] is replaced by the calibration's S̄_h[n]
+   (:mod:`.calibration`), which makes the expression linear in per-token terms;
+2. **shared kernel**: the chosen heads have very similar kernels, so pos_h[n, i] is
+   replaced by their mean  pos[n, i] = mean_{h ∈ H} pos_h[n, i];
+3. **positional values**: the small positional value term is taken with
+   content/S̄ ≈ 1, i.e. as the input-independent offset
+   off[n] = Σ_{h ∈ H} Σ_i pos_h[n, i] · OVP_h[n, i].
+
+Together::
+
+    Σ_{h ∈ H} out_h[n] ≈ Σ_{i ≤ n} pos[n, i] · contribution[n, t_q, x_i] + off[n]
+    contribution[n, t_q, t] = Σ_{h ∈ H} content_h[n, t] · OV_h[n, t] / S̄_h[n]        [d_model]
+
+Each step is exact in a known case: the split at i = n and when W_pos = 0; the shared
+kernel when the heads' kernels coincide; the calibration on the calibration text
+itself. ``out_h`` excludes b_O (it is the forward's ``hook_result``).
+
+Head choice (:func:`select_heads`), at the reference position n of the calibration:
+a head is a candidate when its kernel is broad (effective width 1/Σ_i pos² ≥
+``min_width``) and its content dependence weak (std over the vocabulary of
+log content ≤ ``max_content_std``); candidates are grouped by single linkage on the
+total-variation distance between kernels (≤ ``max_kernel_tv``) and the largest group
+is chosen (ties: the broader group). All thresholds live in :data:`SELECTION`.
+
+Fidelity (:func:`circuit_fidelity`): on texts, at every evaluated query position,
+the circuit's prediction is compared with the true summed output of the chosen heads
+*with the same fixed query token* (keys and values are the text's own): Pearson
+correlation over the d_model coordinates and the fraction of variance unexplained
+FVU = |true − pred|² / |true − mean(true)|², with medians over positions and texts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from jaxtyping import Float, Int
+
+from . import _l0
+from ._errors import HeadscopeError
+from .calibration import Calibration
+from .forward import run_with_cache
+from .weights import Processing, Weights
+
+Tensor = torch.Tensor
+
+#: thresholds of the automatic head choice (see the module docstring)
+SELECTION = {"min_width": 8.0, "max_content_std": 1.0, "max_kernel_tv": 0.25}
+
+
+@dataclasses.dataclass
+class HeadChoice:
+    """Which heads form the contextual circuit, and why."""
+
+    heads: list[int]
+    position: int
+    automatic: bool
+    width: list[float]            # per layer-0 head, 1/Σ pos² at `position`
+    content_std: list[float]      # per head, std over the vocabulary of log content
+    candidates: list[int]
+    groups: list[list[int]]
+    thresholds: dict
+    reason: str
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def head_metrics(w: Weights, token: int, n: int, c: float) -> tuple[Tensor, Tensor, Tensor]:
+    """(width [head], content_std [head], kernel TV distances [head head]) at position n."""
+    fr = _l0.frame(w, token, n, c)
+    width = 1.0 / fr.pos.pow(2).sum(-1)                                    # [head]
+    logits = torch.cat([fr.content_logits(w, ids) for ids in torch.arange(w.cfg.d_vocab).split(8192)], dim=1)
+    content_std = logits.std(dim=1)                                        # [head]
+    tv = 0.5 * (fr.pos[:, None, :] - fr.pos[None, :, :]).abs().sum(-1)     # [head head]
+    return width, content_std, tv
+
+
+def select_heads(
+    w: Weights, token: int, n: int, c: float, heads: list[int] | None = None, **thresholds,
+) -> HeadChoice:
+    """Choose the contextual heads automatically (or record a given choice)."""
+    th = {**SELECTION, **thresholds}
+    width, cstd, tv = head_metrics(w, token, n, c)
+    H = w.cfg.n_heads
+    cand = [h for h in range(H) if width[h] >= th["min_width"] and cstd[h] <= th["max_content_std"]]
+    groups: list[list[int]] = []
+    for h in cand:                                                         # single linkage
+        linked = [g for g in groups if any(tv[h, k] <= th["max_kernel_tv"] for k in g)]
+        merged = sorted({h, *[k for g in linked for k in g]})
+        groups = [g for g in groups if g not in linked] + [merged]
+    groups.sort(key=lambda g: (-len(g), -float(width[g].mean()), g))
+    if heads is not None:
+        bad = [h for h in heads if not 0 <= h < H]
+        if bad or not heads:
+            raise HeadscopeError(f"--heads: expected layer-0 head indices in 0..{H - 1}, got {heads}")
+        chosen, auto = sorted(set(heads)), False
+        reason = "heads given by the user"
+    else:
+        if not groups:
+            raise HeadscopeError(
+                f"no layer-0 head has a broad kernel (width ≥ {th['min_width']}) and weak content dependence "
+                f"(content std ≤ {th['max_content_std']}) at position {n}; pass --heads")
+        chosen, auto = groups[0], True
+        reason = (f"largest group of heads with width ≥ {th['min_width']:g} tokens, content std ≤ "
+                  f"{th['max_content_std']:g} and kernels within TV {th['max_kernel_tv']:g} of each other "
+                  f"at position {n} (widths {', '.join(f'{float(width[h]):.1f}' for h in chosen)})")
+    return HeadChoice(heads=chosen, position=n, automatic=auto, width=width.tolist(),
+                      content_std=cstd.tolist(), candidates=cand, groups=groups, thresholds=th, reason=reason)
+
+
+@dataclasses.dataclass
+class Circuit:
+    """A calibrated contextual circuit over layer-0 heads `heads` (fixed query token)."""
+
+    weights: Weights              # float64, the calibration's processing
+    calibration: Calibration
+    heads: list[int]
+
+    @property
+    def token(self) -> int:
+        return self.calibration.query_id
+
+    def _check_n(self, n: int) -> None:
+        if not 0 <= n < self.calibration.n_positions:
+            raise HeadscopeError(f"position {n} is not calibrated (the calibration covers 0..{self.calibration.n_positions - 1})")
+
+    def frame(self, n: int) -> _l0.Frame:
+        self._check_n(n)
+        return _l0.frame(self.weights, self.token, n, self.calibration.c)
+
+    def token_weights(self, fr: _l0.Frame, tokens: Int[Tensor, "t"]) -> Float[Tensor, "head t"]:
+        """content_h[n, t] / S̄_h[n] for the chosen heads."""
+        log_S = self.calibration.log_seed_denom[self.heads, fr.n].to(fr.q.dtype)
+        return (fr.content_logits(self.weights, tokens)[self.heads] - log_S[:, None]).exp()
+
+    def shared_kernel(self, fr: _l0.Frame) -> Float[Tensor, "k"]:
+        return fr.pos[self.heads].mean(0)
+
+    def offset(self, fr: _l0.Frame) -> Float[Tensor, "d"]:
+        """off[n] = Σ_h Σ_i pos_h[n, i] · OVP_h[n, i]."""
+        b = self.weights.blocks[0]
+        P = _l0.positional_term(self.weights, fr.n, fr.c)                  # [k d]
+        out = torch.zeros(self.weights.cfg.d_model, dtype=P.dtype)
+        for h in self.heads:
+            out += (fr.pos[h] @ P) @ b.W_V[h] @ b.W_O[h]
+        return out
+
+    def contribution(self, n: int, tokens: Int[Tensor, "t"] | None = None) -> Float[Tensor, "t d"]:
+        """contribution[n, t_q, t] for the given tokens (default: the whole vocabulary)."""
+        fr = self.frame(n)
+        w, b = self.weights, self.weights.blocks[0]
+        tokens = torch.arange(w.cfg.d_vocab) if tokens is None else tokens
+        a = self.token_weights(fr, tokens)                                 # [H t]
+        X = _l0.ln1(w, w.W_E[tokens] + w.W_pos[n])                         # [t d]
+        out = torch.zeros(len(tokens), w.cfg.d_model, dtype=X.dtype)
+        for k, h in enumerate(self.heads):
+            out += a[k][:, None] * ((X @ b.W_V[h] + b.b_V[h]) @ b.W_O[h])
+        return out
+
+    def predict(self, tokens: Int[Tensor, "p"], positions: list[int]) -> Float[Tensor, "n d"]:
+        """Σ_i pos[n, i] · contribution[n, t_q, x_i] + off[n] for each n in `positions`."""
+        w, b = self.weights, self.weights.blocks[0]
+        rows = []
+        for n in positions:
+            fr = self.frame(n)
+            a = self.token_weights(fr, tokens[: n + 1]) * self.shared_kernel(fr)   # [H k]
+            X = _l0.ln1(w, w.W_E[tokens[: n + 1]] + w.W_pos[n])                   # [k d]
+            u = a @ X                                                              # [H d]
+            out = self.offset(fr)
+            for k, h in enumerate(self.heads):
+                out = out + (u[k] @ b.W_V[h] + a[k].sum() * b.b_V[h]) @ b.W_O[h]
+            rows.append(out)
+        return torch.stack(rows)
+
+    def true_output(self, tokens: Int[Tensor, "p"]) -> Float[Tensor, "p d"]:
+        """Σ_{h ∈ H} out_h[n] for every n, with the fixed query token at each n."""
+        w, b = self.weights, self.weights.blocks[0]
+        cache = run_with_cache(w, tokens[None], names=["blocks.0.attn.hook_k", "blocks.0.attn.hook_v"], stop_at_layer=1)
+        pattern = torch.softmax(_l0.fixed_query_scores(w, cache["blocks.0.attn.hook_k"], self.token), -1)  # [1 H q k]
+        z = torch.einsum("hqk,khe->qhe", pattern[0], cache["blocks.0.attn.hook_v"][0])                      # [q H e]
+        return torch.einsum("qhe,hed->qd", z[:, self.heads], b.W_O[self.heads])
+
+
+def build_circuit(model, calibration: Calibration, heads: list[int] | None = None,
+                  processing: Processing | None = None, position: int | None = None) -> tuple[Circuit, HeadChoice]:
+    """Check the calibration against `model`, choose heads, return (circuit, choice)."""
+    processing = Processing.default() if processing is None else processing
+    calibration.check(model, processing)
+    w = model.weights(processing).to(dtype=torch.float64)
+    n = calibration.n_positions - 1 if position is None else position
+    if not 0 <= n < calibration.n_positions:
+        raise HeadscopeError(f"position {n} is not calibrated (0..{calibration.n_positions - 1})")
+    choice = select_heads(w, calibration.query_id, n, calibration.c, heads)
+    return Circuit(weights=w, calibration=calibration, heads=choice.heads), choice
+
+
+@dataclasses.dataclass
+class Fidelity:
+    """How well the circuit reproduces the chosen heads' summed output on texts."""
+
+    heads: list[int]
+    query: str
+    n_texts: int
+    positions: list[int]
+    correlation: list[list[float]]   # [text position]
+    fvu: list[list[float]]
+    median_correlation: float
+    median_fvu: float
+    fingerprint: str
+    processing: dict
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _corr(a: Tensor, b: Tensor) -> Tensor:
+    a, b = a - a.mean(-1, keepdim=True), b - b.mean(-1, keepdim=True)
+    return (a * b).sum(-1) / (a.norm(dim=-1) * b.norm(dim=-1)).clamp_min(1e-300)
+
+
+@torch.no_grad()
+def circuit_fidelity(circuit: Circuit, texts: list[Tensor], positions: list[int] | None = None,
+                     stride: int = 16) -> Fidelity:
+    """Correlation and FVU of prediction vs true summed output (token id texts, BOS first)."""
+    if not texts:
+        raise HeadscopeError("circuit fidelity needs at least one text")
+    corr, fvu, pos_used = [], [], None
+    for tokens in texts:
+        p = min(len(tokens), circuit.calibration.n_positions)
+        pos = positions if positions is not None else list(range(stride, p, stride)) or [p - 1]
+        pos = [n for n in pos if n < p]
+        if not pos:
+            raise HeadscopeError(f"text of {len(tokens)} tokens has no evaluable position")
+        true = circuit.true_output(tokens[:p])[pos]                         # [n d]
+        pred = circuit.predict(tokens, pos)                                 # [n d]
+        corr.append(_corr(pred, true).tolist())
+        resid = (true - pred).pow(2).sum(-1)
+        fvu.append((resid / (true - true.mean(-1, keepdim=True)).pow(2).sum(-1).clamp_min(1e-300)).tolist())
+        pos_used = pos_used or pos
+    flat = lambda xs: torch.tensor([v for row in xs for v in row])
+    cal = circuit.calibration
+    return Fidelity(heads=circuit.heads, query=cal.query, n_texts=len(texts), positions=pos_used,
+                    correlation=corr, fvu=fvu, median_correlation=float(flat(corr).median()),
+                    median_fvu=float(flat(fvu).median()), fingerprint=cal.fingerprint, processing=cal.processing)
