@@ -16,12 +16,14 @@ Figures:
   :func:`bar_plot`      labelled bars (signed values coloured by sign)
   :func:`spectrum_plot` eigenvalues/singular values by rank, several series (e.g. sym vs skew)
   :func:`token_heatmap` text as tokens whose background encodes a signed value
+  :func:`panels`        several figures tiled into one SVG (small multiples; standalone .svg files)
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from typing import Sequence
 
 from ..tokenizer import escape_token
@@ -464,3 +466,34 @@ def token_heatmap(tokens: Sequence[str], values: Sequence[float | None], *, vmax
              f'<span style="background:{RDBU[5]}">0</span>'
              f'<span style="background:{RDBU[9]};color:#fff">{esc(fmt(vmax))}</span> {esc(value_name)}</div>')
     return Safe('<div class="tokens">' + "".join(spans) + "</div>" + scale)
+
+
+_SIZE = re.compile(r'<svg [^>]*?width="(\d+(?:\.\d+)?)" height="(\d+(?:\.\d+)?)"')
+
+
+def panels(figs: Sequence[Safe], *, cols: int = 4, title: str = "", gap: int = 8) -> Safe:
+    """Tile figures made by this module into one ``<svg>`` (row-major, `cols` per row).
+
+    Each figure keeps its own axes and labels; it is nested as an ``<svg>`` element at
+    its cell's offset. Used for small multiples and for standalone ``.svg`` files
+    (``headscope kernels --out``).
+    """
+    sizes = []
+    for f in figs:
+        m = _SIZE.match(str(f))
+        if not m:
+            raise ValueError("panels: expected figures made by headscope.report.figures (an <svg> with width/height)")
+        sizes.append((float(m.group(1)), float(m.group(2))))
+    cols = max(1, min(cols, len(figs) or 1))
+    cw = max((w for w, _ in sizes), default=100.0)
+    ch = max((h for _, h in sizes), default=100.0)
+    top = 28 if title else 0
+    rows = -(-len(figs) // cols)
+    width, height = int(cols * cw + (cols - 1) * gap), int(top + rows * ch + max(rows - 1, 0) * gap)
+    body = []
+    if title:
+        body.append(f'<text x="4" y="19" font-size="15" font-weight="600" fill="#222">{esc(title)}</text>')
+    for k, f in enumerate(figs):
+        x, y = (k % cols) * (cw + gap), top + (k // cols) * (ch + gap)
+        body.append(str(f).replace("<svg ", f'<svg x="{x:g}" y="{y:g}" ', 1))
+    return _svg(width, height, body, title)
