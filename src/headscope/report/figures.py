@@ -36,6 +36,8 @@ OKABE_ITO = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "
 RDBU = ("#053061", "#2166ac", "#4393c3", "#92c5de", "#d1e5f0", "#f7f7f7",
         "#fddbc7", "#f4a582", "#d6604d", "#b2182b", "#67001f")
 
+LOG_DECADES = 12  #: a log-scale plot shows at most this many decades below its largest value
+
 FONT = "font-family=\"system-ui, -apple-system, 'Segoe UI', sans-serif\""
 
 
@@ -149,7 +151,7 @@ class _Frame:
 
     def Y(self, y):
         if self.log_y:
-            y = math.log10(max(y, 1e-300))
+            y = max(math.log10(max(y, 1e-300)), self.y0)  # values below the floor sit on the axis
         return self.b - (y - self.y0) / (self.y1 - self.y0) * (self.b - self.t)
 
     def axes(self, title, xlabel, ylabel, xticks=None, yticks=None, xtick_labels=None) -> list[str]:
@@ -224,6 +226,8 @@ def line_plot(series: Sequence[Series], *, title: str = "", xlabel: str = "", yl
     ys = _finite([y for s in series for y in s.y] + [y for b in bands for y in list(b.lo) + list(b.hi)])
     if log_y:
         ys = [math.log10(y) for y in ys if y > 0]
+        if ys:  # at most LOG_DECADES decades below the largest value
+            ys = [max(y, max(ys) - LOG_DECADES) for y in ys]
     xlim = (min(xs), max(xs)) if xs else (0.0, 1.0)
     if ylim is None:
         lo, hi = (min(ys), max(ys)) if ys else (0.0, 1.0)
@@ -234,7 +238,12 @@ def line_plot(series: Sequence[Series], *, title: str = "", xlabel: str = "", yl
     f = _Frame(width, height, xlim, ylim, log_y=log_y)
     yticks = None
     if log_y:
-        yticks = [float(k) for k in range(math.floor(f.y0), math.ceil(f.y1) + 1)]
+        span = f.y1 - f.y0
+        if span < 1.5:
+            yticks = nice_ticks(f.y0, f.y1, 4)
+        else:
+            step = max(1, math.ceil(span / 6))
+            yticks = [float(k) for k in range(math.floor(f.y0 / step) * step, math.ceil(f.y1) + 1, step)]
     body = f.axes(title, xlabel, ylabel, yticks=yticks)
     legend = []
     for i, b in enumerate(bands):
