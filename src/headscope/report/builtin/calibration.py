@@ -13,6 +13,7 @@ from ...calibration import calibrate
 from .. import figures as F
 from .. import html as H
 from ..stages import Context, Rendered, Stage, register_stage
+from ._pages import Layer0View
 
 QUERY = " the"
 
@@ -29,7 +30,7 @@ class CalibrationStage(Stage):
 
     def compute(self, ctx: Context) -> dict:
         ctx.progress.set_total(1)
-        cal = calibrate(ctx.model, ctx.inputs.calibration.text, query=QUERY, processing=ctx.options.processing)
+        cal = calibrate(Layer0View(ctx.model), ctx.inputs.calibration.text, query=QUERY, processing=ctx.options.processing)
         ctx.progress.update()
         return cal.to_dict()
 

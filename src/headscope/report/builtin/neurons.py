@@ -26,7 +26,7 @@ from ...neurons import DEFAULT_THRESHOLD, scan_neurons
 from .. import figures as F
 from .. import html as H
 from ..stages import Context, PageSection, Rendered, Stage, register_stage
-from ._pages import neuron_page
+from ._pages import Layer0View, neuron_page
 
 TOP = 20  #: top / bottom tokens kept per neuron
 
@@ -69,7 +69,7 @@ class NeuronsStage(Stage):
         model = ctx.model
         p = ctx.progress
         cal = Calibration.from_dict(ctx.results["calibration"], source="the calibration stage")
-        circuit, choice = build_circuit(model, cal, processing=ctx.options.processing)
+        circuit, choice = build_circuit(Layer0View(model), cal, processing=ctx.options.processing)
         scan = scan_neurons(circuit, choice, model.tokenizer, threshold=DEFAULT_THRESHOLD, top=TOP)
         shown = scan.neurons[: ctx.options.n_neurons]
         js = [nr["neuron"] for nr in shown]
