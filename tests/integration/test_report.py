@@ -11,10 +11,11 @@ import pytest
 
 import headscope
 from headscope import HeadscopeError, escape_token
-from headscope.report import ReportOptions, build_report, default_stages
-from headscope.report.builtin.activations import ActivationsStage
-from headscope.report.builtin.attention import AttentionStage
-from headscope.report.builtin.model import ModelStage
+from headscope.report import REGISTRY, ReportOptions, build_report, default_stages
+
+#: the stages the issue asks for; the report may have more
+EXPECTED_STAGES = {"model", "attention", "kernels", "denominators", "calibration", "neurons", "activations",
+                   "survey", "semantic", "steering"}
 
 MARKUP = "Breaking: <script>alert(1)</script> and <img src=x onerror=alert(2)> & \"quoted\" ></div><b>bold</b>\n"
 
@@ -33,11 +34,20 @@ def samples(tmp_path_factory) -> list[Path]:
     (d / "news.txt").write_text("The council approved the new budget on Tuesday after a long debate about "
                                 "roads, schools and the local library, which will stay open on Sundays.\n")
     (d / "<i>odd&name.txt").write_text("Rain is expected tomorrow across the north, with sunshine later.\n")
+    # a shorter calibration text keeps the tests fast: the first 450 words of the shipped one
+    from headscope.report.inputs import default_calibration
+
+    CALIBRATION.append(tmp_path_factory.mktemp("calibration") / "calibration.txt")
+    CALIBRATION[-1].write_text(" ".join(default_calibration().text.split()[:450]) + "\n")
     return [d / "markup.txt", d / "news.txt", d / "<i>odd&name.txt"]
 
 
+CALIBRATION: list[Path] = []
+FAST = dict(progress=False, n_neurons=4, deep_dives=1, semantic_tokens=1500, kernel_windows=4)
+
+
 def _options(samples, **kw) -> ReportOptions:
-    return ReportOptions(samples=samples, progress=False, n_neurons=4, **kw)
+    return ReportOptions(samples=samples, calibration_text=CALIBRATION[-1], **{**FAST, **kw})
 
 
 @pytest.fixture(scope="module")
@@ -70,14 +80,40 @@ def _parse(path: Path) -> _Tags:
     return p
 
 
-def test_report_pages_and_data(report, planted_model):
+def test_report_pages_and_data(report, planted_model, planted_manifest):
     out, result = report
     cfg = planted_model.cfg
     assert (out / "index.html").is_file()
     heads = sorted(p.name for p in (out / "heads").glob("*.html"))
     assert heads == sorted(f"L{l}H{h}.html" for l in range(2) for h in range(cfg.n_heads))
-    assert len(list((out / "neurons").glob("n*.html"))) == 4
-    assert sorted(result.data_files) == ["data/activations.json", "data/attention.json", "data/model.json"]
+    neuron_pages = sorted(p.name for p in (out / "neurons").glob("n*.html"))
+    assert len(neuron_pages) == 4
+    names = {s.name for s in default_stages()}
+    assert names >= EXPECTED_STAGES
+    assert set(result.data_files) == {f"data/{n}.json" for n in names}
+    # the planted mechanisms are what the report shows
+    planted = planted_manifest
+    kern = json.loads((out / "data/kernels.json").read_text())["data"]
+    assert [h["category"] for h in kern["heads"]] == [h["category"] for h in planted["layer0"]["heads"]]
+    neu = json.loads((out / "data/neurons.json").read_text())["data"]
+    assert neu["heads"] == planted["layer0"]["contextual_heads"]
+    planted_neurons = {n["index"] for n in planted["layer0"]["neurons"]}
+    shown = [n["neuron"] for n in neu["neurons"]]
+    assert set(shown) <= planted_neurons and neuron_pages == sorted(f"n{j}.html" for j in shown)
+    act = json.loads((out / "data/activations.json").read_text())["data"]
+    assert [n["neuron"] for n in act["neurons"]] == shown        # activations show the contextual neurons
+    sem_head = planted["layer1"]["semantic_head"]
+    top = json.loads((out / "data/survey.json").read_text())["data"]["rows"][0]
+    assert (top["layer"], top["head"]) == (sem_head["layer"], sem_head["head"])
+    deep = json.loads((out / "data/semantic.json").read_text())["data"]["heads"][0]
+    assert deep["n_negative_top64"] > 0 and deep["leiden"]["ari"] > 0.9
+    steer = json.loads((out / "data/steering.json").read_text())["data"]
+    assert steer["self_attention_after"] > steer["self_attention_before"] + 0.2
+    assert steer["prompt_self_after"] > steer["prompt_self_before"]
+    page = (out / "heads" / f"L{sem_head['layer']}H{sem_head['head']}.html").read_text()
+    assert "Semantic deep dive" in page and "Attention on the sample texts" in page   # sections merged
+    assert "Positional kernel and key split" in (out / "heads/L0H0.html").read_text()
+    assert "Softmax denominator" in (out / "heads/L0H0.html").read_text()
     for f in result.data_files:
         doc = json.loads((out / f).read_text())
         assert doc["key_parts"]["fingerprint"] == planted_model.fingerprint
@@ -126,7 +162,8 @@ def test_every_token_string_is_escaped(report, planted_model, samples):
 
 
 def _counting(monkeypatch, calls: dict, fail_in: str | None = None):
-    for cls in (ModelStage, AttentionStage, ActivationsStage):
+    default_stages()
+    for cls in REGISTRY.values():
         original = cls.compute
 
         def compute(self, ctx, _original=original, _name=cls.name):
@@ -145,23 +182,26 @@ def _snapshot(out: Path) -> dict[str, bytes]:
 def test_interrupt_and_resume(report, planted_model, samples, tmp_path, monkeypatch):
     ref_out, _ = report
     reference = _snapshot(ref_out)
+    names = [st.name for st in default_stages()]
+    stop = names.index("neurons")                     # interrupted in the middle of the report
+    before, rest = names[:stop], names[stop:]
     out = tmp_path / "r"
     calls: dict = {}
     with monkeypatch.context() as m:
-        _counting(m, calls, fail_in="activations")
+        _counting(m, calls, fail_in="neurons")
         with pytest.raises(KeyboardInterrupt):
             build_report(planted_model, out, _options(samples))
-    assert calls == {"model": 1, "attention": 1}
-    assert (out / "data/model.json").is_file() and (out / "data/attention.json").is_file()
-    assert not (out / "data/activations.json").exists() and not (out / "index.html").exists()
+    assert calls == {n: 1 for n in before}
+    assert all((out / f"data/{n}.json").is_file() for n in before)
+    assert not any((out / f"data/{n}.json").exists() for n in rest) and not (out / "index.html").exists()
     assert not [p for p in out.rglob("*.tmp")]  # nothing half-written left behind
 
     calls.clear()
     with monkeypatch.context() as m:
         _counting(m, calls)
         result = build_report(planted_model, out, _options(samples))
-    assert calls == {"activations": 1}, "finished stages were recomputed"
-    assert [s.cached for s in result.stages] == [True, True, False]
+    assert calls == {n: 1 for n in rest}, "finished stages were recomputed"
+    assert [s.cached for s in result.stages] == [n in before for n in names]
     assert _snapshot(out) == reference  # JSON and HTML byte-identical to the uninterrupted run
 
     calls.clear()
@@ -172,9 +212,20 @@ def test_interrupt_and_resume(report, planted_model, samples, tmp_path, monkeypa
         build_report(planted_model, out, _options(samples, max_positions=16))     # only attention's key changes
         assert calls == {"attention": 1}
         calls.clear()
-        build_report(planted_model, out, _options(samples, use_cache=False))      # --no-cache
-        assert calls == {"model": 1, "attention": 1, "activations": 1}
+        build_report(planted_model, out, _options(samples))                       # back to the reference options
+        assert calls == {"attention": 1}
+        calls.clear()
+        nc = tmp_path / "nc"
+        nc.mkdir()
+        for f in ("model", "attention"):
+            (nc / "data").mkdir(exist_ok=True)
+            (nc / f"data/{f}.json").write_bytes((out / f"data/{f}.json").read_bytes())
+        (nc / ".headscope-report").write_bytes((out / ".headscope-report").read_bytes())
+        build_report(planted_model, nc, _options(samples, use_cache=False, stages=["model", "attention"]))
+        assert calls == {"model": 1, "attention": 1}                              # --no-cache recomputes them
     assert _snapshot(out) == reference
+    for f in ("data/model.json", "data/attention.json"):
+        assert (nc / f).read_bytes() == reference[f]                              # … to identical JSON
 
 
 def test_changed_sample_text_invalidates_its_stages(report, planted_model, samples, tmp_path, monkeypatch):
@@ -189,7 +240,10 @@ def test_changed_sample_text_invalidates_its_stages(report, planted_model, sampl
     calls: dict = {}
     _counting(monkeypatch, calls)
     build_report(planted_model, out, _options([samples[0], changed, samples[2]]))
-    assert calls == {"model": 1, "attention": 1, "activations": 1}
+    reads_samples = {st.name for st in default_stages() if "samples" in st.inputs}
+    downstream = {st.name for st in default_stages() if set(st.requires) & reads_samples}
+    assert reads_samples >= {"model", "attention", "kernels", "neurons"}
+    assert calls == {n: 1 for n in reads_samples | downstream}
 
 
 def test_refuses_a_foreign_directory(planted_model, tmp_path):
@@ -238,4 +292,26 @@ def test_default_inputs_ship_with_the_package():
     assert 1300 <= len(cal.text.split()) <= 1800
     names = [t.name for t in default_samples()]
     assert len(names) >= 4 and "french" in names
-    assert [s.name for s in default_stages()][:3] == ["model", "attention", "activations"]
+    names = [s.name for s in default_stages()]
+    assert set(names) >= EXPECTED_STAGES and names[:2] == ["model", "attention"]
+    assert names.index("calibration") < names.index("neurons") < names.index("activations")
+
+
+def test_batched_neuron_prediction_is_predict_neuron(planted_model):
+    """The neurons stage predicts all shown neurons at once; it must equal neurons.predict_neuron."""
+    import torch
+
+    from headscope.calibration import calibrate
+    from headscope.contextual import build_circuit
+    from headscope.neurons import predict_neuron
+    from headscope.report.builtin.neurons import predict_neurons
+
+    from headscope.report.inputs import default_calibration
+
+    cal = calibrate(planted_model, " ".join(default_calibration().text.split()[:120]))
+    circuit, _ = build_circuit(planted_model, cal)
+    tokens = planted_model.to_tokens("The colour of the neighbour's favourite theatre was grey.")
+    js = [3, 1602, 7]
+    batched = predict_neurons(circuit, js, tokens)
+    one = torch.stack([predict_neuron(circuit, j, tokens) for j in js], 1)
+    torch.testing.assert_close(batched, one)

@@ -148,7 +148,8 @@ def browser(tmp_path_factory):
 @pytest.fixture(scope="module")
 def report_dir(planted_model, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("browser-report") / "report"
-    build_report(planted_model, out, ReportOptions(progress=False, n_neurons=4))
+    build_report(planted_model, out, ReportOptions(progress=False, n_neurons=4, deep_dives=1, semantic_tokens=1500,
+                                                kernel_windows=4))
     return out
 
 

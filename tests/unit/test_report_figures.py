@@ -66,3 +66,23 @@ def test_token_heatmap_and_tables_escape():
     assert re.search(r"<td class=num>|<td>1.5</td>", t)
     assert H.rel("heads/L0H1.html", "index.html") == "../index.html"
     assert H.rel("index.html", "heads/L0H1.html") == "heads/L0H1.html"
+
+
+def test_panels_tile_figures_into_one_svg():
+    figs = [F.line_plot([F.Series([0, 1, 2], [1.0, 0.1, 0.01], "<b>k</b>")], log_y=True, width=200, height=150)
+            for _ in range(5)]
+    svg = F.panels(figs, cols=2, title="heads <i>")
+    root = _parse(svg)
+    ns = "{http://www.w3.org/2000/svg}"
+    inner = root.findall(f"{ns}svg")
+    assert len(inner) == 5
+    assert [(float(e.get("x")), float(e.get("y"))) for e in inner][:3] == [(0, 28), (208, 28), (0, 186)]
+    assert root.get("width") == "408" and root.get("height") == str(28 + 3 * 150 + 2 * 8)
+    assert "<i>" not in svg and "<b>" not in svg and "&lt;i&gt;" in svg
+
+
+def test_log_scale_ticks_stay_few_over_many_decades():
+    svg = F.line_plot([F.Series(list(range(50)), [10.0 ** -k for k in range(50)])], log_y=True)
+    labels = [t.text for t in _parse(svg).iter("{http://www.w3.org/2000/svg}text") if t.text and "e-" in t.text]
+    assert 2 <= len(labels) <= 8                       # not one label per decade over 50 decades
+    assert min(float(x) for x in labels) >= 1e-12      # at most LOG_DECADES decades below the maximum

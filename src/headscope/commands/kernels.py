@@ -55,22 +55,27 @@ def render(report) -> str:
 
 
 def write_figures(report, out: Path) -> list[Path]:
-    from .._svg import small_multiples
+    """kernels.svg and, with a corpus, tv_hist.svg and tv_position.svg: one panel per head."""
     from ..kernels import TV_BINS
+    from ..report import figures as F
+
+    def save(name, figs, title):
+        return atomic_write_text(out / name, F.panels(figs, cols=4, title=title) + "\n")
 
     files = []
-    panels = [(f"head {h.head}: {h.category}", h.kernel[:64]) for h in report.heads]
-    files.append(atomic_write_text(out / "kernels.svg", small_multiples(
-        panels, title=f"positional kernels pos(n={report.n_ref}, n-d), query {report.query!r}",
-        x_label="distance d = n - i (0..63)", y_label="pos", log_y=True)))
+    kern = [F.line_plot([F.Series(list(range(len(h.kernel))), h.kernel, "")], log_y=True, width=300, height=210,
+                        title=f"head {h.head}: {h.category}", xlabel="distance d = n − i", ylabel="pos")
+            for h in report.heads]
+    files.append(save("kernels.svg", kern, f"positional kernels pos(n={report.n_ref}, n−d), query {report.query!r}"))
     if report.corpus:
-        hist = [(f"head {h.head}: median {h.tv_median:.3f}", h.tv_hist) for h in report.heads]
-        files.append(atomic_write_text(out / "tv_hist.svg", small_multiples(
-            hist, kind="bar", title="TV(true, approx) per query position",
-            x_label=f"TV in bins of {TV_BINS[1]:.2f} from 0 to 1", y_label="count")))
-        per_pos = [(f"head {h.head}", h.tv_by_position) for h in report.heads]
-        files.append(atomic_write_text(out / "tv_position.svg", small_multiples(
-            per_pos, title="mean TV by query position", x_label="query position n", y_label="TV")))
+        hist = [F.histogram(edges=TV_BINS, counts=h.tv_hist, width=300, height=210, xlabel="TV(true, approx)",
+                            title=f"head {h.head}: median {h.tv_median:.3f}", ylabel="query positions")
+                for h in report.heads]
+        files.append(save("tv_hist.svg", hist, "TV(true, approx) per query position"))
+        per_pos = [F.line_plot([F.Series(list(range(len(h.tv_by_position))), h.tv_by_position, "")], width=300,
+                               height=210, title=f"head {h.head}", xlabel="query position n", ylabel="mean TV")
+                   for h in report.heads]
+        files.append(save("tv_position.svg", per_pos, "mean TV by query position"))
     return files
 
 

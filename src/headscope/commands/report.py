@@ -10,6 +10,12 @@ data/<stage>.json with every number shown. Finished stages are cached in data/*.
 under a key of model fingerprint, options and input-text hashes: rerunning (or resuming
 an interrupted run) skips them. --no-cache recomputes everything. The default texts ship
 with headscope (headscope/data/calibration.txt, headscope/data/samples/*.txt).
+
+Stages, in order: model, attention (layers 0–1 on the samples), kernels (layer-0
+positional kernels, TV of the key split), denominators (with Hoeffding/Chebyshev
+bands), calibration, neurons (contextual MLP0 neurons), activations, survey (every head
+by the semantic metrics), semantic (deep dives of the best heads), steering (α = 0 on
+the top head's negative eigenvalues).
 """
 
 from __future__ import annotations
@@ -23,7 +29,9 @@ def add_arguments(p):
     p.add_argument("--calibration-text", metavar="FILE", help="calibration text (default: the shipped one)")
     p.add_argument("--samples", metavar="FILE", nargs="+", help="sample texts (default: the shipped ones)")
     p.add_argument("--stages", metavar="NAME", nargs="+", help="run only these stages (and what they need)")
-    p.add_argument("--neurons", metavar="J", type=int, nargs="+", help="MLP0 neurons to show (default: most variable)")
+    p.add_argument("--neurons", metavar="J", type=int, nargs="+", help="MLP0 neurons to show (default: the contextual ones)")
+    p.add_argument("--deep-dives", type=int, default=2, metavar="N",
+                   help="semantic deep dives of the N best survey heads; default 2")
     p.add_argument("--no-cache", action="store_true", help="recompute every stage, ignoring data/*.json")
     p.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
 
@@ -33,11 +41,15 @@ def run(args) -> int:
     from ..report.build import check_out_dir
     from ..report.inputs import load_inputs
 
+    if args.deep_dives < 0:
+        from .._errors import HeadscopeError
+
+        raise HeadscopeError(f"--deep-dives: expected 0 or more, got {args.deep_dives}")
     check_out_dir(args.out)                              # fail before loading the model
     load_inputs(args.calibration_text, args.samples)     # … and on unreadable texts
     options = ReportOptions(calibration_text=args.calibration_text, samples=args.samples,
                             use_cache=not args.no_cache, progress=not args.no_progress,
-                            stages=args.stages, neurons=args.neurons)
+                            stages=args.stages, neurons=args.neurons, deep_dives=args.deep_dives)
     model = load_model(args)
     result = build_report(model, args.out, options)
     lines = [f"{s.name:<14} {'cached' if s.cached else 'computed':<9} {s.seconds:7.2f} s" for s in result.stages]

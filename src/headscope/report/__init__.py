@@ -51,8 +51,8 @@ Write one class in ``headscope/report/builtin/<name>.py`` and import that module
 
 Sections for the same page path from different stages are merged into one page, so
 a kernels stage adds to the attention stage's ``heads/L0H3.html`` and a contextual-neuron
-stage to ``neurons/n123.html`` (:func:`.builtin.attention.head_page`,
-:func:`.builtin.activations.neuron_page`). Pass plain ``str`` for any text (escaped
+stage to ``neurons/n123.html`` (:func:`.builtin._pages.head_page`,
+:func:`.builtin._pages.neuron_page`). Pass plain ``str`` for any text (escaped
 automatically); only markup built by :mod:`.html`/:mod:`.figures` is :class:`.html.Safe`.
 Use ``ctx.progress.iter(items)`` (or ``set_total``/``update``) for the stage's progress bar.
 Stages can also be passed directly: ``build_report(model, out, stages=[MyStage()])``.

@@ -50,6 +50,10 @@ class ReportOptions:
     max_positions: int = 40                       # positions shown in attention heatmaps
     n_neurons: int = 8                            # MLP0 neurons shown (most variable on the samples)
     neurons: Sequence[int] | None = None          # or exactly these
+    kernel_windows: int = 16                      # corpus windows for the kernels stage's TV
+    denominator_window: int = 256                 # tokens per window in the denominators stage
+    deep_dives: int = 2                           # top survey heads analysed in depth
+    semantic_tokens: int = 5000                   # nodes of the deep dives' token graphs
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -99,6 +103,9 @@ def build_report(model, out_dir: str | Path, options: ReportOptions | None = Non
     out = Path(out_dir)
     inputs = load_inputs(options.calibration_text, options.samples)
     stages = select(list(stages) if stages is not None else default_stages(), options.stages)
+    bad = [j for j in (options.neurons or []) if not 0 <= j < model.cfg.d_mlp]
+    if bad:  # checked before any stage runs
+        raise HeadscopeError(f"neuron {bad[0]} out of range (MLP0 has neurons 0..{model.cfg.d_mlp - 1})")
     check_order(stages)
     refuse_foreign_dir(out, MARKER)
     ensure_writable_dir(out)

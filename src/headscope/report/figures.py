@@ -16,12 +16,14 @@ Figures:
   :func:`bar_plot`      labelled bars (signed values coloured by sign)
   :func:`spectrum_plot` eigenvalues/singular values by rank, several series (e.g. sym vs skew)
   :func:`token_heatmap` text as tokens whose background encodes a signed value
+  :func:`panels`        several figures tiled into one SVG (small multiples; standalone .svg files)
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from typing import Sequence
 
 from ..tokenizer import escape_token
@@ -33,6 +35,8 @@ OKABE_ITO = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "
 #: ColorBrewer RdBu, 11 classes, from strongest negative (blue) to strongest positive (red).
 RDBU = ("#053061", "#2166ac", "#4393c3", "#92c5de", "#d1e5f0", "#f7f7f7",
         "#fddbc7", "#f4a582", "#d6604d", "#b2182b", "#67001f")
+
+LOG_DECADES = 12  #: a log-scale plot shows at most this many decades below its largest value
 
 FONT = "font-family=\"system-ui, -apple-system, 'Segoe UI', sans-serif\""
 
@@ -147,7 +151,7 @@ class _Frame:
 
     def Y(self, y):
         if self.log_y:
-            y = math.log10(max(y, 1e-300))
+            y = max(math.log10(max(y, 1e-300)), self.y0)  # values below the floor sit on the axis
         return self.b - (y - self.y0) / (self.y1 - self.y0) * (self.b - self.t)
 
     def axes(self, title, xlabel, ylabel, xticks=None, yticks=None, xtick_labels=None) -> list[str]:
@@ -222,6 +226,8 @@ def line_plot(series: Sequence[Series], *, title: str = "", xlabel: str = "", yl
     ys = _finite([y for s in series for y in s.y] + [y for b in bands for y in list(b.lo) + list(b.hi)])
     if log_y:
         ys = [math.log10(y) for y in ys if y > 0]
+        if ys:  # at most LOG_DECADES decades below the largest value
+            ys = [max(y, max(ys) - LOG_DECADES) for y in ys]
     xlim = (min(xs), max(xs)) if xs else (0.0, 1.0)
     if ylim is None:
         lo, hi = (min(ys), max(ys)) if ys else (0.0, 1.0)
@@ -232,7 +238,12 @@ def line_plot(series: Sequence[Series], *, title: str = "", xlabel: str = "", yl
     f = _Frame(width, height, xlim, ylim, log_y=log_y)
     yticks = None
     if log_y:
-        yticks = [float(k) for k in range(math.floor(f.y0), math.ceil(f.y1) + 1)]
+        span = f.y1 - f.y0
+        if span < 1.5:
+            yticks = nice_ticks(f.y0, f.y1, 4)
+        else:
+            step = max(1, math.ceil(span / 6))
+            yticks = [float(k) for k in range(math.floor(f.y0 / step) * step, math.ceil(f.y1) + 1, step)]
     body = f.axes(title, xlabel, ylabel, yticks=yticks)
     legend = []
     for i, b in enumerate(bands):
@@ -464,3 +475,34 @@ def token_heatmap(tokens: Sequence[str], values: Sequence[float | None], *, vmax
              f'<span style="background:{RDBU[5]}">0</span>'
              f'<span style="background:{RDBU[9]};color:#fff">{esc(fmt(vmax))}</span> {esc(value_name)}</div>')
     return Safe('<div class="tokens">' + "".join(spans) + "</div>" + scale)
+
+
+_SIZE = re.compile(r'<svg [^>]*?width="(\d+(?:\.\d+)?)" height="(\d+(?:\.\d+)?)"')
+
+
+def panels(figs: Sequence[Safe], *, cols: int = 4, title: str = "", gap: int = 8) -> Safe:
+    """Tile figures made by this module into one ``<svg>`` (row-major, `cols` per row).
+
+    Each figure keeps its own axes and labels; it is nested as an ``<svg>`` element at
+    its cell's offset. Used for small multiples and for standalone ``.svg`` files
+    (``headscope kernels --out``).
+    """
+    sizes = []
+    for f in figs:
+        m = _SIZE.match(str(f))
+        if not m:
+            raise ValueError("panels: expected figures made by headscope.report.figures (an <svg> with width/height)")
+        sizes.append((float(m.group(1)), float(m.group(2))))
+    cols = max(1, min(cols, len(figs) or 1))
+    cw = max((w for w, _ in sizes), default=100.0)
+    ch = max((h for _, h in sizes), default=100.0)
+    top = 28 if title else 0
+    rows = -(-len(figs) // cols)
+    width, height = int(cols * cw + (cols - 1) * gap), int(top + rows * ch + max(rows - 1, 0) * gap)
+    body = []
+    if title:
+        body.append(f'<text x="4" y="19" font-size="15" font-weight="600" fill="#222">{esc(title)}</text>')
+    for k, f in enumerate(figs):
+        x, y = (k % cols) * (cw + gap), top + (k // cols) * (ch + gap)
+        body.append(str(f).replace("<svg ", f'<svg x="{x:g}" y="{y:g}" ', 1))
+    return _svg(width, height, body, title)

@@ -4,4 +4,5 @@ To add a stage to the default report, write a module here with one
 ``@register_stage`` class and import it below (the import order is the run order).
 """
 
-from . import model, attention, activations  # noqa: F401
+from . import model, attention, kernels, denominators, calibration, neurons, activations  # noqa: F401
+from . import survey, semantic, steering  # noqa: F401

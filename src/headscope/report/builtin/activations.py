@@ -1,8 +1,10 @@
 """Stage ``activations``: MLP0 pre-activations of a few neurons on the sample texts.
 
 pre[p, j] = LN2(resid_mid[p]) · W_in[:, j] + b_in[j]  (``blocks.0.mlp.hook_pre``).
-Unless neurons are given, the ones shown are the ``n_neurons`` with the largest standard
-deviation of pre[p, j] over every non-BOS token of the sample texts.
+Unless neurons are given, the ones shown are the contextual neurons of the ``neurons``
+stage (largest max token contribution first); if that stage found none, the
+``n_neurons`` with the largest standard deviation of pre[p, j] over every non-BOS token
+of the sample texts.
 """
 
 from __future__ import annotations
@@ -14,22 +16,19 @@ from ...forward import run_with_cache
 from .. import figures as F
 from .. import html as H
 from ..stages import Context, PageSection, Rendered, Stage, register_stage
+from ._pages import neuron_page  # noqa: F401  (re-exported)
 
 TOP = 10      # top / bottom tokens listed per neuron
 CONTEXT = 4   # tokens of left context shown with each
-
-
-def neuron_page(j: int) -> str:
-    """Path of the page of MLP0 neuron j, shared by every stage that writes about neurons."""
-    return f"neurons/n{j}.html"
 
 
 @register_stage
 class ActivationsStage(Stage):
     name = "activations"
     title = "MLP0 neuron activations (sample texts)"
-    version = 1
+    version = 2
     inputs = ("samples",)
+    requires = ("neurons",)
 
     def key_options(self, o) -> dict:
         return {"n_neurons": o.n_neurons, "neurons": None if o.neurons is None else list(o.neurons)}
@@ -49,8 +48,13 @@ class ActivationsStage(Stage):
             if bad:
                 raise HeadscopeError(f"neuron {bad[0]} out of range (MLP0 has neurons 0..{cfg.d_mlp - 1})")
             chosen = list(dict.fromkeys(int(j) for j in ctx.options.neurons))
+            selection = "given"
+        elif ctx.results.get("neurons", {}).get("neurons"):
+            chosen = [n["neuron"] for n in ctx.results["neurons"]["neurons"]][: ctx.options.n_neurons]
+            selection = f"the {len(chosen)} contextual neurons of largest max token contribution"
         else:
             chosen = torch.argsort(std, descending=True, stable=True)[: ctx.options.n_neurons].tolist()
+            selection = f"top {ctx.options.n_neurons} by std"
         str_toks = [model.to_str_tokens(t.tolist()) for t in toks]
         where = [(s, p) for s, t in enumerate(toks) for p in range(1, len(t))]  # rows of allp
         neurons = []
@@ -73,7 +77,7 @@ class ActivationsStage(Stage):
             })
         edges, counts = F.bin_values(std.tolist(), bins=40)
         return {
-            "selection": "given" if ctx.options.neurons is not None else f"top {ctx.options.n_neurons} by std",
+            "selection": selection,
             "n_tokens": int(allp.shape[0]),
             "samples": [{"name": t.name, "tokens": st} for t, st in zip(ctx.inputs.samples, str_toks)],
             "std_hist": {"edges": edges, "counts": counts},

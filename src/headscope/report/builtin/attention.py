@@ -17,11 +17,7 @@ from ...forward import run_with_cache
 from .. import figures as F
 from .. import html as H
 from ..stages import Context, PageSection, Rendered, Stage, register_stage
-
-
-def head_page(layer: int, head: int) -> str:
-    """Path of the page of head L.H, shared by every stage that writes about heads."""
-    return f"heads/L{layer}H{head}.html"
+from ._pages import head_page  # noqa: F401  (re-exported)
 
 
 def _lower(m: torch.Tensor) -> list[list[float]]:
