@@ -44,7 +44,7 @@ class Rebuild:
     b_Q: Tensor        # [e]
     b_K: Tensor
     rank: int
-    rebuild_error: float      # ‖W_Q' W_K'ᵀ − W'‖_F / ‖W'‖_F
+    rebuild_error: float      # ‖W_Q' W_K'ᵀ − W'‖_F / ‖W_QK‖_F (the unsteered form's norm)
     key_bias_error: float     # ‖W_K' b_Q' − v‖ / ‖v‖ (0 when v = 0)
     selected: list[int]
     selected_eigenvalues: list[float]
@@ -74,14 +74,17 @@ def steered_qk(weights: Weights, layer: int, head: int, alpha: float, *, select:
     if keep_skew:
         W_new = W_new + form.skew
     U, sig, Vh = torch.linalg.svd(W_new)
-    tol = rel_tol * float(sig[0]) if sig.numel() and sig[0] > 0 else 0.0
+    # ranks and errors on the scale of the unsteered head: a steered form that vanishes
+    # (α = 0 on every eigenvalue) is rank 0, not rank d_head of rounding noise
+    scale = float(torch.linalg.matrix_norm(W, ord=2))
+    tol = rel_tol * scale
     r = min(int((sig > tol).sum()), e)
     root = sig[:r].sqrt()
     WQ = torch.zeros(cfg.d_model, e, dtype=torch.float64)
     WK = torch.zeros_like(WQ)
     WQ[:, :r] = U[:, :r] * root
     WK[:, :r] = Vh[:r].T * root
-    err = float((WQ @ WK.T - W_new).norm() / W_new.norm()) if W_new.norm() > 0 else 0.0
+    err = float((WQ @ WK.T - W_new).norm() / W.norm()) if W.norm() > 0 else 0.0
     # key-only bias term, kept exactly (one spare column if needed)
     v = key_bias_vector(weights, layer, head)                                          # [d]
     bQ = torch.zeros(e, dtype=torch.float64)
