@@ -18,6 +18,8 @@ def atomic_write_text(path: Path, text: str) -> Path:
 
 def atomic_write_bytes(path: Path, data: bytes) -> Path:
     path = Path(path)
+    if path.is_dir():
+        raise HeadscopeError(f"output file {path}: expected a file path, got an existing directory")
     ensure_writable_dir(path.parent)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

@@ -88,6 +88,9 @@ class Calibration:
             raise HeadscopeError(f"{source} is not a headscope calibration file (no \"format\": \"{FORMAT}\")")
         if d.get("version") != FORMAT_VERSION:
             raise HeadscopeError(f"{source}: calibration format version: expected {FORMAT_VERSION}, got {d.get('version')!r}")
+        if not isinstance(d.get("processing", {}), dict):
+            raise HeadscopeError(f"{source}: calibration field 'processing': expected an object of booleans, "
+                                 f"got {d['processing']!r}")
         try:
             ld = torch.tensor(d["log_denom"], dtype=torch.float64)
             ls = torch.tensor(d["log_seed_denom"], dtype=torch.float64)
@@ -103,6 +106,10 @@ class Calibration:
             raise HeadscopeError(f"{source}: calibration file is missing the field {e.args[0]!r}") from None
         except (TypeError, ValueError, RuntimeError) as e:
             raise HeadscopeError(f"{source}: calibration file has a malformed field ({str(e).splitlines()[0]})") from None
+        fields = sorted(Processing.default().to_dict())
+        if sorted(cal.processing) != fields or not all(isinstance(v, bool) for v in cal.processing.values()):
+            raise HeadscopeError(f"{source}: calibration field 'processing': expected booleans for exactly "
+                                 f"{', '.join(fields)}, got {cal.processing!r}")
         if ld.dim() != 2 or ld.shape != ls.shape or ld.shape[1] != len(cal.counts) or ld.shape[1] == 0:
             raise HeadscopeError(f"{source}: calibration arrays have inconsistent shapes "
                                  f"({list(ld.shape)}, {list(ls.shape)}, {len(cal.counts)} counts)")
@@ -148,7 +155,7 @@ def _windows(model, text: str, window: int | None) -> list[torch.Tensor]:
 
     if not text.strip():
         raise HeadscopeError("calibration text is empty")
-    return windows(model, [text], n_ctx=min(window or model.cfg.n_ctx, model.cfg.n_ctx))
+    return windows(model, [text], n_ctx=model.cfg.n_ctx if window is None else min(window, model.cfg.n_ctx))
 
 
 def log_Z_all(w, token: int, n_pos: int, c: float) -> Float[Tensor, "head pos"]:

@@ -41,10 +41,9 @@ def frequent_tokens(tokenizer, n: int, corpus: str | Path | None = None) -> list
     V = len(tokenizer)
     bos = tokenizer.bos_token_id
     if corpus is not None:
-        try:
-            text = Path(corpus).read_text(encoding="utf-8", errors="replace")
-        except OSError as e:
-            raise HeadscopeError(f"cannot read corpus {corpus}: {e.strerror}") from None
+        from .corpus import read_text_file
+
+        text = read_text_file(corpus)   # UTF-8 text only: binary or undecodable files are refused
         counts = Counter(tokenizer.encode(text))
         counts.pop(bos, None)
         if not counts:
@@ -98,6 +97,8 @@ def spectral(graph, n_clusters: int, *, seed: int = 0) -> np.ndarray:
     from scipy.sparse.linalg import eigsh
 
     n = graph.vcount()
+    if graph.ecount() == 0:          # no edge to cut (ARPACK fails on a zero matrix): one cluster
+        return np.zeros(n, dtype=np.int64)
     k = max(1, min(n_clusters, n - 2))
     e = np.asarray(graph.get_edgelist(), dtype=np.int64).reshape(-1, 2)
     w = np.asarray(graph.es["weight"] if graph.ecount() else [], dtype=np.float64)

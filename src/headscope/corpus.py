@@ -90,7 +90,7 @@ def windows(
     `texts` holds strings or ``(name, text)`` pairs (as :func:`read_corpus` returns);
     `n_ctx` defaults to the model's; `max_windows` keeps the first windows only.
     """
-    n_ctx = n_ctx or model.cfg.n_ctx
+    n_ctx = model.cfg.n_ctx if n_ctx is None else n_ctx
     if not 2 <= n_ctx <= model.cfg.n_ctx:
         raise HeadscopeError(f"window length: expected 2..{model.cfg.n_ctx}, got {n_ctx}")
     if max_windows is not None and max_windows < 1:

@@ -50,6 +50,10 @@ def load_categories(path: str | Path | None = None) -> dict[str, list[str]]:
             text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise HeadscopeError(f"categories file not found: {path}") from None
+    except UnicodeDecodeError as e:
+        raise HeadscopeError(f"categories file {path}: expected UTF-8 JSON, got an invalid byte at offset {e.start}") from None
+    except OSError as e:
+        raise HeadscopeError(f"cannot read categories file {path}: {e.strerror}") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:

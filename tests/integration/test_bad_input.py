@@ -45,6 +45,11 @@ class Ctx:
             mutate(d)
         return str(d)
 
+    def model(self) -> str:
+        """The unbroken tiny checkpoint under root (copied on first use)."""
+        d = self.root / "ckpt"
+        return str(d) if d.exists() else self.ckpt()
+
     def file(self, name: str, data: bytes | str = b"") -> Path:
         p = self.root / name
         p.parent.mkdir(parents=True, exist_ok=True)
@@ -155,6 +160,68 @@ def unwritable_out(ctx: Ctx) -> str:
     return str(parent / "out")
 
 
+# -- inputs of the analysis commands ---------------------------------------------------
+
+TEXT = "The cat sat on the mat, and the dog lay by the door of the old house. " * 2
+
+
+def text(c: Ctx) -> str:
+    """A short valid UTF-8 text."""
+    return str(c.file("ok.txt", TEXT))
+
+
+def empty(c: Ctx) -> str:
+    return str(c.file("empty.txt", b""))
+
+
+def not_utf8(c: Ctx) -> str:
+    return str(c.file("latin1.txt", b"\xff\xfe caf\xe9"))
+
+
+def binary(c: Ctx) -> str:
+    return str(c.file("binary.txt", b"abc\x00\x01\x02def\x00"))
+
+
+def weights_file(c: Ctx) -> str:
+    """A copy of model.safetensors given where text is expected."""
+    return str(c.file("weights.txt", (Path(c.model()) / "model.safetensors").read_bytes()))
+
+
+def empty_dir(c: Ctx) -> str:
+    d = c.root / "emptydir"
+    d.mkdir()
+    return str(d)
+
+
+def calibration(c: Ctx, edit: Callable[[str], str] | None = None, other_model: bool = False) -> str:
+    """A calibration written by `headscope calibrate` (for another checkpoint if `other_model`),
+    its JSON text then passed through `edit`. Built before the snapshot, so it belongs to the scratch state."""
+    c.model()
+    source = c.ckpt(edit_tensor("transformer.h.0.attn.c_attn.weight", 0.5), name="other") if other_model \
+        else c.model()
+    out = c.root / "cal.json"
+    assert main(["calibrate", source, "--text", text(c), "--out", str(out)]) == 0
+    if edit:
+        out.write_text(edit(out.read_text()))
+    return str(out)
+
+
+def json_edit(fn: Callable[[dict], None]) -> Callable[[str], str]:
+    def edit(raw: str) -> str:
+        d = json.loads(raw)
+        fn(d)
+        return json.dumps(d)
+    return edit
+
+
+def ragged(d: dict) -> None:
+    d["log_denom"] = [row + [0.0] for row in d["log_denom"]]
+
+
+def steer_out(c: Ctx) -> str:
+    return str(c.root / "steered")
+
+
 CASES: list[Case] = [
     # -- checkpoints (headscope info) ------------------------------------------------
     Case("unknown hub id offline", lambda c: ["info", "gpt2-medium"], "not in the local Hugging Face cache",
@@ -204,6 +271,200 @@ CASES: list[Case] = [
     Case("plant --seed negative", lambda c: ["plant", "--out", str(c.root / "p"), "--seed", "-1"],
          "the seed must be a non-negative integer"),
     Case("plant without --out", lambda c: ["plant"], "--out"),
+    # -- heads, layers, neurons out of range (analysis commands, tiny model: 2 layers × 3 heads, 20 neurons) --
+    Case("kernels --layer 5", lambda c: ["kernels", c.model(), "--layer", "5"], "layer 5 out of range"),
+    Case("survey --layer 9", lambda c: ["survey", c.model(), "--layer", "9"], "layer 9 out of range"),
+    Case("head 1.7 on a 3-head model", lambda c: ["head", c.model(), "1.7"], "head index 7 out of range"),
+    Case("head 1.99 on a 3-head model", lambda c: ["head", c.model(), "1.99"], "head index 99 out of range"),
+    Case("head 5.0 on a 2-layer model", lambda c: ["head", c.model(), "5.0"], "layer 5 out of range"),
+    Case("head spec one.five", lambda c: ["head", c.model(), "one.five"], "LAYER.HEAD (e.g. 1.5), got 'one.five'"),
+    Case("head spec without a dot", lambda c: ["head", c.model(), "1"], "LAYER.HEAD (e.g. 1.5), got '1'"),
+    Case("head spec 1.5.2", lambda c: ["head", c.model(), "1.5.2"], "LAYER.HEAD (e.g. 1.5), got '1.5.2'"),
+    Case("steer head 1.7 on a 3-head model",
+         lambda c: ["steer", c.model(), "1.7", "--scale-negative", "0", "--out", steer_out(c)], "head index 7 out of range"),
+    Case("neuron 20 of 20", lambda c: ["neuron", c.model(), "20", "--text", text(c)], "neuron 20 out of range"),
+    Case("neuron -1", lambda c: ["neuron", c.model(), "-1", "--text", text(c)], "neuron -1 out of range"),
+    Case("neurons --heads 7", lambda c: ["neurons", c.model(), "--calibration-text", text(c), "--heads", "7"],
+         "--heads: expected indices in 0..2, got '7'"),
+    Case("neurons --position not calibrated",
+         lambda c: ["neurons", c.model(), "--calibration-text", text(c), "--position", "99"], "position 99 is not calibrated"),
+    # -- texts: empty, not UTF-8, binary, empty directories --------------------------
+    Case("calibrate --text empty", lambda c: ["calibrate", c.model(), "--text", empty(c), "--out", "cal.json"],
+         "calibration text is empty"),
+    Case("calibrate --text not UTF-8", lambda c: ["calibrate", c.model(), "--text", not_utf8(c), "--out", "cal.json"],
+         "is not UTF-8: invalid byte 0xff at offset 0"),
+    Case("calibrate --text binary", lambda c: ["calibrate", c.model(), "--text", binary(c), "--out", "cal.json"],
+         "is binary (contains NUL bytes)"),
+    Case("calibrate --text model.safetensors",
+         lambda c: ["calibrate", c.model(), "--text", weights_file(c), "--out", "cal.json"], "is binary (contains NUL bytes)"),
+    Case("calibrate --text a directory", lambda c: ["calibrate", c.model(), "--text", empty_dir(c), "--out", "cal.json"],
+         "Is a directory"),
+    Case("neuron --text empty", lambda c: ["neuron", c.model(), "3", "--text", empty(c)], "expected some text, got an empty file"),
+    Case("neuron --text not UTF-8", lambda c: ["neuron", c.model(), "3", "--text", text(c), not_utf8(c)],
+         "is not UTF-8: invalid byte 0xff"),
+    Case("neuron --text binary", lambda c: ["neuron", c.model(), "3", "--text", binary(c)], "is binary (contains NUL bytes)"),
+    Case("neuron --text model.safetensors", lambda c: ["neuron", c.model(), "3", "--text", weights_file(c)],
+         "is binary (contains NUL bytes)"),
+    Case("neurons --calibration-text not UTF-8", lambda c: ["neurons", c.model(), "--calibration-text", not_utf8(c)],
+         "is not UTF-8"),
+    Case("neurons --calibration-text empty", lambda c: ["neurons", c.model(), "--calibration-text", empty(c)],
+         "calibration text is empty"),
+    Case("denominators --corpus empty file", lambda c: ["denominators", c.model(), "--corpus", empty(c)], "empty corpus"),
+    Case("denominators --corpus not UTF-8", lambda c: ["denominators", c.model(), "--corpus", text(c), not_utf8(c)],
+         "is not UTF-8: invalid byte 0xff at offset 0"),
+    Case("denominators --corpus binary", lambda c: ["denominators", c.model(), "--corpus", binary(c)], "is binary"),
+    Case("denominators --corpus model.safetensors", lambda c: ["denominators", c.model(), "--corpus", weights_file(c)],
+         "is binary"),
+    Case("denominators --corpus empty directory", lambda c: ["denominators", c.model(), "--corpus", empty_dir(c)],
+         "empty corpus: no text found in"),
+    Case("denominators --corpus missing", lambda c: ["denominators", c.model(), "--corpus", str(c.root / "nowhere")],
+         "corpus path not found"),
+    Case("kernels --corpus empty file", lambda c: ["kernels", c.model(), "--corpus", empty(c)], "empty corpus"),
+    Case("kernels --corpus not UTF-8", lambda c: ["kernels", c.model(), "--corpus", not_utf8(c)], "is not UTF-8"),
+    Case("kernels --corpus binary", lambda c: ["kernels", c.model(), "--corpus", binary(c)], "is binary"),
+    Case("kernels --corpus model.safetensors", lambda c: ["kernels", c.model(), "--corpus", weights_file(c)], "is binary"),
+    Case("kernels --corpus empty directory", lambda c: ["kernels", c.model(), "--corpus", empty_dir(c)],
+         "empty corpus: no text found in"),
+    Case("head --corpus not UTF-8", lambda c: ["head", c.model(), "1.2", "--corpus", not_utf8(c)], "is not UTF-8"),
+    Case("head --corpus model.safetensors", lambda c: ["head", c.model(), "1.2", "--corpus", weights_file(c)], "is binary"),
+    Case("survey --categories not UTF-8", lambda c: ["survey", c.model(), "--categories", not_utf8(c)],
+         "expected UTF-8 JSON, got an invalid byte at offset 0"),
+    Case("survey --categories a JSON list", lambda c: ["survey", c.model(), "--categories", str(c.file("l.json", "[1]"))],
+         "expected an object of name → list of words"),
+    Case("steer --categories not UTF-8",
+         lambda c: ["steer", c.model(), "1.2", "--scale-negative", "0", "--out", steer_out(c), "--categories", not_utf8(c)],
+         "expected UTF-8 JSON"),
+    # -- calibration files ------------------------------------------------------------
+    Case("neurons --calibration of another model",
+         lambda c: ["neurons", c.model(), "--calibration", calibration(c, other_model=True)], "was made for another model"),
+    Case("neuron --calibration of another model",
+         lambda c: ["neuron", c.model(), "3", "--text", text(c), "--calibration", calibration(c, other_model=True)],
+         "was made for another model"),
+    Case("neurons --calibration with other processing",
+         lambda c: ["neurons", c.model(), "--calibration",
+                    calibration(c, json_edit(lambda d: d["processing"].update(fold_ln=False)))],
+         "was made with other processing"),
+    Case("neuron --calibration with other processing",
+         lambda c: ["neuron", c.model(), "3", "--text", text(c), "--calibration",
+                    calibration(c, json_edit(lambda d: d["processing"].update(center_unembed=False)))],
+         "was made with other processing"),
+    Case("neurons --calibration truncated",
+         lambda c: ["neurons", c.model(), "--calibration", calibration(c, lambda s: s[: len(s) // 2])], "not valid JSON"),
+    Case("neuron --calibration truncated",
+         lambda c: ["neuron", c.model(), "3", "--text", text(c), "--calibration", calibration(c, lambda s: s[:100])],
+         "not valid JSON"),
+    Case("neurons --calibration a JSON list",
+         lambda c: ["neurons", c.model(), "--calibration", calibration(c, lambda s: "[1, 2, 3]")],
+         "not a headscope calibration file"),
+    Case("neurons --calibration missing log_denom",
+         lambda c: ["neurons", c.model(), "--calibration", calibration(c, json_edit(lambda d: d.pop("log_denom")))],
+         "missing the field 'log_denom'"),
+    Case("neuron --calibration missing fingerprint",
+         lambda c: ["neuron", c.model(), "3", "--text", text(c), "--calibration",
+                    calibration(c, json_edit(lambda d: d.pop("fingerprint")))], "missing the field 'fingerprint'"),
+    Case("neurons --calibration processing with unknown keys",
+         lambda c: ["neurons", c.model(), "--calibration",
+                    calibration(c, json_edit(lambda d: d.update(processing={"bogus": True})))],
+         "calibration field 'processing': expected booleans"),
+    Case("neurons --calibration processing a string",
+         lambda c: ["neurons", c.model(), "--calibration",
+                    calibration(c, json_edit(lambda d: d.update(processing="all")))],
+         "calibration field 'processing': expected an object"),
+    Case("neurons --calibration ragged arrays",
+         lambda c: ["neurons", c.model(), "--calibration", calibration(c, json_edit(ragged))], "inconsistent shapes"),
+    Case("neurons --calibration version 7",
+         lambda c: ["neurons", c.model(), "--calibration", calibration(c, json_edit(lambda d: d.update(version=7)))],
+         "format version: expected 1, got 7"),
+    Case("neurons --calibration model.safetensors",
+         lambda c: ["neurons", c.model(), "--calibration", weights_file(c)], "cannot read calibration file"),
+    Case("neurons --calibration missing", lambda c: ["neurons", c.model(), "--calibration", "nowhere.json"],
+         "no such calibration file"),
+    # -- numbers and counts -----------------------------------------------------------
+    Case("neurons --threshold abc", lambda c: ["neurons", c.model(), "--threshold", "abc"],
+         "--threshold must be a number, got 'abc'"),
+    Case("neurons --threshold nan", lambda c: ["neurons", c.model(), "--threshold", "nan"],
+         "--threshold must be finite, got 'nan'"),
+    Case("steer --scale-negative abc",
+         lambda c: ["steer", c.model(), "1.2", "--scale-negative", "abc", "--out", steer_out(c)],
+         "--scale-negative must be a number, got 'abc'"),
+    Case("steer --scale-negative inf",
+         lambda c: ["steer", c.model(), "1.2", "--scale-negative", "inf", "--out", steer_out(c)],
+         "--scale-negative must be finite"),
+    Case("denominators --delta abc", lambda c: ["denominators", c.model(), "--corpus", text(c), "--delta", "abc"],
+         "--delta must be a number, got 'abc'"),
+    Case("denominators --delta 2", lambda c: ["denominators", c.model(), "--corpus", text(c), "--delta", "2"],
+         "delta must lie in (0, 1), got 2.0"),
+    Case("head --resolution abc", lambda c: ["head", c.model(), "1.2", "--resolution", "abc"],
+         "--resolution must be a number, got 'abc'"),
+    Case("head --resolution 0", lambda c: ["head", c.model(), "1.2", "--resolution", "0"], "--resolution: expected > 0"),
+    Case("neurons --top -3", lambda c: ["neurons", c.model(), "--top", "-3"], "--top: expected at least 1, got -3"),
+    Case("head --k -1", lambda c: ["head", c.model(), "1.2", "--k", "-1"], "--k: expected ≥ 1, got -1"),
+    Case("head --tokens 0", lambda c: ["head", c.model(), "1.2", "--tokens", "0"], "--tokens: expected ≥ 1, got 0"),
+    Case("survey --prompts 0", lambda c: ["survey", c.model(), "--prompts", "0"], "--prompts: expected ≥ 1, got 0"),
+    Case("survey --length 0", lambda c: ["survey", c.model(), "--length", "0"], "--length: expected ≥ 1, got 0"),
+    Case("survey --prompts abc", lambda c: ["survey", c.model(), "--prompts", "abc"], "invalid int value: 'abc'"),
+    Case("kernels --max-windows 0", lambda c: ["kernels", c.model(), "--max-windows", "0"],
+         "--max-windows: expected ≥ 1, got 0"),
+    Case("kernels --window 1 without a corpus", lambda c: ["kernels", c.model(), "--window", "1"],
+         "--window: expected 2..40, got 1"),
+    Case("kernels --window beyond n_ctx", lambda c: ["kernels", c.model(), "--corpus", text(c), "--window", "100"],
+         "--window: expected 2..40, got 100"),
+    Case("kernels --c abc", lambda c: ["kernels", c.model(), "--c", "abc"], "got 'abc'"),
+    Case("kernels --query of two tokens", lambda c: ["kernels", c.model(), "--query", "the cat"],
+         "expected a single token"),
+    Case("calibrate --window 0", lambda c: ["calibrate", c.model(), "--text", text(c), "--window", "0", "--out", "cal.json"],
+         "window length: expected 2..40, got 0"),
+    Case("calibrate --window 1", lambda c: ["calibrate", c.model(), "--text", text(c), "--window", "1", "--out", "cal.json"],
+         "window length: expected 2..40, got 1"),
+    Case("denominators --window 0", lambda c: ["denominators", c.model(), "--corpus", text(c), "--window", "0"],
+         "window length: expected 2..40, got 0"),
+    Case("neurons --window 0", lambda c: ["neurons", c.model(), "--calibration-text", text(c), "--window", "0"],
+         "window length: expected 2..40, got 0"),
+    Case("steer --eigen out of range",
+         lambda c: ["steer", c.model(), "1.2", "--scale-negative", "0", "--eigen", "99", "--out", steer_out(c)],
+         "eigenvalue index 99 out of range"),
+    Case("steer --eigen -1",
+         lambda c: ["steer", c.model(), "1.2", "--scale-negative", "0", "--eigen", "0,-1", "--out", steer_out(c)],
+         "eigenvalue index -1 out of range"),
+    Case("steer --eigen a,b",
+         lambda c: ["steer", c.model(), "1.2", "--scale-negative", "0", "--eigen", "a,b", "--out", steer_out(c)],
+         "--eigen: expected comma-separated integers, got 'a,b'"),
+    Case("steer --eigen empty",
+         lambda c: ["steer", c.model(), "1.2", "--scale-negative", "0", "--eigen", ",", "--out", steer_out(c)],
+         "--eigen: expected at least one eigenvalue index"),
+    # -- outputs of the analysis commands -----------------------------------------------
+    Case("calibrate --out an existing directory",
+         lambda c: ["calibrate", c.model(), "--text", text(c), "--out", empty_dir(c)], "got an existing directory"),
+    Case("neuron --out an existing directory",
+         lambda c: ["neuron", c.model(), "3", "--text", text(c), "--out", empty_dir(c)], "got an existing directory"),
+    Case("calibrate --out unwritable",
+         lambda c: ["calibrate", c.model(), "--text", text(c), "--out", unwritable_out(c) + "/cal.json"],
+         "cannot create output directory"),
+    Case("kernels --out dir with other files", lambda c: ["kernels", c.model(), "--out", foreign_dir(c)],
+         "already holds other files"),
+    Case("denominators --out dir with other files",
+         lambda c: ["denominators", c.model(), "--corpus", text(c), "--out", foreign_dir(c)], "already holds other files"),
+    Case("steer --out dir with other files",
+         lambda c: ["steer", c.model(), "1.2", "--scale-negative", "0", "--out", foreign_dir(c)], "already holds other files"),
+    Case("steer --out is a regular file",
+         lambda c: ["steer", c.model(), "1.2", "--scale-negative", "0", "--out", str(c.file("taken", "x"))],
+         "not a directory"),
+    Case("report --out unwritable", lambda c: ["report", c.model(), "--out", unwritable_out(c), "--no-progress"],
+         "cannot create output directory"),
+    Case("report --out dir with other files", lambda c: ["report", c.model(), "--out", foreign_dir(c)],
+         "already holds other files"),
+    Case("report --out is a regular file", lambda c: ["report", c.model(), "--out", str(c.file("taken", "x"))],
+         "not a directory"),
+    Case("report --stages unknown", lambda c: ["report", c.model(), "--out", "rep", "--stages", "bogus", "--no-progress"],
+         "unknown report stage 'bogus'"),
+    Case("report --deep-dives -1", lambda c: ["report", c.model(), "--out", "rep", "--deep-dives", "-1"],
+         "--deep-dives: expected 0 or more, got -1"),
+    Case("report --calibration-text binary",
+         lambda c: ["report", c.model(), "--out", "rep", "--calibration-text", binary(c)], "got a binary file"),
+    Case("report --samples not UTF-8", lambda c: ["report", c.model(), "--out", "rep", "--samples", not_utf8(c)],
+         "expected UTF-8 text"),
+    Case("report --samples empty", lambda c: ["report", c.model(), "--out", "rep", "--samples", empty(c)],
+         "got an empty file"),
 ]
 
 

@@ -49,6 +49,8 @@ def run(args) -> int:
     from ..corpus import read_corpus, windows
     from ..denominators import denominator_stability, traces_svg
 
+    if args.out:                      # refuse a foreign directory before any work
+        refuse_foreign_dir(Path(args.out), "denominators.json")
     model = load_model(args)
     wins = windows(model, read_corpus(args.corpus), n_ctx=min(args.window, model.cfg.n_ctx))
     window = min(args.window, model.cfg.n_ctx)

@@ -89,6 +89,8 @@ def run(args) -> int:
     check_layer(args.layer, model.cfg)
     if args.max_windows < 1:
         raise HeadscopeError(f"--max-windows: expected ≥ 1, got {args.max_windows}")
+    if args.window is not None and not 2 <= args.window <= model.cfg.n_ctx:
+        raise HeadscopeError(f"--window: expected 2..{model.cfg.n_ctx}, got {args.window}")
     texts = []
     if args.corpus:
         texts += read_corpus(args.corpus)

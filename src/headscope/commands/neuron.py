@@ -5,8 +5,9 @@
 
 The HTML heatmap colours every token by the true pre-activation (blue negative, red
 positive; a colour-blind-safe diverging scale) with the prediction in its tooltip.
-JSON: neuron, heads, query, correlation (all positions), texts (tokens, ids, true,
-predicted, correlation per text).
+JSON: neuron, heads, query, correlation (all positions), texts (name, tokens, ids, true,
+predicted, correlation per text). A text longer than the calibrated window is cut into
+windows ([BOS] + chunk), one entry of texts each, named "FILE [window i/n]".
 """
 
 from __future__ import annotations
@@ -56,17 +57,28 @@ def render_html(trace, names: list[str]) -> str:
 
 def run(args) -> int:
     from .._atomic import atomic_write_text
+    from .._errors import HeadscopeError
     from ..corpus import read_text_file, windows
     from ..neurons import neuron_trace
 
     model = load_model(args)
     circuit, _ = circuit_from_args(args, model)
-    texts = [windows(model, [read_text_file(f)], n_ctx=circuit.calibration.n_positions)[0] for f in args.text]
+    # a text longer than the calibrated window is cut into windows, each traced on its own
+    texts, names = [], []
+    for f in args.text:
+        text = read_text_file(f)
+        if not text.strip():
+            raise HeadscopeError(f"--text {f}: expected some text, got an empty file")
+        wins = windows(model, [text], n_ctx=circuit.calibration.n_positions)
+        texts += wins
+        names += [f if len(wins) == 1 else f"{f} [window {i + 1}/{len(wins)}]" for i in range(len(wins))]
     trace = neuron_trace(circuit, args.neuron, model.tokenizer, texts)
+    for name, t in zip(names, trace.texts):
+        t["name"] = name
     if args.out:
-        atomic_write_text(Path(args.out), render_html(trace, list(args.text)))
+        atomic_write_text(Path(args.out), render_html(trace, names))
     lines = [f"neuron {trace.neuron}: correlation {trace.correlation:.3f} (heads {trace.heads})"]
     lines += [f"  {f}: r = {t['correlation']:.3f}, mean true {sum(t['true'][1:]) / max(len(t['true']) - 1, 1):.3f}"
-              for f, t in zip(args.text, trace.texts)]
+              for f, t in zip(names, trace.texts)]
     emit(args, trace, "\n".join(lines))
     return 0

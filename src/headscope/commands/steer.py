@@ -37,6 +37,8 @@ def run(args) -> int:
             select = [int(x) for x in args.eigen.split(",") if x.strip()]
         except ValueError:
             raise HeadscopeError(f"--eigen: expected comma-separated integers, got {args.eigen!r}") from None
+        if not select:
+            raise HeadscopeError(f"--eigen: expected at least one eigenvalue index, got {args.eigen!r}")
     model = load_model(args)
     layer, head = parse_head(args.head, model.cfg)
     res = steer(model, layer, head, alpha, args.out, select=select, keep_skew=not args.drop_skew,

@@ -32,7 +32,10 @@ def read_text_file(path: str | Path, what: str) -> Text:
     if not p.is_file():
         raise HeadscopeError(f"{what} {p}: no such file")
     try:
-        text = p.read_bytes().decode("utf-8")
+        data = p.read_bytes()
+        if b"\x00" in data:
+            raise HeadscopeError(f"{what} {p}: expected UTF-8 text, got a binary file (NUL bytes)")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise HeadscopeError(f"{what} {p}: expected UTF-8 text, got an invalid byte at offset {e.start}") from None
     except OSError as e:
