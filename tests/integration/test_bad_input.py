@@ -533,3 +533,32 @@ def test_bad_input(case: Case, ctx: Ctx, capsys, monkeypatch):
 def test_matrix_is_large_enough():
     assert len(CASES) >= 25
     assert len({c.name for c in CASES}) == len(CASES)
+
+
+# -- a text longer than n_ctx is windowed, not an error ------------------------------------
+
+LONG = ("The old harbour town woke slowly: gulls over the quay, bread in the ovens, boats "
+        "knocking against the stone. ") * 12          # ≈ 260 tokens, n_ctx of the tiny model = 40
+
+
+def test_text_longer_than_n_ctx_is_windowed(ctx: Ctx, capsys, monkeypatch):
+    monkeypatch.chdir(ctx.root)
+    model = ctx.model()
+    long = ctx.file("long.txt", LONG)
+    n_tokens = len(__import__("headscope").load(model).tokenizer.encode(LONG))
+    assert n_tokens > 4 * 40
+    # neuron: one trace per window ([BOS] + 39 tokens each), all of the text covered
+    capsys.readouterr()
+    assert main(["neuron", model, "3", "--text", str(long), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    names = [t["name"] for t in out["texts"]]
+    n_win = -(-n_tokens // 39)
+    assert names == [f"{long} [window {i + 1}/{n_win}]" for i in range(n_win)]
+    assert sum(len(t["ids"]) - 1 for t in out["texts"]) == n_tokens
+    assert all(len(t["ids"]) <= 40 for t in out["texts"])
+    # calibrate and kernels: accepted, and they use more than one window
+    assert main(["calibrate", model, "--text", str(long), "--out", "cal.json", "--json"]) == 0
+    cal = json.loads(capsys.readouterr().out)
+    assert cal["n_windows"] > 1
+    assert main(["kernels", model, "--corpus", str(long), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["corpus"]["n_windows"] > 1
