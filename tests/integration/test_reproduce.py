@@ -1,0 +1,131 @@
+"""`headscope reproduce` end to end: a planted checkpoint against its manifest (all pass),
+a tampered manifest (the right rows fail, exit 1), the seed reference on a model without
+a manifest, and a tiny model whose heads and neurons the seeds name do not exist."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from headscope.cli import main
+from headscope.reproduce import seed_claims
+
+CLAIM_IDS = [c["id"] for c in seed_claims()["claims"]]
+
+
+def run(capsys, *argv):
+    capsys.readouterr()
+    code = main([str(a) for a in argv])
+    out = capsys.readouterr()
+    assert "Traceback" not in out.err
+    return code, out.out
+
+
+@pytest.fixture(scope="module")
+def planted_json(planted_dir):
+    """(exit code, stdout) of `reproduce PLANTED --json`, run once for the module."""
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        code = main(["reproduce", str(planted_dir), "--json"])
+    return code, buf.getvalue()
+
+
+def test_seed_claims_cover_the_issue():
+    claims = seed_claims()
+    assert claims["format"] == "headscope-seed-claims"
+    by = {c["id"]: c for c in claims["claims"]}
+    assert by["tv_contextual"]["published"] == 0.05
+    assert by["contextual_heads"]["published"] == [0, 2, 6, 8, 9, 10]
+    assert by["n_contextual_neurons"]["published"] == 100
+    assert len(by["neuron_704_top"]["published"]) == len(by["neuron_704_bottom"]["published"]) == 50
+    assert " colour" in by["neuron_704_top"]["published"] and " color" in by["neuron_704_bottom"]["published"]
+    assert by["negative_eigenvalues"]["published"] == 33
+    assert by["sym_vs_skew"]["published"] == [1.86, 1.34]
+    assert by["steer_restores_self"]["sweep"] == [1.1, 0.0, -0.5]
+    assert all(c["tolerance"] for c in claims["claims"])
+
+
+def test_planted_checkpoint_passes_every_claim(planted_json, planted_manifest):
+    code, out = planted_json
+    d = json.loads(out)
+    assert code == 0, [r for r in d["rows"] if not r["passed"]]
+    assert d["reference"] == "planted manifest" and d["ok"]
+    assert [r["id"] for r in d["rows"]] == CLAIM_IDS
+    assert all(r["passed"] is True for r in d["rows"]), [r for r in d["rows"] if r["passed"] is not True]
+    rows = {r["id"]: r for r in d["rows"]}
+    # the published column is the manifest's
+    l0, l1 = planted_manifest["layer0"], planted_manifest["layer1"]
+    assert rows["contextual_heads"]["published"] == sorted(l0["contextual_heads"])
+    assert rows["contextual_heads"]["measured"] == sorted(l0["contextual_heads"])
+    assert rows["n_contextual_neurons"]["measured"] == sorted(n["index"] for n in l0["neurons"])
+    assert rows["negative_eigenvalues"]["published"] == l1["bilinear_form"]["n_negative"]
+    assert rows["survey_top"]["measured"] == l1["semantic_head"]["name"]
+    assert rows["tv_contextual"]["measured"] <= 0.1
+    # supporting figures: the α sweep of the seed, steering at α = 0 restores self-attention
+    sweep = {s["alpha"]: s for s in d["details"]["steering_sweep"]}
+    assert sorted(sweep) == [-0.5, 0.0, 1.1]
+    assert sweep[0.0]["self_attention_after"] > sweep[0.0]["self_attention_before"] + 0.1
+    assert sweep[-0.5]["self_attention_after"] >= sweep[0.0]["self_attention_after"]
+    assert sweep[1.1]["self_attention_after"] <= sweep[0.0]["self_attention_after"]
+
+
+def test_rerun_is_byte_identical_and_out_file_matches(planted_json, planted_dir, tmp_path, capsys):
+    code, out = run(capsys, "reproduce", "--model", planted_dir, "--json", "--out", tmp_path / "claims.json")
+    assert code == 0
+    assert out == planted_json[1]
+    assert (tmp_path / "claims.json").read_text(encoding="utf-8") == out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["claims.json"]
+
+
+def test_tampered_manifest_fails_the_right_rows(planted_dir, tmp_path, capsys):
+    d = tmp_path / "tampered"
+    shutil.copytree(planted_dir, d)
+    m = json.loads((d / "planted.json").read_text())
+    m["layer0"]["contextual_heads"] = [0, 2, 6]                 # claims fewer heads than planted
+    m["layer1"]["bilinear_form"]["n_negative"] += 1              # one negative eigenvalue too many
+    (d / "planted.json").write_text(json.dumps(m))
+    code, text = run(capsys, "reproduce", d, "--no-details", "--out", tmp_path / "claims.json")
+    res = json.loads((tmp_path / "claims.json").read_text(encoding="utf-8"))
+    assert code == 1 and not res["ok"]
+    failed = sorted(r["id"] for r in res["rows"] if r["passed"] is False)
+    # the TV row follows the claimed heads and still passes; only these two rows fail
+    assert failed == ["contextual_heads", "negative_eigenvalues"]
+    assert res["details"] == {}
+    # and the text table says FAIL on those rows
+    fails = [line.split()[0] for line in text.splitlines() if line.rstrip().endswith("FAIL")]
+    assert fails == ["contextual_heads", "negative_eigenvalues"]
+    assert "11 pass, 2 fail" in text
+
+
+def test_without_manifest_the_seed_figures_are_the_reference(planted_dir, tmp_path, capsys):
+    d = tmp_path / "anon"
+    shutil.copytree(planted_dir, d)
+    (d / "planted.json").unlink()
+    code, out = run(capsys, "reproduce", d, "--json", "--no-details")
+    res = json.loads(out)
+    rows = {r["id"]: r for r in res["rows"]}
+    assert res["reference"] == "seed (GPT-2 Small)" and code == 1
+    assert rows["contextual_heads"]["published"] == [0, 2, 6, 8, 9, 10] and rows["contextual_heads"]["passed"]
+    assert rows["survey_top"]["passed"] and rows["survey_top"]["measured"] == "1.5"
+    assert rows["n_contextual_neurons"]["measured"] == 4 and rows["n_contextual_neurons"]["passed"] is False
+    assert rows["negative_eigenvalues"]["published"] == 33 and rows["negative_eigenvalues"]["passed"] is False
+    assert rows["sym_vs_skew"]["published"] == [1.86, 1.34]
+    assert "GPT-2 Small" in " ".join(res["notes"]) and "n_layers 2" in " ".join(res["notes"])
+
+
+def test_tiny_model_reports_unmeasurable_claims(tiny_hf_dir, capsys):
+    code, out = run(capsys, "reproduce", tiny_hf_dir, "--json")
+    res = json.loads(out)
+    assert code == 1
+    rows = {r["id"]: r for r in res["rows"]}
+    assert list(rows) == CLAIM_IDS
+    for rid in ("survey_top", "negative_eigenvalues", "sym_vs_skew", "steer_restores_self", "position_independence"):
+        assert rows[rid]["passed"] is False and rows[rid]["measured"] is None
+        assert "no head 1.5" in rows[rid]["note"], rows[rid]
+    assert "no MLP0 neuron 704" in rows["neuron_704_top"]["note"]
+    assert "error" in res["details"]["steering_sweep"]
