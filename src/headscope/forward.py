@@ -76,7 +76,8 @@ class Cache(dict):
 def activation(name: str, x: Tensor) -> Tensor:
     """The MLP non-linearity, written as HF writes it."""
     if name == "gelu_new" or name == "gelu_pytorch_tanh":
-        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+        # 0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³))): HF's NewGELU formula, as one fused kernel
+        return F.gelu(x, approximate="tanh")
     if name == "gelu":
         return F.gelu(x)
     if name == "gelu_fast":
@@ -90,9 +91,12 @@ def activation(name: str, x: Tensor) -> Tensor:
 
 def layer_norm(x: Float[Tensor, "... d"], w, b, eps: float) -> tuple[Tensor, Tensor]:
     """LN(x) = w ⊙ (x − mean x)/σ + b with σ = sqrt(mean((x − mean x)²) + eps). Returns (LN(x), σ)."""
-    xc = x - x.mean(-1, keepdim=True)
-    scale = (xc.pow(2).mean(-1, keepdim=True) + eps).sqrt()
-    return xc / scale * w + b, scale.squeeze(-1)
+    if w.dtype != x.dtype:                                                 # e.g. float64 activations
+        dt = torch.promote_types(x.dtype, w.dtype)
+        x, w, b = x.to(dt), w.to(dt), b.to(dt)
+    # the kernel behind F.layer_norm (HF's own), which also returns 1/σ: one fused pass
+    out, _, rstd = torch.native_layer_norm(x, x.shape[-1:], w, b, eps)     # rstd [... 1]
+    return out, rstd.squeeze(-1).reciprocal()
 
 
 class _Keeper:
@@ -160,16 +164,20 @@ def _attention(block: Block, x: Tensor, l: int, w: Weights, k: _Keeper) -> Tenso
     above = torch.ones(p, p, dtype=torch.bool, device=x.device).triu_(1)
     scores.masked_fill_(above, float("-inf"))                                                               # in place: fresh tensor
     k.put(pre + "attn.hook_attn_scores", scores)
-    if k.wants(pre + "attn.hook_denom"):
-        k.put(pre + "attn.hook_denom", torch.logsumexp(scores, dim=-1))
     pattern = torch.softmax(scores, dim=-1)
+    if k.wants(pre + "attn.hook_denom"):
+        # log Z = s_max − log p_max (p_max ≥ 1/n never underflows): no second exp pass
+        s_max, at = scores.max(dim=-1, keepdim=True)                                                        # [b h q 1]
+        k.put(pre + "attn.hook_denom", (s_max - pattern.gather(-1, at).log()).squeeze(-1))
     k.put(pre + "attn.hook_pattern", pattern)
     z = torch.matmul(pattern, v.transpose(1, 2)).transpose(1, 2)                                             # [b q h e]
     k.put(pre + "attn.hook_z", z)
     if k.wants(pre + "attn.hook_result"):
-        k.put(pre + "attn.hook_result", torch.einsum("bqhe,hed->bqhd", z, block.W_O))
-    out = torch.addmm(block.b_O, z.reshape(b_ * p, h * e), block.W_O.reshape(h * e, d)).view(b_, p, d)      # [b p d]
-    return out
+        # per-head outputs first; their sum over heads is then the attention output (no second matmul)
+        r = torch.bmm(z.permute(2, 0, 1, 3).reshape(h, b_ * p, e), block.W_O)                               # [h bp d]
+        k.put(pre + "attn.hook_result", r.view(h, b_, p, d).permute(1, 2, 0, 3))                            # [b p h d]
+        return r.sum(0).add_(block.b_O).view(b_, p, d)                                                      # [b p d]
+    return torch.addmm(block.b_O, z.reshape(b_ * p, h * e), block.W_O.reshape(h * e, d)).view(b_, p, d)     # [b p d]
 
 
 def _mlp(block: Block, x: Tensor, l: int, w: Weights, k: _Keeper) -> Tensor:
