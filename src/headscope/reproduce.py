@@ -24,10 +24,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import statistics
 from importlib import resources
 from pathlib import Path
-
-import torch
 
 from ._errors import HeadscopeError
 from .weights import Processing
@@ -219,20 +218,19 @@ class _Work:
         circuit, choice = self.circuit
         return scan_neurons(circuit, choice, self.model.tokenizer, threshold=DEFAULT_THRESHOLD, top=TOP)
 
-    @functools.cached_property
-    def _token_values(self):
-        from .neurons import readout, token_values
-
-        circuit, choice = self.circuit
-        return token_values(circuit, choice.position), readout(circuit)            # [V he], [he m]
-
     def neuron_tokens(self, j: int) -> dict:
         """Top and bottom `TOP` tokens of neuron j through the circuit (decoded strings)."""
+        from .neurons import readout, token_values
+
         d_mlp = self.model.cfg.d_mlp
         if not 0 <= j < d_mlp:
             raise HeadscopeError(f"the model has no MLP0 neuron {j} (d_mlp = {d_mlp})")
-        Y, M = self._token_values
-        score = Y @ M[:, j]                                                         # [V]
+        hit = next((n for n in self.scan.neurons if n["neuron"] == j), None)
+        if hit is not None:                                                         # the scan has its lists
+            return {"top": hit["top_tokens"], "bottom": hit["bottom_tokens"],
+                    "max_contribution": hit["max_contribution"], "min_contribution": hit["min_contribution"]}
+        circuit, choice = self.circuit                                              # below threshold: score it
+        score = token_values(circuit, choice.position) @ readout(circuit)[:, j]     # [V he] @ [he] → [V]
         k = min(TOP, score.numel())
         top, bottom = score.topk(k), score.topk(k, largest=False)
         dec = self.model.to_str_tokens
@@ -279,8 +277,7 @@ def _tv(c, ref, w):
     heads = [h for h in ref.contextual_heads if h < len(rep.heads)]
     if not heads:
         raise HeadscopeError(f"no contextual head {ref.contextual_heads} exists in layer 0")
-    vals = sorted(rep.heads[h].tv_median for h in heads)
-    med = vals[len(vals) // 2] if len(vals) % 2 else 0.5 * (vals[len(vals) // 2 - 1] + vals[len(vals) // 2])
+    med = statistics.median(rep.heads[h].tv_median for h in heads)
     note = "" if ref.name == SEED_REFERENCE else "not planted: the seed's figure and threshold"
     return c["published"], round(med, 6), c["tolerance"], med <= c["max"], note
 

@@ -222,6 +222,11 @@ def steer_out(c: Ctx) -> str:
     return str(c.root / "steered")
 
 
+def steer0(c: Ctx, *extra: str) -> list[str]:
+    """`steer MODEL 1.2 --scale-negative 0 EXTRA… --out DIR`, DIR a fresh path under the scratch root."""
+    return ["steer", c.model(), "1.2", "--scale-negative", "0", *extra, "--out", steer_out(c)]
+
+
 CASES: list[Case] = [
     # -- checkpoints (headscope info) ------------------------------------------------
     Case("unknown hub id offline", lambda c: ["info", "gpt2-medium"], "not in the local Hugging Face cache",
@@ -339,7 +344,7 @@ CASES: list[Case] = [
     Case("survey --categories a JSON list", lambda c: ["survey", c.model(), "--categories", str(c.file("l.json", "[1]"))],
          "expected an object of name → list of words"),
     Case("steer --categories not UTF-8",
-         lambda c: ["steer", c.model(), "1.2", "--scale-negative", "0", "--out", steer_out(c), "--categories", not_utf8(c)],
+         lambda c: steer0(c, "--categories", not_utf8(c)),
          "expected UTF-8 JSON"),
     # -- calibration files ------------------------------------------------------------
     Case("neurons --calibration of another model",
@@ -428,16 +433,16 @@ CASES: list[Case] = [
     Case("neurons --window 0", lambda c: ["neurons", c.model(), "--calibration-text", text(c), "--window", "0"],
          "window length: expected 2..40, got 0"),
     Case("steer --eigen out of range",
-         lambda c: ["steer", c.model(), "1.2", "--scale-negative", "0", "--eigen", "99", "--out", steer_out(c)],
+         lambda c: steer0(c, "--eigen", "99"),
          "eigenvalue index 99 out of range"),
     Case("steer --eigen -1",
-         lambda c: ["steer", c.model(), "1.2", "--scale-negative", "0", "--eigen", "0,-1", "--out", steer_out(c)],
+         lambda c: steer0(c, "--eigen", "0,-1"),
          "eigenvalue index -1 out of range"),
     Case("steer --eigen a,b",
-         lambda c: ["steer", c.model(), "1.2", "--scale-negative", "0", "--eigen", "a,b", "--out", steer_out(c)],
+         lambda c: steer0(c, "--eigen", "a,b"),
          "--eigen: expected comma-separated integers, got 'a,b'"),
     Case("steer --eigen empty",
-         lambda c: ["steer", c.model(), "1.2", "--scale-negative", "0", "--eigen", ",", "--out", steer_out(c)],
+         lambda c: steer0(c, "--eigen", ","),
          "--eigen: expected at least one eigenvalue index"),
     # -- outputs of the analysis commands -----------------------------------------------
     Case("calibrate --out an existing directory",
