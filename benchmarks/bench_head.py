@@ -36,7 +36,7 @@ def measure(model: str | None = None, layer: int = 1, head: int = 5, *, n_tokens
 
     import headscope
     from headscope import bilinear, clustering, steering
-    from headscope.semantic import prompts_for
+    from headscope.survey import prompts_for
 
     torch.set_num_threads(threads)
     times: dict[str, float] = {}
@@ -86,7 +86,8 @@ def measure(model: str | None = None, layer: int = 1, head: int = 5, *, n_tokens
         times["clustering"] = time.perf_counter() - t
 
         t = time.perf_counter()
-        st = steering.steer(m, layer, head, 0.0, Path(tmp) / "steered", tokens=prompts.tokens)
+        steered = steering.steer(m, layer, head, 0.0, tokens=prompts.tokens)
+        st = steering.save_steered(m, steered, Path(tmp) / "steered")
         times["steering_check"] = time.perf_counter() - t
         total = time.perf_counter() - t0
     return {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import socket
 from pathlib import Path
 
 import pytest
@@ -60,3 +61,31 @@ def _randomise_biases_and_ln(model) -> None:
         for name, p in model.named_parameters():
             if name.endswith("bias") or "ln_" in name:
                 p.add_(0.1 * torch.randn(p.shape, generator=g))
+
+
+@pytest.fixture(scope="session")
+def planted_hf(planted_dir):
+    """The planted checkpoint in HF transformers (eager attention, so attentions are returned)."""
+    from transformers import GPT2LMHeadModel
+
+    return GPT2LMHeadModel.from_pretrained(planted_dir, attn_implementation="eager").eval()
+
+
+@pytest.fixture(scope="session")
+def tiny(tiny_hf_dir):
+    """headscope's view of the tiny all-distinct-dimensions checkpoint."""
+    import headscope
+
+    return headscope.load(tiny_hf_dir)
+
+
+@pytest.fixture()
+def no_network(monkeypatch):
+    """Any attempt to open a network connection fails the test."""
+    def refuse(*a, **k):
+        raise AssertionError("headscope tried to use the network")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)

@@ -32,7 +32,7 @@ import torch
 from jaxtyping import Float, Int
 
 from ._errors import HeadscopeError
-from .forward import activation, layer_norm, run_with_cache
+from .forward import layer_norm, mlp, run_with_cache
 from .weights import Weights
 
 Tensor = torch.Tensor
@@ -55,11 +55,6 @@ def mean_attn_outputs(weights: Weights, tokens: Int[Tensor, "batch pos"], layers
     return out
 
 
-def _mlp(block, x: Tensor, cfg) -> Tensor:
-    ln, _ = layer_norm(x, block.ln2_w, block.ln2_b, cfg.ln_eps)
-    return activation(cfg.act_fn, ln @ block.W_in + block.b_in) @ block.W_out + block.b_out   # [n d]
-
-
 @torch.no_grad()
 def effective_embeddings(
     weights: Weights,
@@ -74,8 +69,7 @@ def effective_embeddings(
     cfg = weights.cfg
     if variant not in VARIANTS:
         raise HeadscopeError(f"embedding variant: expected one of {', '.join(VARIANTS)}, got {variant!r}")
-    if not 0 <= layer < cfg.n_layers:
-        raise HeadscopeError(f"layer {layer} out of range (the model has layers 0..{cfg.n_layers - 1})")
+    cfg.check_layer(layer)
     if variant == "mlp" and layer == 0:
         raise HeadscopeError("embedding variant 'mlp' needs a head in layer ≥ 1 (it reads MLP0's output)")
     ids = torch.arange(cfg.d_vocab) if token_ids is None else torch.as_tensor(token_ids).long()
@@ -91,19 +85,14 @@ def effective_embeddings(
         if variant == "full":
             for l in range(layer):
                 x = x + attn_means[l]
-                x = x + _mlp(weights.blocks[l], x, cfg)
+                x = x + mlp(weights.blocks[l], x, cfg)[0]
         else:
-            x = _mlp(weights.blocks[0], x + attn_means[0], cfg)
+            x = mlp(weights.blocks[0], x + attn_means[0], cfg)[0]
         out[a:a + chunk] = layer_norm(x, ln1.ln1_w, ln1.ln1_b, cfg.ln_eps)[0]
     return out
 
 
 # -- the bilinear form ------------------------------------------------------------------------
-
-
-def score_divisor(cfg, layer: int) -> float:
-    d = math.sqrt(cfg.d_head) if cfg.scale_attn_weights else 1.0
-    return d * (layer + 1) if cfg.scale_attn_by_inverse_layer_idx else d
 
 
 def qk_matrix(weights: Weights, layer: int, head: int, *, centred: bool = True) -> Float[Tensor, "d_model d_model"]:
@@ -248,5 +237,5 @@ def matmul_floor(Q: Tensor, K: Tensor, *, chunk: int = 2048) -> float:
 def head_qk(weights: Weights, layer: int, head: int, X: Tensor) -> tuple[Tensor, Tensor]:
     """Queries and keys of effective embeddings without biases, scaled so q·k is the attention logit."""
     b = weights.blocks[layer]
-    d = math.sqrt(score_divisor(weights.cfg, layer))
+    d = math.sqrt(weights.cfg.attn_scale(layer))
     return (X @ b.W_Q[head]) / d, (X @ b.W_K[head]) / d                               # [n e] each

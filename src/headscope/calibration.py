@@ -6,7 +6,7 @@ representative *calibration text*. With a fixed query token t_q (the seed's ' th
 at every query position n, the calibration records, per head h and position n,
 
     L_h[n]        = logsumexp_{i ≤ n} q_h[n]·key_i / √e       (the model's own log-denominator)
-    log S_h[n]    = L_h[n] − log Z_h[n]                        (the seed's Σ_j pos·content, see _l0)
+    log S_h[n]    = L_h[n] − log Z_h[n]                        (the seed's Σ_j pos·content, see layer0)
 
 averaged over the calibration windows that reach position n (the average is taken of
 the denominators themselves, ``log mean_w exp(·)``). Keys are the text's true keys
@@ -26,16 +26,20 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from pathlib import Path
 
 import torch
 from jaxtyping import Float
 
-from . import _l0
+from . import layer0
 from ._atomic import atomic_write_text
 from ._errors import HeadscopeError
 from ._json import dumps
+from .corpus import read_text_file, windows
 from .forward import run_with_cache
+from .layer0 import SEED_QUERY
+from .loading import Model
 from .weights import Processing
 
 Tensor = torch.Tensor
@@ -56,7 +60,7 @@ class Calibration:
     n_text_tokens: int
     n_windows: int
     window: int
-    c: float                                  # the key split's constant (see _l0)
+    c: float                                  # the key split's constant (see layer0)
     ln2_scale: float                          # median σ₂ of layer 0 on the calibration text
     counts: list[int]                         # windows reaching position n
     log_denom: Float[Tensor, "head pos"]      # log mean_w exp(L_h[n])
@@ -117,7 +121,7 @@ class Calibration:
             raise HeadscopeError(f"{source}: calibration holds non-finite denominators or a non-positive ln2_scale")
         return cal
 
-    def check(self, model, processing: Processing | None = None, source: str = "calibration") -> "Calibration":
+    def check(self, model: Model, processing: Processing | None = None, source: str = "calibration") -> "Calibration":
         """Refuse a calibration made for another model or other processing."""
         processing = Processing.default() if processing is None else processing
         if self.fingerprint != model.fingerprint:
@@ -141,62 +145,49 @@ def text_sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def query_id(model, query: str) -> int:
-    """The id of `query`, which must be exactly one token."""
-    ids = model.tokenizer.encode(query)
-    if len(ids) != 1:
-        raise HeadscopeError(f"query {query!r} must be a single token, got {len(ids)} tokens")
-    return int(ids[0])
-
-
 def _windows(model, text: str, window: int | None) -> list[torch.Tensor]:
     """Windows [BOS] + chunk of at most `window` (default n_ctx) tokens (:func:`headscope.corpus.windows`)."""
-    from .corpus import windows
-
     if not text.strip():
         raise HeadscopeError("calibration text is empty")
     return windows(model, [text], n_ctx=model.cfg.n_ctx if window is None else min(window, model.cfg.n_ctx))
 
 
-def log_Z_all(w, token: int, n_pos: int, c: float) -> Float[Tensor, "head pos"]:
-    """log Z_h[n] for n = 0..n_pos−1 (the positional kernel's normaliser, see _l0)."""
-    return torch.stack([_l0.frame(w, token, n, c).log_Z for n in range(n_pos)], dim=1)
-
-
 @torch.no_grad()
 def calibrate(
-    model,
+    model: Model,
     text: str,
     *,
-    query: str = " the",
+    query: str = SEED_QUERY,
     processing: Processing | None = None,
     window: int | None = None,
     c: float | None = None,
 ) -> Calibration:
-    """Sample every layer-0 head's denominator on `text` with query token `query`."""
+    """Sample every layer-0 head's denominator on `text` with query token `query`.
+
+    The mean over windows is taken of the denominators themselves, stably per head and
+    position: a running ``log Σ_w exp(L_w[h, n])`` with its own shift for every (h, n),
+    so heads whose log-denominators lie hundreds of nats apart never underflow.
+    """
     processing = Processing.default() if processing is None else processing
-    w = _l0.layer0_float64(model.weights(processing))
-    qid = query_id(model, query)
-    c = _l0.typical_embedding_norm(w) if c is None else float(c)
+    w = layer0.view(model, processing)
+    qid = layer0.token_id(model, query)
+    c = layer0.measure_c(w) if c is None else float(c)
     chunks = _windows(model, text, window)
     P = max(x.numel() for x in chunks)
     H = model.cfg.n_heads
-    sum_exp = torch.zeros(H, P, dtype=torch.float64)
+    log_sum = torch.full((H, P), -math.inf, dtype=torch.float64)                 # log Σ_w exp(L_w)
     counts = torch.zeros(P, dtype=torch.long)
-    shift = None
     scales = []
     for x in chunks:
         cache = run_with_cache(w, x[None], names=["blocks.0.attn.hook_k", "blocks.0.ln2.hook_scale"], stop_at_layer=1)
-        scores = _l0.fixed_query_scores(w, cache["blocks.0.attn.hook_k"], qid)   # [1 head q k]
+        scores = layer0.fixed_query_scores(w, cache["blocks.0.attn.hook_k"], qid)   # [1 head q k]
         L = torch.logsumexp(scores, dim=-1)[0]                                    # [head q]
         p = L.shape[1]
-        if shift is None:
-            shift = L.max().item()
-        sum_exp[:, :p] += (L - shift).exp()
+        log_sum[:, :p] = torch.logaddexp(log_sum[:, :p], L)
         counts[:p] += 1
         scales.append(cache["blocks.0.ln2.hook_scale"][0, 1:] if p > 1 else cache["blocks.0.ln2.hook_scale"][0])
-    log_denom = (sum_exp / counts).log() + shift                                  # [head P]
-    log_seed = log_denom - log_Z_all(w, qid, P, c)
+    log_denom = log_sum - counts.double().log()                                   # [head P]
+    log_seed = log_denom - layer0.log_Z(w, qid, P, c)
     return Calibration(
         fingerprint=model.fingerprint, processing=processing.to_dict(), query=query, query_id=qid,
         text_sha256=text_sha256(text), n_text_tokens=sum(x.numel() - 1 for x in chunks),
@@ -205,15 +196,9 @@ def calibrate(
     )
 
 
-def load_calibration(path: str | Path, model=None, processing: Processing | None = None) -> Calibration:
+def load_calibration(path: str | Path, model: Model | None = None, processing: Processing | None = None) -> Calibration:
     """Read a calibration file; with `model`, refuse one made for another model/processing."""
-    path = Path(path)
-    try:
-        raw = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise HeadscopeError(f"no such calibration file: {path}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise HeadscopeError(f"cannot read calibration file {path}: {e}") from None
+    raw = read_text_file(path, "calibration file")
     try:
         d = json.loads(raw)
     except json.JSONDecodeError as e:

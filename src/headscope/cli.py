@@ -12,6 +12,7 @@ import importlib
 import sys
 
 from ._errors import HeadscopeError
+from ._version import __version__
 
 #: subcommand name → (module under headscope.commands, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -46,8 +47,6 @@ def common_options() -> argparse.ArgumentParser:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
-
     parser = _Parser(prog="headscope", description="Weight-based interpretability of GPT-2-family models.")
     parser.add_argument("--version", action="version", version=f"headscope {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)

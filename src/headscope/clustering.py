@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from ._errors import HeadscopeError
+from .corpus import read_text_file
 
 
 # -- frequency ------------------------------------------------------------------------------
@@ -41,8 +42,6 @@ def frequent_tokens(tokenizer, n: int, corpus: str | Path | None = None) -> list
     V = len(tokenizer)
     bos = tokenizer.bos_token_id
     if corpus is not None:
-        from .corpus import read_text_file
-
         text = read_text_file(corpus)   # UTF-8 text only: binary or undecodable files are refused
         counts = Counter(tokenizer.encode(text))
         counts.pop(bos, None)

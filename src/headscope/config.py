@@ -4,9 +4,22 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import operator
 from pathlib import Path
 
 from ._errors import HeadscopeError
+
+def _is_index(x) -> bool:
+    """An integer (Python, numpy or 0-d torch), not a bool."""
+    if isinstance(x, bool):
+        return False
+    try:
+        operator.index(x)
+    except TypeError:
+        return False
+    return True
+
 
 #: activation_function values of HF GPT-2 configs that headscope implements.
 ACTIVATIONS = ("gelu_new", "gelu", "gelu_pytorch_tanh", "relu", "gelu_fast", "quick_gelu")
@@ -30,6 +43,34 @@ class Config:
     @property
     def d_head(self) -> int:
         return self.d_model // self.n_heads
+
+    def attn_scale(self, layer: int) -> float:
+        """The divisor of layer `layer`'s attention scores, ``score = q·k / attn_scale``.
+
+        √d_head (unless ``scale_attn_weights`` is off), times (layer + 1) when
+        ``scale_attn_by_inverse_layer_idx`` is set, as HF's GPT-2 scales them.
+        """
+        scale = math.sqrt(self.d_head) if self.scale_attn_weights else 1.0
+        return scale * (layer + 1) if self.scale_attn_by_inverse_layer_idx else scale
+
+    def check_layer(self, layer: int) -> int:
+        """`layer` if the model has it, else a one-line :class:`HeadscopeError`."""
+        if not _is_index(layer) or not 0 <= layer < self.n_layers:
+            raise HeadscopeError(f"layer {layer} out of range (the model has layers 0..{self.n_layers - 1})")
+        return layer
+
+    def check_head(self, layer: int, head: int) -> tuple[int, int]:
+        """(layer, head) if the model has that head, else a one-line :class:`HeadscopeError`."""
+        self.check_layer(layer)
+        if not _is_index(head) or not 0 <= head < self.n_heads:
+            raise HeadscopeError(f"head index {head} out of range (the model has {self.n_heads} heads per layer)")
+        return layer, head
+
+    def check_neuron(self, neuron: int) -> int:
+        """`neuron` if MLP0 has it, else a one-line :class:`HeadscopeError`."""
+        if not _is_index(neuron) or not 0 <= neuron < self.d_mlp:
+            raise HeadscopeError(f"neuron {neuron} out of range (MLP0 has neurons 0..{self.d_mlp - 1})")
+        return neuron
 
     def __post_init__(self):
         for name in ("n_layers", "d_model", "n_heads", "d_mlp", "d_vocab", "n_ctx"):

@@ -1,12 +1,12 @@
 """The contextual circuit: several broad, weakly content-dependent layer-0 heads as one sum.
 
-Derivation (seed 000; notation of :mod:`._l0`). For a fixed query token t_q at position
+Derivation (seed 000; notation of :mod:`.layer0`). For a fixed query token t_q at position
 n, head h writes
 
     out_h[n] = Σ_{i ≤ n} A_h[n, i] · v_h[i] W_O[h]
              ≈ Σ_i pos_h[n, i] · content_h[n, x_i] / S_h[n] · (OV_h[n, x_i] + OVP_h[n, i])
 
-with the key split in A_h and the value split of _l0. Three further steps give the
+with the key split in A_h and the value split of :mod:`.layer0`. Three further steps give the
 seed's circuit:
 
 1. **calibrated denominators**: S_h[n] is replaced by the calibration's S̄_h[n]
@@ -47,10 +47,13 @@ import dataclasses
 import torch
 from jaxtyping import Float, Int
 
-from . import _l0
+from . import layer0
 from ._errors import HeadscopeError
 from .calibration import Calibration
 from .forward import run_with_cache
+from .layer0 import Frame
+from .loading import Model
+from .stats import correlation, fraction_unexplained, median
 from .weights import Processing, Weights
 
 Tensor = torch.Tensor
@@ -79,10 +82,9 @@ class HeadChoice:
 
 def head_metrics(w: Weights, token: int, n: int, c: float) -> tuple[Tensor, Tensor, Tensor]:
     """(width [head], content_std [head], kernel TV distances [head head]) at position n."""
-    fr = _l0.frame(w, token, n, c)
+    fr = layer0.frame(w, token, n, c)
     width = 1.0 / fr.pos.pow(2).sum(-1)                                    # [head]
-    logits = torch.cat([fr.content_logits(w, ids) for ids in torch.arange(w.cfg.d_vocab).split(8192)], dim=1)
-    content_std = logits.std(dim=1)                                        # [head]
+    content_std = layer0.log_content_factors(w, token, n).std(dim=1)       # [head]
     tv = 0.5 * (fr.pos[:, None, :] - fr.pos[None, :, :]).abs().sum(-1)     # [head head]
     return width, content_std, tv
 
@@ -136,22 +138,22 @@ class Circuit:
         if not 0 <= n < self.calibration.n_positions:
             raise HeadscopeError(f"position {n} is not calibrated (the calibration covers 0..{self.calibration.n_positions - 1})")
 
-    def frame(self, n: int) -> _l0.Frame:
+    def frame(self, n: int) -> Frame:
         self._check_n(n)
-        return _l0.frame(self.weights, self.token, n, self.calibration.c)
+        return layer0.frame(self.weights, self.token, n, self.calibration.c)
 
-    def token_weights(self, fr: _l0.Frame, tokens: Int[Tensor, "t"]) -> Float[Tensor, "head t"]:
+    def token_weights(self, fr: Frame, tokens: Int[Tensor, "t"]) -> Float[Tensor, "head t"]:
         """content_h[n, t] / S̄_h[n] for the chosen heads."""
         log_S = self.calibration.log_seed_denom[self.heads, fr.n].to(fr.q.dtype)
         return (fr.content_logits(self.weights, tokens)[self.heads] - log_S[:, None]).exp()
 
-    def shared_kernel(self, fr: _l0.Frame) -> Float[Tensor, "k"]:
+    def shared_kernel(self, fr: Frame) -> Float[Tensor, "k"]:
         return fr.pos[self.heads].mean(0)
 
-    def offset(self, fr: _l0.Frame) -> Float[Tensor, "d"]:
+    def offset(self, fr: Frame) -> Float[Tensor, "d"]:
         """off[n] = Σ_h Σ_i pos_h[n, i] · OVP_h[n, i]."""
         b = self.weights.blocks[0]
-        P = _l0.positional_term(self.weights, fr.n, fr.c)                  # [k d]
+        P = layer0.positional_term(self.weights, fr.n, fr.c)                  # [k d]
         out = torch.zeros(self.weights.cfg.d_model, dtype=P.dtype)
         for h in self.heads:
             out += (fr.pos[h] @ P) @ b.W_V[h] @ b.W_O[h]
@@ -163,7 +165,7 @@ class Circuit:
         w, b = self.weights, self.weights.blocks[0]
         tokens = torch.arange(w.cfg.d_vocab) if tokens is None else tokens
         a = self.token_weights(fr, tokens)                                 # [H t]
-        X = _l0.ln1(w, w.W_E[tokens] + w.W_pos[n])                         # [t d]
+        X = layer0.ln1(w, w.W_E[tokens] + w.W_pos[n])                         # [t d]
         out = torch.zeros(len(tokens), w.cfg.d_model, dtype=X.dtype)
         for k, h in enumerate(self.heads):
             out += a[k][:, None] * ((X @ b.W_V[h] + b.b_V[h]) @ b.W_O[h])
@@ -176,7 +178,7 @@ class Circuit:
         for n in positions:
             fr = self.frame(n)
             a = self.token_weights(fr, tokens[: n + 1]) * self.shared_kernel(fr)   # [H k]
-            X = _l0.ln1(w, w.W_E[tokens[: n + 1]] + w.W_pos[n])                   # [k d]
+            X = layer0.ln1(w, w.W_E[tokens[: n + 1]] + w.W_pos[n])                   # [k d]
             u = a @ X                                                              # [H d]
             out = self.offset(fr)
             for k, h in enumerate(self.heads):
@@ -188,17 +190,17 @@ class Circuit:
         """Σ_{h ∈ H} out_h[n] for every n, with the fixed query token at each n."""
         w, b = self.weights, self.weights.blocks[0]
         cache = run_with_cache(w, tokens[None], names=["blocks.0.attn.hook_k", "blocks.0.attn.hook_v"], stop_at_layer=1)
-        pattern = torch.softmax(_l0.fixed_query_scores(w, cache["blocks.0.attn.hook_k"], self.token), -1)  # [1 H q k]
+        pattern = torch.softmax(layer0.fixed_query_scores(w, cache["blocks.0.attn.hook_k"], self.token), -1)  # [1 H q k]
         z = torch.einsum("hqk,khe->qhe", pattern[0], cache["blocks.0.attn.hook_v"][0])                      # [q H e]
         return torch.einsum("qhe,hed->qd", z[:, self.heads], b.W_O[self.heads])
 
 
-def build_circuit(model, calibration: Calibration, heads: list[int] | None = None,
+def build_circuit(model: Model, calibration: Calibration, heads: list[int] | None = None,
                   processing: Processing | None = None, position: int | None = None) -> tuple[Circuit, HeadChoice]:
     """Check the calibration against `model`, choose heads, return (circuit, choice)."""
     processing = Processing.default() if processing is None else processing
     calibration.check(model, processing)
-    w = _l0.layer0_float64(model.weights(processing))
+    w = layer0.view(model, processing)
     n = calibration.n_positions - 1 if position is None else position
     if not 0 <= n < calibration.n_positions:
         raise HeadscopeError(f"position {n} is not calibrated (0..{calibration.n_positions - 1})")
@@ -216,18 +218,13 @@ class Fidelity:
     positions: list[int]
     correlation: list[list[float]]   # [text position]
     fvu: list[list[float]]
-    median_correlation: float
-    median_fvu: float
+    median_correlation: float | None   # over the positions where both are defined
+    median_fvu: float | None
     fingerprint: str
     processing: dict
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
-
-
-def _corr(a: Tensor, b: Tensor) -> Tensor:
-    a, b = a - a.mean(-1, keepdim=True), b - b.mean(-1, keepdim=True)
-    return (a * b).sum(-1) / (a.norm(dim=-1) * b.norm(dim=-1)).clamp_min(1e-300)
 
 
 @torch.no_grad()
@@ -245,12 +242,11 @@ def circuit_fidelity(circuit: Circuit, texts: list[Tensor], positions: list[int]
             raise HeadscopeError(f"text of {len(tokens)} tokens has no evaluable position")
         true = circuit.true_output(tokens[:p])[pos]                         # [n d]
         pred = circuit.predict(tokens, pos)                                 # [n d]
-        corr.append(_corr(pred, true).tolist())
-        resid = (true - pred).pow(2).sum(-1)
-        fvu.append((resid / (true - true.mean(-1, keepdim=True)).pow(2).sum(-1).clamp_min(1e-300)).tolist())
+        corr.append(correlation(pred, true).tolist())
+        fvu.append(fraction_unexplained(true, pred).tolist())
         pos_used = pos_used or pos
-    flat = lambda xs: torch.tensor([v for row in xs for v in row])
+    flat = lambda xs: torch.tensor([v for row in xs for v in row])  # noqa: E731
     cal = circuit.calibration
     return Fidelity(heads=circuit.heads, query=cal.query, n_texts=len(texts), positions=pos_used,
-                    correlation=corr, fvu=fvu, median_correlation=float(flat(corr).median()),
-                    median_fvu=float(flat(fvu).median()), fingerprint=cal.fingerprint, processing=cal.processing)
+                    correlation=corr, fvu=fvu, median_correlation=median(flat(corr)),
+                    median_fvu=median(flat(fvu)), fingerprint=cal.fingerprint, processing=cal.processing)

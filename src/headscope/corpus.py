@@ -13,7 +13,6 @@ Windows: each text is tokenised on its own (no BOS inside texts), cut into chunk
 
 from __future__ import annotations
 
-import importlib.resources
 import os
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -22,26 +21,31 @@ import torch
 
 from ._errors import HeadscopeError
 
-SAMPLE = "sample_corpus.txt"
+def read_text_file(path: str | os.PathLike, what: str = "corpus file", *, allow_empty: bool = True) -> str:
+    """The UTF-8 text of one file the user named, as `what` (e.g. "calibration text").
 
-
-def read_text_file(path: str | os.PathLike) -> str:
-    """The UTF-8 text of one file; HeadscopeError if missing, binary or not UTF-8."""
+    Every user-given text is read here: a missing file, a binary file (NUL bytes),
+    invalid UTF-8 (byte and offset named) and, unless `allow_empty`, a whitespace-only
+    file are a :class:`HeadscopeError`.
+    """
     path = Path(path)
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        raise HeadscopeError(f"corpus file not found: {path}") from None
+        raise HeadscopeError(f"{what} not found: {path}") from None
     except OSError as e:
-        raise HeadscopeError(f"cannot read corpus file {path}: {e.strerror}") from None
+        raise HeadscopeError(f"cannot read {what} {path}: {e.strerror}") from None
     if b"\x00" in data:
-        raise HeadscopeError(f"corpus file {path} is binary (contains NUL bytes), expected UTF-8 text")
+        raise HeadscopeError(f"{what} {path} is binary (contains NUL bytes), expected UTF-8 text")
     try:
-        return data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise HeadscopeError(
-            f"corpus file {path} is not UTF-8: invalid byte 0x{data[e.start]:02x} at offset {e.start}"
+            f"{what} {path} is not UTF-8: invalid byte 0x{data[e.start]:02x} at offset {e.start}"
         ) from None
+    if not allow_empty and not text.strip():
+        raise HeadscopeError(f"{what} {path}: expected some text, got an empty file")
+    return text
 
 
 def _files(path: Path) -> list[Path]:
@@ -71,12 +75,6 @@ def read_corpus(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[
         shown = ", ".join(str(p) for p in paths) or "(no paths)"
         raise HeadscopeError(f"empty corpus: no text found in {shown}")
     return out
-
-
-def sample_corpus() -> list[tuple[str, str]]:
-    """headscope's own few-paragraph sample text (written for headscope; no third-party text)."""
-    text = importlib.resources.files("headscope").joinpath("data", SAMPLE).read_text(encoding="utf-8")
-    return [(f"headscope:{SAMPLE}", text)]
 
 
 def windows(

@@ -7,7 +7,7 @@ measured quantity is the seed's denominator
     S_h[n](x) = exp( L_h[n](x) − log Z_h[n] ) ≈ Σ_{j ≤ n} pos_h[n, j] · content_h[n, x_j]
 
 where L_h[n] = logsumexp_i q·key_i/√e is the model's own log-denominator and Z_h[n] the
-positional kernel's normaliser (:mod:`._l0`). Z_h[n] does not depend on the text, so
+positional kernel's normaliser (:mod:`.layer0`). Z_h[n] does not depend on the text, so
 the relative spread of S equals that of the model's denominator exp(L). With
 ``query=None`` the text's own token is the query at each n and the model's
 ``blocks.0.attn.hook_denom`` is used as it is: the reported quantity is then exp(L)
@@ -39,10 +39,12 @@ import math
 
 import torch
 
-from . import _l0
+from . import layer0
 from ._errors import HeadscopeError
-from .calibration import query_id
+from .corpus import windows
 from .forward import run_with_cache
+from .layer0 import SEED_QUERY
+from .loading import Model
 from .weights import Processing
 
 Tensor = torch.Tensor
@@ -81,10 +83,10 @@ class DenominatorStability:
 
 @torch.no_grad()
 def denominator_stability(
-    model,
+    model: Model,
     texts: list[str] | list[Tensor],
     *,
-    query: str | None = " the",
+    query: str | None = SEED_QUERY,
     processing: Processing | None = None,
     window: int = 256,
     n_min: int = 32,
@@ -98,15 +100,13 @@ def denominator_stability(
     position has the same number of samples); predictions at n = stride, 2·stride, ….
     """
     processing = Processing.default() if processing is None else processing
-    w = _l0.layer0_float64(model.weights(processing))
+    w = layer0.view(model, processing)
     if not 0 < delta < 1:
         raise HeadscopeError(f"delta must lie in (0, 1), got {delta}")
     if not 0 <= n_min < window - 1 or not 1 <= stride < window:
         raise HeadscopeError(f"expected 0 ≤ n_min < window − 1 and 1 ≤ stride < window, "
                              f"got n_min {n_min}, stride {stride}, window {window}")
     if texts and isinstance(texts[0], str):
-        from .corpus import windows
-
         wins = windows(model, texts, n_ctx=window)
     else:
         wins = list(texts)
@@ -117,11 +117,11 @@ def denominator_stability(
     names = ["blocks.0.attn.hook_k"] if query is not None else ["blocks.0.attn.hook_denom"]
     cache = run_with_cache(w, X, names=names, stop_at_layer=1, batch_size=8)
     H = model.cfg.n_heads
-    c = _l0.typical_embedding_norm(w)
+    c = layer0.measure_c(w)
     if query is not None:
-        qid = query_id(model, query)
-        L = torch.logsumexp(_l0.fixed_query_scores(w, cache["blocks.0.attn.hook_k"], qid), -1)  # [b head p]
-        frames = [_l0.frame(w, qid, n, c) for n in range(window)]
+        qid = layer0.token_id(model, query)
+        L = torch.logsumexp(layer0.fixed_query_scores(w, cache["blocks.0.attn.hook_k"], qid), -1)  # [b head p]
+        frames = [layer0.frame(w, qid, n, c) for n in range(window)]
         log_Z = torch.stack([f.log_Z for f in frames], 1)                       # [head p]
         S = (L - log_Z).exp()
         norm = "seed: S = sum_j pos[n,j]*content[n,x_j] = exp(logsumexp(scores) - log Z[n]), fixed query"
@@ -170,45 +170,3 @@ def denominator_stability(
         measured_rel_quantile=meas_q.tolist(), sum_pos2=out["s2"],
         fingerprint=model.fingerprint, processing=processing.to_dict(),
     )
-
-
-# -- figure -------------------------------------------------------------------------------
-
-
-def traces_svg(r: DenominatorStability, cols: int = 4) -> str:
-    """One panel per head: S_h[n] of each sampled text (thin) and the mean over texts (thick).
-
-    The y range of every panel is mean ± 4·(median relative spread) around the mean, so
-    panels show *relative* stability on one scale."""
-    import html
-
-    W, Hh, pad = 230, 150, 26
-    rows = -(-len(r.heads) // cols)
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{cols * (W + pad) + pad}" height="{rows * (Hh + pad) + 2 * pad}">',
-           f'<text x="{pad}" y="16" font-size="13" font-family="sans-serif">softmax denominators per head '
-           f'({html.escape(r.normalisation.split(":")[0])} normalisation, query {html.escape(repr(r.query))}, '
-           f'{r.n_texts} texts); x: query position, y: S / mean over positions</text>']
-    for k, h in enumerate(r.heads):
-        x0, y0 = pad + (k % cols) * (W + pad), pad + (k // cols) * (Hh + pad)
-        mean = r.mean[h]
-        scale = sum(mean[r.n_min:]) / max(len(mean) - r.n_min, 1)
-        half = max(4 * r.median_rel_spread[h], 0.02)
-        lo, hi = 1 - half, 1 + half
-        out.append(f'<rect x="{x0}" y="{y0}" width="{W}" height="{Hh}" fill="white" stroke="#999"/>')
-        out.append(f'<text x="{x0 + 4}" y="{y0 + 12}" font-size="11" font-family="sans-serif">head {h}: '
-                   f'spread {r.median_rel_spread[h]:.3g}</text>')
-
-        def line(vals, colour, width):
-            pts = []
-            for i, v in enumerate(vals):
-                y = min(max((v / scale - lo) / (hi - lo), 0.0), 1.0)
-                pts.append(f"{x0 + 4 + (W - 8) * i / max(len(vals) - 1, 1):.2f},{y0 + Hh - 4 - (Hh - 22) * y:.2f}")
-            return f'<polyline fill="none" stroke="{colour}" stroke-width="{width}" points="{" ".join(pts)}"/>'
-
-        for t in r.traces:
-            out.append(line(t[h], "#88ccee", 0.7))
-        out.append(line(mean, "#332288", 1.8))
-        out.append(f'<text x="{x0 + W - 4}" y="{y0 + 12}" font-size="9" text-anchor="end" font-family="sans-serif">'
-                   f'±{half:.2g}</text>')
-    out.append("</svg>")
-    return "\n".join(out) + "\n"

@@ -38,7 +38,6 @@ logits                           [b p v]
 from __future__ import annotations
 
 import fnmatch
-import math
 from typing import Iterable
 
 import torch
@@ -157,10 +156,7 @@ def _attention(block: Block, x: Tensor, l: int, w: Weights, k: _Keeper) -> Tenso
     k.put(pre + "attn.hook_q", q)
     k.put(pre + "attn.hook_k", key)
     k.put(pre + "attn.hook_v", v)
-    divisor = math.sqrt(e) if cfg.scale_attn_weights else 1.0
-    if cfg.scale_attn_by_inverse_layer_idx:
-        divisor *= float(l + 1)
-    scores = torch.matmul(q.transpose(1, 2), key.permute(0, 2, 3, 1)).div_(divisor)                        # [b h q k]
+    scores = torch.matmul(q.transpose(1, 2), key.permute(0, 2, 3, 1)).div_(cfg.attn_scale(l))              # [b h q k]
     above = torch.ones(p, p, dtype=torch.bool, device=x.device).triu_(1)
     scores.masked_fill_(above, float("-inf"))                                                               # in place: fresh tensor
     k.put(pre + "attn.hook_attn_scores", scores)
@@ -180,18 +176,27 @@ def _attention(block: Block, x: Tensor, l: int, w: Weights, k: _Keeper) -> Tenso
     return torch.addmm(block.b_O, z.reshape(b_ * p, h * e), block.W_O.reshape(h * e, d)).view(b_, p, d)     # [b p d]
 
 
-def _mlp(block: Block, x: Tensor, l: int, w: Weights, k: _Keeper) -> Tensor:
-    cfg = w.cfg
-    b_, p, d = x.shape
-    pre = f"blocks.{l}."
+def mlp(block: Block, x: Float[Tensor, "... d"], cfg) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """MLP(x) = act(LN2(x) @ W_in + b_in) @ W_out + b_out for residual vectors x [... d].
+
+    Returns (out [... d], LN2(x) [... d], σ₂ [...], pre [... m], post [... m]).
+    """
+    shape, d = x.shape[:-1], x.shape[-1]
     ln, scale = layer_norm(x, block.ln2_w, block.ln2_b, cfg.ln_eps)
-    k.put(pre + "ln2.hook_scale", scale)
-    k.put(pre + "ln2.hook_normalized", ln)
-    hidden = torch.addmm(block.b_in, ln.reshape(b_ * p, d), block.W_in).view(b_, p, -1)                     # [b p m]
-    k.put(pre + "mlp.hook_pre", hidden)
-    act = activation(cfg.act_fn, hidden)
-    k.put(pre + "mlp.hook_post", act)
-    return torch.addmm(block.b_out, act.reshape(b_ * p, -1), block.W_out).view(b_, p, d)                    # [b p d]
+    pre = torch.addmm(block.b_in, ln.reshape(-1, d), block.W_in)                                             # [n m]
+    post = activation(cfg.act_fn, pre)
+    out = torch.addmm(block.b_out, post, block.W_out)                                                       # [n d]
+    return out.view(*shape, d), ln, scale, pre.view(*shape, -1), post.view(*shape, -1)
+
+
+def _mlp(block: Block, x: Tensor, l: int, w: Weights, k: _Keeper) -> Tensor:
+    pre_ = f"blocks.{l}."
+    out, ln, scale, pre, post = mlp(block, x, w.cfg)
+    k.put(pre_ + "ln2.hook_scale", scale)
+    k.put(pre_ + "ln2.hook_normalized", ln)
+    k.put(pre_ + "mlp.hook_pre", pre)
+    k.put(pre_ + "mlp.hook_post", post)
+    return out
 
 
 def _forward(w: Weights, tokens: Tensor, keeper: _Keeper, stop_at_layer: int | None) -> None:

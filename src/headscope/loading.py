@@ -18,13 +18,17 @@ import functools
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
 
 from ._errors import HeadscopeError, expected_got
 from .config import Config, read_config
-from .tokenizer import load_tokenizer
+from ._atomic import atomic_directory
+from .tokenizer import TOKENIZER_FILES, gpt2_bpe_files, load_tokenizer, to_str_tokens
 from .weights import Block, Processing, Weights, process
 
 #: hub ids that are GPT-2 family checkpoints with safetensors on the hub.
@@ -70,8 +74,6 @@ class Model:
         return torch.tensor(ids, dtype=torch.long)
 
     def to_str_tokens(self, ids) -> list[str]:
-        from .tokenizer import to_str_tokens
-
         return to_str_tokens(self.tokenizer, ids)
 
     @property
@@ -81,13 +83,12 @@ class Model:
 
     def describe(self) -> dict:
         c = self.cfg
-        n_params = sum(t.numel() for _, t in self.raw.named_tensors()) - c.d_model * c.d_vocab  # W_U tied
         return {
             "source": self.source,
             "directory": str(self.directory),
             "fingerprint": self.fingerprint,
             "config": c.to_dict(),
-            "n_parameters": n_params,
+            "n_parameters": self.raw.n_parameters,
             "dtype": str(self.raw.dtype).replace("torch.", ""),
             "tokenizer_vocab": len(self.tokenizer),
             "processing_default": Processing.default().to_dict(),
@@ -207,9 +208,6 @@ def check_device(device) -> None:
 
 
 def read_safetensors(directory: Path) -> dict[str, torch.Tensor]:
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
     path = Path(directory) / WEIGHTS_FILE
     if not path.is_file():
         pickles = [n for n in ("pytorch_model.bin", "model.pt", "model.ckpt") if (Path(directory) / n).exists()]
@@ -320,13 +318,6 @@ def save_checkpoint(
     so a crash leaves no half-written checkpoint. Tokenizer files are copied from
     `tokenizer_from` (a checkpoint directory) or, by default, are GPT-2's BPE.
     """
-    import shutil
-
-    from safetensors.torch import save_file
-
-    from ._atomic import atomic_directory
-    from .tokenizer import TOKENIZER_FILES, gpt2_bpe_files
-
     out = Path(out)
     with atomic_directory(out) as tmp:
         (tmp / "config.json").write_text(json.dumps(w.cfg.to_hf_dict(), indent=2, sort_keys=True) + "\n")

@@ -44,10 +44,10 @@ import dataclasses
 import torch
 from jaxtyping import Float, Int
 
-from . import _l0
 from ._errors import HeadscopeError
 from .contextual import Circuit, HeadChoice
 from .forward import run_with_cache
+from .stats import pearson
 from .tokenizer import to_str_tokens
 
 Tensor = torch.Tensor
@@ -56,13 +56,22 @@ DEFAULT_THRESHOLD = 5.0
 CHUNK = 4096
 
 
-def readout(circuit: Circuit, dtype=torch.float32) -> Float[Tensor, "he m"]:
-    """M = stack_h( c(W_O[h]) ⊙ w₂ @ W_in / σ̄₂ ) for the circuit's heads."""
+def readout_vectors(circuit: Circuit, neurons: list[int] | None = None) -> Float[Tensor, "d s"]:
+    """m_j = c(w₂ ⊙ W_in[:, j]) / σ̄₂ for each neuron j (default: all): residual → pre-activation.
+
+    With LN2's scale fixed at σ̄₂, a residual vector r moves neuron j's pre-activation by
+    ``(c(r) ⊙ w₂)·W_in[:, j] / σ̄₂ = r · m_j`` (c centres over d_model; c(r)·v = r·c(v)).
+    """
     b = circuit.weights.blocks[0]
-    W_O = b.W_O[circuit.heads]                                            # [H e d]
-    W_O = (W_O - W_O.mean(-1, keepdim=True)) * b.ln2_w                    # centre, LN2 weight
-    M = W_O.reshape(-1, W_O.shape[-1]) @ b.W_in / circuit.calibration.ln2_scale   # [H*e m]
-    return M.to(dtype)
+    W_in = b.W_in if neurons is None else b.W_in[:, neurons]              # [d s]
+    m = b.ln2_w[:, None] * W_in / circuit.calibration.ln2_scale
+    return m - m.mean(0, keepdim=True)
+
+
+def readout(circuit: Circuit, dtype=torch.float32) -> Float[Tensor, "he m"]:
+    """M = stack_h(W_O[h]) @ (m_j)_j: a head's value vector → every neuron's pre-activation."""
+    W_O = circuit.weights.blocks[0].W_O[circuit.heads]                    # [H e d]
+    return (W_O.reshape(-1, W_O.shape[-1]) @ readout_vectors(circuit)).to(dtype)   # [H*e m]
 
 
 def token_values(circuit: Circuit, n: int, dtype=torch.float32, chunk: int = CHUNK) -> Float[Tensor, "v he"]:
@@ -183,7 +192,7 @@ class NeuronTrace:
     heads: list[int]
     query: str
     texts: list[dict]             # per text: tokens, ids, true, predicted, correlation
-    correlation: float            # over all evaluated positions of all texts
+    correlation: float | None     # over all evaluated positions of all texts (None: a constant side)
     fingerprint: str
     processing: dict
 
@@ -191,51 +200,55 @@ class NeuronTrace:
         return dataclasses.asdict(self)
 
 
-def _pearson(a: Tensor, b: Tensor) -> float:
-    a, b = a - a.mean(), b - b.mean()
-    den = float(a.norm() * b.norm())
-    return float((a * b).sum()) / den if den > 0 else float("nan")
-
-
 @torch.no_grad()
-def predict_neuron(circuit: Circuit, j: int, tokens: Int[Tensor, "p"]) -> Float[Tensor, "p"]:
-    """Circuit prediction of neuron j's pre-activation at every position n < len(tokens).
+def predict_neurons(circuit: Circuit, neurons: list[int], tokens: Int[Tensor, "p"]) -> Float[Tensor, "p s"]:
+    """Circuit prediction of neurons' pre-activations at every position n < len(tokens).
 
-    pred[n] = Σ_i pos[n, i] · score[x_i, j](n) + off[n]·m_j + b_in[j] with
-    m_j = c(·) ⊙ w₂ · W_in[:, j] / σ̄₂ (the readout of :func:`readout` for one neuron)."""
-    w, b = circuit.weights, circuit.weights.blocks[0]
-    d_mlp = w.cfg.d_mlp
-    if not 0 <= j < d_mlp:
-        raise HeadscopeError(f"neuron {j} out of range (layer 0 has neurons 0..{d_mlp - 1})")
-    m_j = b.ln2_w * b.W_in[:, j] / circuit.calibration.ln2_scale               # [d]
-    m_j = m_j - m_j.mean()                                                     # c(r)·m = r·c(m)
-    Vj = torch.stack([b.W_V[h] @ (b.W_O[h] @ m_j) for h in circuit.heads], 1)  # [d H]
-    bj = torch.stack([b.b_V[h] @ (b.W_O[h] @ m_j) for h in circuit.heads])     # [H]
+    pred[n, j] = (Σ_i pos[n, i] · contribution[n, t_q, x_i] + off[n]) · m_j + b_in[j]
+    (:meth:`Circuit.predict` · :func:`readout_vectors`), positions capped at the calibration's.
+    """
+    cfg = circuit.weights.cfg
+    neurons = [cfg.check_neuron(j) for j in neurons]
     p = min(len(tokens), circuit.calibration.n_positions)
-    out = torch.empty(p, dtype=w.W_E.dtype)
-    for n in range(p):
-        fr = circuit.frame(n)
-        a = circuit.token_weights(fr, tokens[: n + 1]) * circuit.shared_kernel(fr)  # [H k]
-        X = _l0.ln1(w, w.W_E[tokens[: n + 1]] + w.W_pos[n])                        # [k d]
-        out[n] = (a * ((X @ Vj).T + bj[:, None])).sum() + circuit.offset(fr) @ m_j + b.b_in[j]
-    return out
+    resid = circuit.predict(tokens[:p], list(range(p)))                   # [p d]
+    b_in = circuit.weights.blocks[0].b_in[neurons]
+    return resid @ readout_vectors(circuit, neurons) + b_in               # [p s]
+
+
+def predict_neuron(circuit: Circuit, j: int, tokens: Int[Tensor, "p"]) -> Float[Tensor, "p"]:
+    """:func:`predict_neurons` for one neuron."""
+    return predict_neurons(circuit, [j], tokens)[:, 0]
 
 
 @torch.no_grad()
-def neuron_trace(circuit: Circuit, j: int, tokenizer, texts: list[Tensor]) -> NeuronTrace:
-    """True ``blocks.0.mlp.hook_pre[:, :, j]`` (the text's own queries) vs :func:`predict_neuron`."""
-    rows, t_all, p_all = [], [], []
+def neuron_traces(circuit: Circuit, neurons: list[int], tokenizer, texts: list[Tensor]) -> list[NeuronTrace]:
+    """True ``blocks.0.mlp.hook_pre[:, :, j]`` (the texts' own queries) vs :func:`predict_neurons`,
+    for several neurons at once (one forward pass and one prediction per text).
+
+    Positions are capped at the calibration's; correlations exclude BOS (position 0).
+    """
+    neurons = [circuit.weights.cfg.check_neuron(j) for j in neurons]
+    rows: list[list[dict]] = [[] for _ in neurons]
+    t_all, p_all = [], []
     for tokens in texts:
-        pred = predict_neuron(circuit, j, tokens)
-        p = len(pred)
+        pred = predict_neurons(circuit, neurons, tokens)                           # [p s]
+        p = pred.shape[0]
         cache = run_with_cache(circuit.weights, tokens[None, :p], names=["blocks.0.mlp.hook_pre"], stop_at_layer=1)
-        true = cache["blocks.0.mlp.hook_pre"][0, :, j]
-        rows.append({"ids": tokens[:p].tolist(), "tokens": to_str_tokens(tokenizer, tokens[:p].tolist()),
-                     "true": true.tolist(), "predicted": pred.tolist(),
-                     "correlation": _pearson(true[1:], pred[1:]) if p > 2 else float("nan")})
+        true = cache["blocks.0.mlp.hook_pre"][0][:, neurons]                       # [p s]
+        ids = tokens[:p].tolist()
+        strs = to_str_tokens(tokenizer, ids)
+        for c in range(len(neurons)):
+            rows[c].append({"ids": ids, "tokens": strs, "true": true[:, c].tolist(), "predicted": pred[:, c].tolist(),
+                            "correlation": pearson(true[1:, c], pred[1:, c]) if p > 2 else None})
         t_all.append(true[1:])
         p_all.append(pred[1:])
+    T, P = torch.cat(t_all), torch.cat(p_all)                                      # [N s]
     cal = circuit.calibration
-    return NeuronTrace(neuron=j, heads=circuit.heads, query=cal.query, texts=rows,
-                       correlation=_pearson(torch.cat(t_all), torch.cat(p_all)),
-                       fingerprint=cal.fingerprint, processing=cal.processing)
+    return [NeuronTrace(neuron=j, heads=circuit.heads, query=cal.query, texts=rows[c],
+                        correlation=pearson(T[:, c], P[:, c]), fingerprint=cal.fingerprint,
+                        processing=cal.processing) for c, j in enumerate(neurons)]
+
+
+def neuron_trace(circuit: Circuit, j: int, tokenizer, texts: list[Tensor]) -> NeuronTrace:
+    """:func:`neuron_traces` for one neuron."""
+    return neuron_traces(circuit, [j], tokenizer, texts)[0]

@@ -23,26 +23,30 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import statistics
-from importlib import resources
 from pathlib import Path
 
+from . import bilinear, shipped
 from ._errors import HeadscopeError
+from .calibration import calibrate
+from .contextual import build_circuit
+from .corpus import windows
+from .kernels import analyse_kernels
+from .layer0 import SEED_QUERY
+from .loading import Model
+from .neurons import DEFAULT_THRESHOLD, readout, scan_neurons, token_values
+from .planted.build import MANIFEST, read_manifest
+from .shipped import seed_claims
+from .steering import steer
+from .survey import position_independence, survey
 from .weights import Processing
 
-QUERY = " the"
 KERNEL_WINDOWS = 16          #: windows of the shipped texts for the TV claim (as the report)
 TOP = 50                     #: token lists compared for neuron claims
 SEED_REFERENCE = "seed (GPT-2 Small)"
 PLANTED_REFERENCE = "planted manifest"
 GPT2_SMALL = {"n_layers": 12, "n_heads": 12, "d_model": 768, "d_head": 64, "d_mlp": 3072,
               "n_ctx": 1024, "d_vocab": 50257}
-
-
-def seed_claims() -> dict:
-    """``headscope/data/seed_claims.json``: the claims, published figures and tolerances."""
-    return json.loads((resources.files("headscope") / "data" / "seed_claims.json").read_text(encoding="utf-8"))
 
 
 @dataclasses.dataclass
@@ -163,9 +167,7 @@ def planted_reference(manifest: dict) -> Reference:
         raise HeadscopeError(f"planted.json: malformed manifest ({type(e).__name__}: {e})") from None
 
 
-def reference_for(model) -> Reference:
-    from .planted.build import MANIFEST, read_manifest
-
+def reference_for(model: Model) -> Reference:
     if (Path(model.directory) / MANIFEST).is_file():
         return planted_reference(read_manifest(model.directory))
     return seed_reference(seed_claims())
@@ -175,56 +177,32 @@ def reference_for(model) -> Reference:
 
 
 class _Work:
-    def __init__(self, model, processing: Processing, head: tuple[int, int]):
+    def __init__(self, model: Model, processing: Processing, head: tuple[int, int]):
         self.model, self.processing, self.head = model, processing, head
 
     def _check_head(self) -> tuple[int, int]:
-        l, h = self.head
-        cfg = self.model.cfg
-        if not (0 <= l < cfg.n_layers and 0 <= h < cfg.n_heads):
-            raise HeadscopeError(f"the model has no head {l}.{h} ({cfg.n_layers} layers × {cfg.n_heads} heads)")
-        return l, h
+        return self.model.cfg.check_head(*self.head)
 
     @functools.cached_property
     def kernels(self):
-        from .corpus import windows
-        from .kernels import analyse_kernels
-        from .report.inputs import default_calibration, default_samples
-
-        texts = [(t.name, t.text) for t in [default_calibration(), *default_samples()]]
+        texts = [(t.name, t.text) for t in [shipped.calibration_text(), *shipped.samples()]]
         wins = windows(self.model, texts, max_windows=KERNEL_WINDOWS)
-        return analyse_kernels(self.model, layer=0, query=QUERY, c="measured", windows=wins,
+        return analyse_kernels(self.model, layer=0, query=SEED_QUERY, c="measured", windows=wins,
                                processing=self.processing)
 
     @functools.cached_property
-    def layer0(self):
-        from .report.builtin._pages import Layer0View
-
-        return Layer0View(self.model)
-
-    @functools.cached_property
     def circuit(self):
-        from .calibration import calibrate
-        from .contextual import build_circuit
-        from .report.inputs import default_calibration
-
-        cal = calibrate(self.layer0, default_calibration().text, query=QUERY, processing=self.processing)
-        return build_circuit(self.layer0, cal, processing=self.processing)       # (circuit, choice)
+        cal = calibrate(self.model, shipped.calibration_text().text, query=SEED_QUERY, processing=self.processing)
+        return build_circuit(self.model, cal, processing=self.processing)       # (circuit, choice)
 
     @functools.cached_property
     def scan(self):
-        from .neurons import DEFAULT_THRESHOLD, scan_neurons
-
         circuit, choice = self.circuit
         return scan_neurons(circuit, choice, self.model.tokenizer, threshold=DEFAULT_THRESHOLD, top=TOP)
 
     def neuron_tokens(self, j: int) -> dict:
         """Top and bottom `TOP` tokens of neuron j through the circuit (decoded strings)."""
-        from .neurons import readout, token_values
-
-        d_mlp = self.model.cfg.d_mlp
-        if not 0 <= j < d_mlp:
-            raise HeadscopeError(f"the model has no MLP0 neuron {j} (d_mlp = {d_mlp})")
+        self.model.cfg.check_neuron(j)
         hit = next((n for n in self.scan.neurons if n["neuron"] == j), None)
         if hit is not None:                                                         # the scan has its lists
             return {"top": hit["top_tokens"], "bottom": hit["bottom_tokens"],
@@ -239,8 +217,6 @@ class _Work:
 
     @functools.cached_property
     def survey(self):
-        from .semantic import survey
-
         return survey(self.model, n_prompts=64, length=16, seed=0, processing=self.processing)
 
     def survey_row(self):
@@ -249,25 +225,19 @@ class _Work:
 
     @functools.cached_property
     def position(self):
-        from .semantic import position_independence
-
         l, h = self._check_head()
         return position_independence(self.model, l, h, processing=self.processing)
 
     @functools.cached_property
     def form(self):
-        from . import bilinear
-
         l, h = self._check_head()
         W = self.model.weights(self.processing)
         return bilinear.bilinear_form(bilinear.qk_matrix(W, l, h, centred=W.processing.fold_ln), l, h)
 
     @functools.lru_cache(maxsize=None)
     def steer(self, alpha: float):
-        from .steering import steer
-
         l, h = self._check_head()
-        return steer(self.model, l, h, alpha, select="negative")
+        return steer(self.model, l, h, alpha, select="negative", processing=self.processing).result
 
 
 # -- one function per claim: (published, measured, tolerance, passed, note) ------------------------
@@ -429,7 +399,7 @@ def _details(w: _Work, claims: dict, ref: Reference) -> dict:
     return d
 
 
-def reproduce(model, *, processing: Processing | None = None, reference: Reference | None = None,
+def reproduce(model: Model, *, processing: Processing | None = None, reference: Reference | None = None,
               details: bool = True) -> ReproduceResult:
     """Measure every seed claim on `model` against `reference` (default: :func:`reference_for`)."""
     processing = Processing.default() if processing is None else processing

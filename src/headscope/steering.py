@@ -23,14 +23,17 @@ Processed → raw (what a GPT-2 checkpoint stores): ``W_raw = W'/ln1_w`` row-wis
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 import torch
 
+from ._atomic import refuse_foreign_dir
 from ._errors import HeadscopeError
+from ._json import dumps
 from .bilinear import bilinear_form, key_bias_vector, qk_matrix
-from .forward import run_with_cache
+from .loading import WEIGHTS_FILE, Model, file_sha256, save_checkpoint
+from .patterns import head_pattern
+from .survey import prompts_for
 from .weights import Processing, Weights, process
 
 Tensor = torch.Tensor
@@ -122,9 +125,7 @@ def unfold_into_raw(raw: Weights, layer: int, head: int, rb: Rebuild) -> Weights
 
 def self_attention_stats(weights: Weights, tokens: Tensor, layer: int, head: int) -> dict:
     """Mean self-attention probability A[q, q] and mean rank of self among keys 0..q (1 = top), q ≥ 1."""
-    name = f"blocks.{layer}.attn.hook_pattern"
-    A = run_with_cache(weights, tokens, names=[name], stop_at_layer=layer + 1, batch_size=32)[name][:, head]
-    A = A.double()                                                                     # [b q k]
+    A = head_pattern(weights, tokens, layer, head)                                     # [b q k]
     diag = torch.diagonal(A, dim1=-2, dim2=-1)                                         # [b q]
     p = A.shape[-1]
     causal = torch.ones(p, p, dtype=torch.bool).tril()
@@ -166,43 +167,52 @@ class SteerResult:
         ])
 
 
-def steer(model, layer: int, head: int, alpha: float, out: str | Path | None = None, *,
-          select: str | list[int] = "negative", keep_skew: bool = True, tokens: Tensor | None = None,
-          categories=None, seed: int = 0) -> SteerResult:
-    """Scale eigenvalues of head (layer, head) by α, measure self-attention, optionally save a checkpoint."""
-    from ._atomic import refuse_foreign_dir
-    from ._json import dumps
-    from .loading import WEIGHTS_FILE, file_sha256, save_checkpoint
-    from .semantic import prompts_for
+@dataclasses.dataclass
+class Steered:
+    """A steered model: what was measured, and the steered weights (raw and processed)."""
 
-    cfg = model.cfg
-    if not 0 <= layer < cfg.n_layers:
-        raise HeadscopeError(f"layer {layer} out of range (the model has layers 0..{cfg.n_layers - 1})")
-    if not 0 <= head < cfg.n_heads:
-        raise HeadscopeError(f"head index {head} out of range (the model has {cfg.n_heads} heads per layer)")
-    processing = Processing.default()
+    result: SteerResult
+    raw: Weights              # raw weights with the head replaced (fold_ln inverted)
+    weights: Weights          # the same, under the processing of the measurement
+
+
+def steer(model: Model, layer: int, head: int, alpha: float, *, select: str | list[int] = "negative",
+          keep_skew: bool = True, tokens: Tensor | None = None, categories=None, seed: int = 0,
+          processing: Processing | None = None) -> Steered:
+    """Scale eigenvalues of head (layer, head) by α and measure self-attention before and after.
+
+    Both measurements use `processing` (default: the seed studies'; it must include
+    fold_ln). :func:`save_steered` writes the steered weights as a checkpoint.
+    """
+    model.cfg.check_head(layer, head)
+    processing = Processing.default() if processing is None else processing
     W = model.weights(processing)
     rb = steered_qk(W, layer, head, alpha, select=select, keep_skew=keep_skew)
     raw_new = unfold_into_raw(model.raw, layer, head, rb)
+    W_new = process(raw_new, processing)
     if tokens is None:
         tokens = prompts_for(model, categories, n_prompts=32, length=16, seed=seed)[0].tokens
     before = self_attention_stats(W, tokens, layer, head)
-    after = self_attention_stats(process(raw_new, processing), tokens, layer, head)
+    after = self_attention_stats(W_new, tokens, layer, head)
     res = SteerResult(
         layer=layer, head=head, alpha=float(alpha), select=select, keep_skew=keep_skew,
         n_selected=len(rb.selected), selected_eigenvalues=rb.selected_eigenvalues, rank=rb.rank,
         rebuild_error=rb.rebuild_error, key_bias_error=rb.key_bias_error,
         self_attention_before=before["self_attention"], self_attention_after=after["self_attention"],
         self_rank_before=before["self_rank"], self_rank_after=after["self_rank"],
-        out=str(out) if out is not None else None, fingerprint=model.fingerprint, steered_fingerprint=None,
-        processing=processing.to_dict(),
+        out=None, fingerprint=model.fingerprint, steered_fingerprint=None, processing=processing.to_dict(),
     )
-    if out is not None:
-        out = Path(out)
-        refuse_foreign_dir(out, MARKER)
-        meta = {k: v for k, v in res.to_dict().items() if k not in ("out", "steered_fingerprint")}
-        meta["source"] = model.source
-        save_checkpoint(raw_new.to(dtype=torch.float32), out, tokenizer_from=model.directory,
-                        extra_files={MARKER: dumps(meta)})
-        res.steered_fingerprint = file_sha256(out / WEIGHTS_FILE)
+    return Steered(result=res, raw=raw_new, weights=W_new)
+
+
+def save_steered(model: Model, steered: Steered, out: str | Path) -> SteerResult:
+    """Write the steered checkpoint to `out` (with steering.json); returns the result with its path and sha256."""
+    out = Path(out)
+    refuse_foreign_dir(out, MARKER)
+    res = dataclasses.replace(steered.result, out=str(out))
+    meta = {k: v for k, v in res.to_dict().items() if k not in ("out", "steered_fingerprint")}
+    meta["source"] = model.source
+    save_checkpoint(steered.raw.to(dtype=torch.float32), out, tokenizer_from=model.directory,
+                    extra_files={MARKER: dumps(meta)})
+    res.steered_fingerprint = file_sha256(out / WEIGHTS_FILE)
     return res

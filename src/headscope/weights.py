@@ -164,6 +164,22 @@ class Weights:
         return self.W_E.dtype
 
     @property
+    def n_parameters(self) -> int:
+        """Parameters of the GPT-2 these weights describe (W_U counted once when tied to W_E, b_U not)."""
+        n = sum(t.numel() for name, t in self.named_tensors() if name not in ("W_U", "b_U"))
+        return n + (0 if self.tied else self.W_U.numel())
+
+    @property
+    def tied(self) -> bool:
+        """W_U is W_Eᵀ (GPT-2's tied unembedding; raw weights only, processing changes W_U)."""
+        return self.W_U.shape == self.W_E.T.shape and bool(torch.equal(self.W_U, self.W_E.T))
+
+    def embedding_norms(self, chunk: int = 8192) -> tuple[Tensor, Tensor]:
+        """(|W_E[t]| for every token [d_vocab], |W_pos[i]| for every position [n_ctx])."""
+        emb = torch.cat([self.W_E[i:i + chunk].norm(dim=-1) for i in range(0, self.cfg.d_vocab, chunk)])
+        return emb, self.W_pos.norm(dim=-1)
+
+    @property
     def device(self) -> torch.device:
         return self.W_E.device
 

@@ -12,8 +12,9 @@ import pytest
 import torch
 
 import headscope
-from headscope import kernels
-from headscope.corpus import sample_corpus, windows
+from headscope import kernels, layer0
+from headscope.corpus import windows
+from headscope.shipped import sample_corpus
 
 pytestmark = pytest.mark.slow
 
@@ -74,37 +75,37 @@ def test_split_exact_at_i_equals_n(planted_model, w64, corpus_windows):
     tokens = corpus_windows[0][:120]
     cache = headscope.run_with_cache(w64, tokens[None], names=["blocks.0.attn.hook_k"], stop_at_layer=1)
     k = cache["blocks.0.attn.hook_k"][0]                                   # [p h e]
-    c, _ = kernels.resolve_c(w64)
+    c, _ = layer0.resolve_c(w64)
     for n in (0, 1, 17, 119):
-        E, P = kernels.key_split(w64, tokens, n, c)                        # [h i e]
+        E, P = layer0.key_split(w64, tokens, n, c)                        # [h i e]
         torch.testing.assert_close(E[:, n] + P[:, n], k[n], rtol=1e-9, atol=1e-9)
         assert P[:, n].abs().max() == 0
     # …and only approximate elsewhere (the test can tell)
-    E, P = kernels.key_split(w64, tokens, 119, c)
+    E, P = layer0.key_split(w64, tokens, 119, c)
     assert (E[:, :100] + P[:, :100] - k[:100].transpose(0, 1)).abs().max() > 1e-3
 
 
 def test_vectorised_scores_match_the_per_position_split(w64, corpus_windows):
     tokens = corpus_windows[0][:60]
     c = 3.0
-    content, position = kernels.split_scores(w64, tokens, c)               # [h q k]
-    q = kernels.queries(w64, tokens)                                        # [p h e]
+    content, position = layer0.split_scores(w64, tokens, c)               # [h q k]
+    q = layer0.queries(w64, tokens)                                        # [p h e]
     div = w64.cfg.d_head ** 0.5
     for n in (5, 59):
-        E, P = kernels.key_split(w64, tokens, n, c)
+        E, P = layer0.key_split(w64, tokens, n, c)
         torch.testing.assert_close(content[:, n, : n + 1], torch.einsum("he,hie->hi", q[n], E) / div)
         torch.testing.assert_close(position[:, n, : n + 1], torch.einsum("he,hie->hi", q[n], P) / div)
 
 
 def test_approx_patterns_are_causal_distributions(planted_model, corpus_windows):
     W = planted_model.weights()
-    A = kernels.approx_pattern(W, corpus_windows[0][:200], 3.0)
+    A = layer0.approx_pattern(W, corpus_windows[0][:200], 3.0)
     torch.testing.assert_close(A.sum(-1), torch.ones(A.shape[:2]))
     assert (A >= 0).all()
     assert A.triu(1).abs().max() == 0
     # the seed's factorisation: attn_approx = pos · content / Σ_j pos · content
-    pos = kernels.text_positional_kernels(W, corpus_windows[0][:200], 3.0)
-    con = kernels.text_content_factors(W, corpus_windows[0][:200], 3.0)
+    pos = layer0.text_positional_kernels(W, corpus_windows[0][:200], 3.0)
+    con = layer0.text_content_factors(W, corpus_windows[0][:200], 3.0)
     torch.testing.assert_close(A, pos * con / (pos * con).sum(-1, keepdim=True))
 
 
@@ -134,13 +135,13 @@ def test_wrong_c_makes_tv_worse(planted_model, corpus_windows, report):
 
 def test_c_sources(planted_model):
     W = planted_model.weights()
-    c, src = kernels.resolve_c(W)
+    c, src = layer0.resolve_c(W)
     norms = (W.W_E - W.W_E.mean(-1, keepdim=True)).norm(dim=-1)
     assert src == "measured" and c == pytest.approx(float(norms.median()))
-    assert kernels.resolve_c(W, "gpt2") == (3.5, "gpt2")
-    assert kernels.resolve_c(W, 2.5) == (2.5, "given")
+    assert layer0.resolve_c(W, "gpt2") == (3.5, "gpt2")
+    assert layer0.resolve_c(W, 2.5) == (2.5, "given")
     with pytest.raises(headscope.HeadscopeError):
-        kernels.resolve_c(W, -1)
+        layer0.resolve_c(W, -1)
 
 
 def test_report_records_dependencies(report, planted_model):

@@ -3,7 +3,6 @@
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -46,16 +45,6 @@ def fake_hub_cache(root: Path, repo_id: str, checkpoint: Path) -> Path:
             shutil.copyfile(f, blob)
             (snap / f.name).symlink_to(os.path.relpath(blob, snap))
     return root
-
-
-@pytest.fixture()
-def no_network(monkeypatch):
-    def refuse(*a, **k):
-        raise AssertionError("headscope tried to open a network connection")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
-    monkeypatch.setattr(socket, "getaddrinfo", refuse)
 
 
 def test_local_path_makes_no_network_connection(tiny_hf_dir, no_network):

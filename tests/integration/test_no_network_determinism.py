@@ -3,23 +3,11 @@
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import pytest
 
 from headscope.cli import main
-
-
-@pytest.fixture()
-def no_network(monkeypatch):
-    def refuse(*a, **k):
-        raise AssertionError("headscope tried to use the network")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
-    monkeypatch.setattr(socket, "getaddrinfo", refuse)
 
 
 def cli(capsys, *argv) -> tuple[int, bytes]:

@@ -56,20 +56,13 @@ TEXTS = {
 
 
 @pytest.fixture(scope="module")
-def hf_model(planted_dir):
-    from transformers import GPT2LMHeadModel
-
-    return GPT2LMHeadModel.from_pretrained(planted_dir, attn_implementation="eager").eval()
-
-
-@pytest.fixture(scope="module")
 def layer0(planted_manifest):
     return planted_manifest["layer0"]
 
 
-def _hf_attn0(hf_model, tokens):
+def _hf_attn0(planted_hf, tokens):
     with torch.no_grad():
-        out = hf_model(tokens[None], output_attentions=True)
+        out = planted_hf(tokens[None], output_attentions=True)
     return out.attentions[0][0].double()  # [head q k]
 
 
@@ -111,11 +104,11 @@ def test_manifest_tokens_are_single_gpt2_tokens(layer0, planted_model):
         assert brit in cw["positive"] and amer in cw["negative"]
 
 
-def test_attention_follows_planted_kernels(hf_model, planted_model, layer0):
+def test_attention_follows_planted_kernels(planted_hf, planted_model, layer0):
     """Per head, every attention row is close (TV) to the planted kernel, and far from the others."""
     text = " ".join(TEXTS[k][j] for k in TEXTS for j in (0, 1))
     tokens = planted_model.to_tokens(text)[:300]
-    A = _hf_attn0(hf_model, tokens)
+    A = _hf_attn0(planted_hf, tokens)
     kw = torch.tensor([int(t) in set(layer0["keyword_ids"]) for t in tokens], dtype=torch.float64)
     assert kw.sum() > 20  # the text does contain keywords
     cat_of = {h["kappa"]: h["category"] for h in layer0["heads"]}
@@ -136,9 +129,9 @@ def test_attention_follows_planted_kernels(hf_model, planted_model, layer0):
             assert torch.tensor(v).median().item() > 3 * med + 0.05, (h, kappa, k)
 
 
-def test_keyword_heads_prefer_keywords(hf_model, planted_model, layer0):
+def test_keyword_heads_prefer_keywords(planted_hf, planted_model, layer0):
     tokens = planted_model.to_tokens(TEXTS["sport_vs_cooking"][0])
-    A = _hf_attn0(hf_model, tokens)
+    A = _hf_attn0(planted_hf, tokens)
     kw = torch.tensor([int(t) in set(layer0["keyword_ids"]) for t in tokens])
     n = len(tokens) - 1
     for hd in layer0["heads"]:
@@ -152,38 +145,38 @@ def test_keyword_heads_prefer_keywords(hf_model, planted_model, layer0):
             assert abs(mass - base) < 0.1 * base + 0.02, (hd["head"], mass, base)
 
 
-def _mlp0_pre(hf_model, planted_model, text):
+def _mlp0_pre(planted_hf, planted_model, text):
     tokens = planted_model.to_tokens(text)
     got = {}
-    handle = hf_model.transformer.h[0].mlp.c_fc.register_forward_hook(lambda m, i, o: got.update(pre=o))
+    handle = planted_hf.transformer.h[0].mlp.c_fc.register_forward_hook(lambda m, i, o: got.update(pre=o))
     try:
         with torch.no_grad():
-            hf_model(tokens[None])
+            planted_hf(tokens[None])
     finally:
         handle.remove()
     return got["pre"][0]  # [pos d_mlp]
 
 
-def test_planted_neurons_separate_their_texts(hf_model, planted_model, layer0):
+def test_planted_neurons_separate_their_texts(planted_hf, planted_model, layer0):
     """HF's c_fc output (MLP0 pre-activation) is higher on positive-rich text, by a margin."""
     margins = {}
     for n in layer0["neurons"]:
         pos_text, neg_text = TEXTS[n["name"]]
         j = n["index"]
-        pre_pos = _mlp0_pre(hf_model, planted_model, pos_text)[10:, j].mean().item()
-        pre_neg = _mlp0_pre(hf_model, planted_model, neg_text)[10:, j].mean().item()
+        pre_pos = _mlp0_pre(planted_hf, planted_model, pos_text)[10:, j].mean().item()
+        pre_neg = _mlp0_pre(planted_hf, planted_model, neg_text)[10:, j].mean().item()
         margins[n["name"]] = pre_pos - pre_neg
         assert pre_pos > pre_neg + 1.0, (n["name"], pre_pos, pre_neg)
     # unplanted neurons: no systematic preference on the same texts (the effect is planted)
     planted = {n["index"] for n in layer0["neurons"]}
     pos_text, neg_text = TEXTS["commonwealth_spelling"]
-    diff = (_mlp0_pre(hf_model, planted_model, pos_text)[10:].mean(0)
-            - _mlp0_pre(hf_model, planted_model, neg_text)[10:].mean(0))
+    diff = (_mlp0_pre(planted_hf, planted_model, pos_text)[10:].mean(0)
+            - _mlp0_pre(planted_hf, planted_model, neg_text)[10:].mean(0))
     others = torch.tensor([j for j in range(diff.shape[0]) if j not in planted])
     assert diff[others].abs().max().item() < 0.5 * margins["commonwealth_spelling"]
 
 
-def test_headscope_forward_agrees_on_planted_neurons(planted_model, hf_model, layer0):
+def test_headscope_forward_agrees_on_planted_neurons(planted_model, planted_hf, layer0):
     import headscope
 
     text = TEXTS["french_vs_english"][0]
@@ -191,7 +184,7 @@ def test_headscope_forward_agrees_on_planted_neurons(planted_model, hf_model, la
                                      names=["blocks.0.mlp.hook_pre"], stop_at_layer=1)
     idx = [n["index"] for n in layer0["neurons"]]
     torch.testing.assert_close(cache["blocks.0.mlp.hook_pre"][0][:, idx],
-                               _mlp0_pre(hf_model, planted_model, text)[:, idx], atol=2e-4, rtol=1e-4)
+                               _mlp0_pre(planted_hf, planted_model, text)[:, idx], atol=2e-4, rtol=1e-4)
 
 
 def test_same_seed_same_bytes_and_fast(tmp_path):

@@ -35,10 +35,10 @@ def samples(tmp_path_factory) -> list[Path]:
                                 "roads, schools and the local library, which will stay open on Sundays.\n")
     (d / "<i>odd&name.txt").write_text("Rain is expected tomorrow across the north, with sunshine later.\n")
     # a shorter calibration text keeps the tests fast: the first 450 words of the shipped one
-    from headscope.report.inputs import default_calibration
+    from headscope.shipped import calibration_text
 
     CALIBRATION.append(tmp_path_factory.mktemp("calibration") / "calibration.txt")
-    CALIBRATION[-1].write_text(" ".join(default_calibration().text.split()[:450]) + "\n")
+    CALIBRATION[-1].write_text(" ".join(calibration_text().text.split()[:450]) + "\n")
     return [d / "markup.txt", d / "news.txt", d / "<i>odd&name.txt"]
 
 
@@ -256,7 +256,7 @@ def test_refuses_a_foreign_directory(planted_model, tmp_path):
 def test_bad_inputs(planted_model, tmp_path):
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"caf\xe9 au lait")
-    with pytest.raises(HeadscopeError, match="expected UTF-8"):
+    with pytest.raises(HeadscopeError, match="is not UTF-8"):
         build_report(planted_model, tmp_path / "r1", ReportOptions(samples=[bad], progress=False))
     empty = tmp_path / "empty.txt"
     empty.write_text("  \n")
@@ -286,32 +286,12 @@ def test_cli_report(planted_dir, tmp_path, capsys):
 
 
 def test_default_inputs_ship_with_the_package():
-    from headscope.report.inputs import default_calibration, default_samples
+    from headscope import shipped
 
-    cal = default_calibration()
+    cal = shipped.calibration_text()
     assert 1300 <= len(cal.text.split()) <= 1800
-    names = [t.name for t in default_samples()]
+    names = [t.name for t in shipped.samples()]
     assert len(names) >= 4 and "french" in names
     names = [s.name for s in default_stages()]
     assert set(names) >= EXPECTED_STAGES and names[:2] == ["model", "attention"]
     assert names.index("calibration") < names.index("neurons") < names.index("activations")
-
-
-def test_batched_neuron_prediction_is_predict_neuron(planted_model):
-    """The neurons stage predicts all shown neurons at once; it must equal neurons.predict_neuron."""
-    import torch
-
-    from headscope.calibration import calibrate
-    from headscope.contextual import build_circuit
-    from headscope.neurons import predict_neuron
-    from headscope.report.builtin.neurons import predict_neurons
-
-    from headscope.report.inputs import default_calibration
-
-    cal = calibrate(planted_model, " ".join(default_calibration().text.split()[:120]))
-    circuit, _ = build_circuit(planted_model, cal)
-    tokens = planted_model.to_tokens("The colour of the neighbour's favourite theatre was grey.")
-    js = [3, 1602, 7]
-    batched = predict_neurons(circuit, js, tokens)
-    one = torch.stack([predict_neuron(circuit, j, tokens) for j in js], 1)
-    torch.testing.assert_close(batched, one)

@@ -126,6 +126,6 @@ def test_tiny_model_reports_unmeasurable_claims(tiny_hf_dir, capsys):
     assert list(rows) == CLAIM_IDS
     for rid in ("survey_top", "negative_eigenvalues", "sym_vs_skew", "steer_restores_self", "position_independence"):
         assert rows[rid]["passed"] is False and rows[rid]["measured"] is None
-        assert "no head 1.5" in rows[rid]["note"], rows[rid]
-    assert "no MLP0 neuron 704" in rows["neuron_704_top"]["note"]
+        assert "head index 5 out of range" in rows[rid]["note"], rows[rid]
+    assert "neuron 704 out of range" in rows["neuron_704_top"]["note"]
     assert "error" in res["details"]["steering_sweep"]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from headscope import bilinear, cli, clustering, steering
-from headscope.semantic import survey
+from headscope.survey import survey
 
 
 def _cli_json(capsys, argv):
@@ -125,7 +125,8 @@ def test_rebuild_at_alpha_one_is_exact(planted_model, tiny_hf_dir, tmp_path):
         assert rb.rebuild_error < 1e-12 and rb.key_bias_error < 1e-9
     # the saved α = 1 checkpoint of the tiny model (random LN and biases) gives HF the same logits
     tiny = headscope.load(tiny_hf_dir)
-    steering.steer(tiny, 1, 1, 1.0, tmp_path / "same", tokens=tiny.to_tokens(" the cat sat on the mat")[None])
+    steered = steering.steer(tiny, 1, 1, 1.0, tokens=tiny.to_tokens(" the cat sat on the mat")[None])
+    steering.save_steered(tiny, steered, tmp_path / "same")
     ids = torch.tensor([[50256, 262, 3797, 3332, 319, 262, 2603]])
     with torch.no_grad():
         a = GPT2LMHeadModel.from_pretrained(tiny_hf_dir).eval()(ids).logits
@@ -134,7 +135,7 @@ def test_rebuild_at_alpha_one_is_exact(planted_model, tiny_hf_dir, tmp_path):
 
 
 def test_alpha_zero_raises_self_attention_in_hf(planted_model, planted_dir, tmp_path, capsys):
-    from headscope.semantic import prompts_for
+    from headscope.survey import prompts_for
 
     out = tmp_path / "steered0"
     res = _cli_json(capsys, ["steer", str(planted_dir), "1.5", "--scale-negative", "0", "--out", str(out)])
@@ -146,7 +147,7 @@ def test_alpha_zero_raises_self_attention_in_hf(planted_model, planted_dir, tmp_
     assert res["self_attention_after"] > res["self_attention_before"]
     assert res["self_rank_after"] < res["self_rank_before"]
     # the post's other settings: 1.1 suppresses self at least as much, −0.5 favours self even more
-    s = {a: steering.steer(planted_model, 1, 5, a, tokens=tokens).self_attention_after for a in (1.1, 0.0, -0.5)}
+    s = {a: steering.steer(planted_model, 1, 5, a, tokens=tokens).result.self_attention_after for a in (1.1, 0.0, -0.5)}
     assert s[1.1] <= before + 1e-6 and s[-0.5] > s[0.0]
 
 

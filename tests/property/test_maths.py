@@ -169,8 +169,7 @@ def test_forward_equals_hf_transformers(case):
 # position n (‖e_{x_i} + p_n‖) and the positional remainder gets the typical norm c. At i = n
 # both are exact; elsewhere they are approximations (and the tests below check both).
 
-from headscope import kernels as K  # noqa: E402
-from headscope import _l0  # noqa: E402
+from headscope import layer0 as K  # noqa: E402
 
 LAYER0_PROCESSINGS = [Processing(fold_ln=True), Processing.default()]
 
@@ -210,9 +209,9 @@ def test_key_split_is_exact_at_the_reference_position(case):
     content, position = K.split_scores(w, tokens, c)                           # [h q k]
     diag = lambda t: torch.diagonal(t, dim1=-2, dim2=-1)
     torch.testing.assert_close(diag(content + position), diag(scores), rtol=1e-10, atol=1e-10)
-    # _l0's frame (fixed query token = the text's own x_n at n) gives the same scores at i = n
+    # layer0's frame (fixed query token = the text's own x_n at n) gives the same scores at i = n
     for n in (0, p - 1):
-        fr = _l0.frame(w, int(tokens[n]), n, c)
+        fr = K.frame(w, int(tokens[n]), n, c)
         own = fr.pos_logits[:, n] + fr.content_logits(w, tokens[n:n + 1])[:, 0]
         torch.testing.assert_close(own, scores[:, n, n], rtol=1e-10, atol=1e-10)
     # …and away from i = n it is only an approximation (so the checks above can tell)
@@ -260,12 +259,12 @@ def test_approx_pattern_differs_from_the_true_one_with_generic_positions(case):
 @settings(max_examples=15, **SETTINGS)
 @given(cases(), st.integers(0, 2**31 - 1))
 def test_l0_split_is_the_same_on_raw_and_processed_weights(case, seed):
-    """_l0 keeps w₁ in the positional term and b₁ in the content term: processing cannot change it."""
+    """layer0 keeps w₁ in the positional term and b₁ in the content term: processing cannot change it."""
     cfg, raw, _ = case
     tok = int(torch.randint(0, cfg.d_vocab, (1,), generator=torch.Generator().manual_seed(seed)))
     n = seed % cfg.n_ctx
     proc = process(raw, Processing.default())
-    a, b = _l0.frame(raw, tok, n, 1.3), _l0.frame(proc, tok, n, 1.3)
+    a, b = K.frame(raw, tok, n, 1.3), K.frame(proc, tok, n, 1.3)
     torch.testing.assert_close(a.pos_logits, b.pos_logits, rtol=1e-9, atol=1e-10)
     ids = torch.arange(cfg.d_vocab)
     torch.testing.assert_close(a.content_logits(raw, ids), b.content_logits(proc, ids), rtol=1e-9, atol=1e-10)

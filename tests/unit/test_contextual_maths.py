@@ -13,13 +13,6 @@ TEXT = "The cat sat on the mat and the dog ran to the park with the ball."
 
 
 @pytest.fixture(scope="module")
-def tiny(tiny_hf_dir):
-    import headscope
-
-    return headscope.load(tiny_hf_dir)
-
-
-@pytest.fixture(scope="module")
 def tiny_nopos(tiny, tmp_path_factory):
     """The tiny model with W_pos = 0: the key and value splits are then exact and every
     kernel is uniform, so the calibrated circuit must reproduce the heads exactly."""
@@ -41,13 +34,13 @@ def _circuit(model, heads=None, text=TEXT):
 
 def test_fixed_query_denominator_is_hook_denom_where_the_query_is_the_token(tiny):
     """Where x_n is the fixed query token, the fixed-query log-denominator is the model's."""
-    from headscope import _l0, run_with_cache
+    from headscope import layer0, run_with_cache
 
     w = tiny.weights()
     toks = tiny.to_tokens(TEXT)
     the = tiny.tokenizer.encode(" the")[0]
     cache = run_with_cache(w, toks[None], names=["blocks.0.attn.hook_k", "blocks.0.attn.hook_denom"], stop_at_layer=1)
-    L = torch.logsumexp(_l0.fixed_query_scores(w, cache["blocks.0.attn.hook_k"], the), -1)[0]   # [head p]
+    L = torch.logsumexp(layer0.fixed_query_scores(w, cache["blocks.0.attn.hook_k"], the), -1)[0]   # [head p]
     at = (toks == the).nonzero().squeeze(1)
     assert len(at) >= 3
     torch.testing.assert_close(L[:, at], cache["blocks.0.attn.hook_denom"][0][:, at])
@@ -55,15 +48,21 @@ def test_fixed_query_denominator_is_hook_denom_where_the_query_is_the_token(tiny
     assert not torch.allclose(L[:, others], cache["blocks.0.attn.hook_denom"][0][:, others])
 
 
-def test_frame_matches_kernels_module(tiny):
-    """_l0's kernel and content factors are headscope.kernels' (one split, not two)."""
-    from headscope import _l0, kernels
+def test_frame_matches_the_seeds_key_split(tiny):
+    """The fixed-query frame's kernel and content factors are the seed's q·P[n, i]/s and q·E[n, t]/s."""
+    from headscope import layer0
 
     w = tiny.weights().to(dtype=torch.float64)
-    c = kernels.measure_c(w)
-    fr = _l0.frame(w, 262, 17, c)
-    torch.testing.assert_close(fr.pos, kernels.positional_kernel(w, 262, 17, c))
-    torch.testing.assert_close(fr.content_logits(w, torch.arange(w.cfg.d_vocab)), kernels.log_content_factors(w, 262, 17))
+    c = layer0.measure_c(w)
+    n, tok = 17, 262
+    fr = layer0.frame(w, tok, n, c)
+    tokens = torch.randint(0, w.cfg.d_vocab, (n + 1,), generator=torch.Generator().manual_seed(3))
+    E, P = layer0.key_split(w, tokens, n, c)                                 # [h i e]
+    q = layer0.queries(w, torch.tensor([tok]), torch.tensor([n]))[0]         # [h e]
+    s = w.cfg.attn_scale(0)
+    torch.testing.assert_close(fr.pos, torch.softmax(torch.einsum("hie,he->hi", P, q) / s, -1))
+    torch.testing.assert_close(fr.content_logits(w, tokens), torch.einsum("hie,he->hi", E, q) / s)
+    torch.testing.assert_close(layer0.log_content_factors(w, tok, n)[:, tokens], torch.einsum("hie,he->hi", E, q) / s)
 
 
 def test_seed_denominator_is_exact_at_position_zero(tiny):
@@ -187,3 +186,27 @@ def test_denominators_cli_and_own_query_mode(tiny_hf_dir, tiny, tmp_path, capsys
     out = json.loads(capsys.readouterr().out)
     assert len(out["hoeffding_rel"]) == 3 and (tmp_path / "d" / "denominators.svg").read_text().startswith("<svg")
     assert main(["denominators", str(tiny_hf_dir), "--corpus", str(tmp_path / "missing")]) == 2
+
+
+def test_batched_neuron_prediction_matches_the_term_by_term_formula(tiny):
+    """predict_neurons (the circuit's residual prediction read out by m_j) equals the circuit
+    written term by term for one neuron: Σ_h Σ_i pos[n, i]·content_h/S̄_h·(LN(x_i + p_n) W_V + b_V) W_O m_j
+    + off[n]·m_j + b_in[j]."""
+    from headscope import layer0
+    from headscope.neurons import predict_neurons, readout_vectors
+
+    (circuit, _), _ = _circuit(tiny, heads=[0, 2])
+    w, b = circuit.weights, circuit.weights.blocks[0]
+    tokens = tiny.to_tokens("The colour of the neighbour's favourite theatre was grey.")
+    js = [3, 11, 7]
+    got = predict_neurons(circuit, js, tokens)                                  # [p s]
+    for c, j in enumerate(js):
+        m_j = readout_vectors(circuit, [j])[:, 0]                               # [d]
+        for n in range(len(tokens)):
+            fr = circuit.frame(n)
+            a = circuit.token_weights(fr, tokens[: n + 1]) * circuit.shared_kernel(fr)   # [H k]
+            X = layer0.ln1(w, w.W_E[tokens[: n + 1]] + w.W_pos[n])                        # [k d]
+            want = circuit.offset(fr) @ m_j + b.b_in[j]
+            for k, h in enumerate(circuit.heads):
+                want = want + (a[k] * (((X @ b.W_V[h] + b.b_V[h]) @ b.W_O[h]) @ m_j)).sum()
+            torch.testing.assert_close(got[n, c], want)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from headscope import HeadscopeError
-from headscope.corpus import read_corpus, sample_corpus, windows
+from headscope.corpus import read_corpus, windows
+from headscope.shipped import sample_corpus
 
 
 class _Tok:

@@ -6,6 +6,7 @@ import re
 import xml.etree.ElementTree as ET
 
 from headscope.report import figures as F
+from headscope.stats import bin_values
 from headscope.report import html as H
 
 
@@ -51,7 +52,7 @@ def test_line_plot_with_band_and_legend():
 
 
 def test_histogram_counts_every_value():
-    edges, counts = F.bin_values([0, 0.1, 0.5, 0.9, 1.0, float("nan")], bins=4)
+    edges, counts = bin_values([0, 0.1, 0.5, 0.9, 1.0, float("nan")], bins=4)
     assert sum(counts) == 5 and len(edges) == 5
     _parse(F.histogram([1, 2, 2, 3], bins=3, markers=[(2, "median")]))
     _parse(F.bar_plot([1.0, -2.0], ["a", "<b>"]))

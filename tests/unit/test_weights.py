@@ -8,11 +8,6 @@ from headscope import HeadscopeError, Processing
 from headscope.loading import from_hf_state_dict, read_safetensors, to_hf_state_dict
 
 
-@pytest.fixture(scope="module")
-def tiny(tiny_hf_dir):
-    return headscope.load(tiny_hf_dir)
-
-
 def test_shapes_follow_transformerlens(tiny):
     w, c = tiny.raw, tiny.cfg
     assert (c.n_heads, c.d_head, c.d_model, c.d_mlp) == (3, 4, 12, 20)

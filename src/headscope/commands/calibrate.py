@@ -11,23 +11,23 @@ file records the model's sha256, the processing, the query and the text's sha256
 
 from __future__ import annotations
 
-from ._common import emit, load_model
+from ..calibration import calibrate
+from ..corpus import read_text_file
+from ..layer0 import SEED_QUERY
+from .args import emit, load_model
 
 
 def add_arguments(p):
     p.add_argument("model", help="hub id (gpt2, …) or checkpoint directory")
     p.add_argument("--text", required=True, metavar="FILE", help="calibration text (UTF-8)")
-    p.add_argument("--query", default=" the", help="query token (one token); default ' the'")
+    p.add_argument("--query", default=SEED_QUERY, help="query token (one token); default ' the'")
     p.add_argument("--window", type=int, default=None, help="window length in tokens (BOS included); default n_ctx")
     p.add_argument("--out", required=True, metavar="JSON", help="where to write the calibration (atomically)")
 
 
 def run(args) -> int:
-    from ..calibration import calibrate
-    from ..corpus import read_text_file
-
     model = load_model(args)
-    cal = calibrate(model, read_text_file(args.text), query=args.query, window=args.window)
+    cal = calibrate(model, read_text_file(args.text, "calibration text"), query=args.query, window=args.window)
     cal.save(args.out)
     summary = {"out": args.out, "fingerprint": cal.fingerprint, "processing": cal.processing,
                "query": cal.query, "text_sha256": cal.text_sha256, "n_windows": cal.n_windows,

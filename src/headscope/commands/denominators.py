@@ -16,13 +16,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ._common import emit, load_model, parse_float
+from .._atomic import atomic_write_text, ensure_writable_dir, refuse_foreign_dir
+from .._json import dumps
+from ..corpus import read_corpus, windows
+from ..denominators import DenominatorStability, denominator_stability
+from ..layer0 import SEED_QUERY
+from ..report import figures as F
+from .args import emit, load_model, parse_float
 
 
 def add_arguments(p):
     p.add_argument("model", help="hub id (gpt2, …) or checkpoint directory")
     p.add_argument("--corpus", nargs="+", required=True, metavar="PATH", help="text files or directories (UTF-8)")
-    p.add_argument("--query", default=" the", help="fixed query token; default ' the'")
+    p.add_argument("--query", default=SEED_QUERY, help="fixed query token; default ' the'")
     p.add_argument("--own-query", action="store_true", help="use each text's own query tokens (model's hook_denom)")
     p.add_argument("--window", type=int, default=256, help="window length in tokens (BOS included); default 256")
     p.add_argument("--delta", default="0.1", help="level of the Hoeffding/Chebyshev bounds; default 0.1")
@@ -43,12 +49,19 @@ def render(r) -> str:
     return "\n".join(lines)
 
 
-def run(args) -> int:
-    from .._atomic import atomic_write_text, ensure_writable_dir, refuse_foreign_dir
-    from .._json import dumps
-    from ..corpus import read_corpus, windows
-    from ..denominators import denominator_stability, traces_svg
+def traces_svg(r: DenominatorStability) -> str:
+    """One panel per head: S_h[n] of the sampled texts (thin) and their mean (thick), against n."""
+    figs = []
+    for h in r.heads:
+        n = list(range(len(r.mean[h])))
+        series = [F.Series(n, t[h], "") for t in r.traces] + [F.Series(n, r.mean[h], "mean over texts")]
+        figs.append(F.line_plot(series, width=300, height=210, xlabel="query position n", ylabel="S[n]",
+                                title=f"head {h}: spread {r.median_rel_spread[h]:.3g}"))
+    return F.panels(figs, cols=4, title=f"softmax denominators per head ({r.normalisation.split(':')[0]} "
+                                        f"normalisation, query {r.query!r}, {r.n_texts} texts)") + "\n"
 
+
+def run(args) -> int:
     if args.out:                      # refuse a foreign directory before any work
         refuse_foreign_dir(Path(args.out), "denominators.json")
     model = load_model(args)

@@ -13,7 +13,9 @@ Leiden and spectrally, and the share of score variance due to token identity.
 
 from __future__ import annotations
 
-from ._common import emit, load_model, parse_float, parse_head
+from .._errors import HeadscopeError
+from ..head import analyse_head
+from .args import emit, load_model, parse_float, parse_head
 
 
 def add_arguments(p):
@@ -31,9 +33,6 @@ def add_arguments(p):
 
 
 def run(args) -> int:
-    from .._errors import HeadscopeError
-    from ..head_analysis import analyse_head
-
     resolution = parse_float(args.resolution, "--resolution")
     if resolution <= 0:
         raise HeadscopeError(f"--resolution: expected > 0, got {args.resolution}")

@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from ._common import emit, load_model
+from .args import emit, load_model
 
 
 def add_arguments(p):

@@ -22,7 +22,12 @@ from pathlib import Path
 from .._atomic import atomic_write_text, ensure_writable_dir, refuse_foreign_dir
 from .._errors import HeadscopeError
 from .._json import dumps
-from ._common import check_layer, emit, load_model
+from ..corpus import read_corpus, windows
+from ..kernels import TV_BINS, analyse_kernels
+from ..layer0 import SEED_QUERY
+from ..report import figures as F
+from ..shipped import sample_corpus
+from .args import emit, load_model
 
 OUT_MARKER = "kernels.json"
 
@@ -34,7 +39,7 @@ def add_arguments(p):
     p.add_argument("--sample-corpus", action="store_true", help="use headscope's bundled sample text as corpus")
     p.add_argument("--max-windows", type=int, default=32, help="at most this many n_ctx windows; default 32")
     p.add_argument("--window", type=int, default=None, help="window length in tokens (BOS included); default n_ctx")
-    p.add_argument("--query", default=" the", help="query token for the kernels; default ' the'")
+    p.add_argument("--query", default=SEED_QUERY, help="query token for the kernels; default ' the'")
     p.add_argument("--c", default="measured", help="'measured' (default), 'gpt2' (3.5) or a positive number")
     p.add_argument("--n-ref", type=int, default=None, help="reference query position; default 255 (capped at n_ctx-1)")
     p.add_argument("--out", help="directory for kernels.json and SVG figures")
@@ -56,9 +61,6 @@ def render(report) -> str:
 
 def write_figures(report, out: Path) -> list[Path]:
     """kernels.svg and, with a corpus, tv_hist.svg and tv_position.svg: one panel per head."""
-    from ..kernels import TV_BINS
-    from ..report import figures as F
-
     def save(name, figs, title):
         return atomic_write_text(out / name, F.panels(figs, cols=4, title=title) + "\n")
 
@@ -80,13 +82,10 @@ def write_figures(report, out: Path) -> list[Path]:
 
 
 def run(args) -> int:
-    from ..corpus import read_corpus, sample_corpus, windows
-    from ..kernels import analyse_kernels
-
     if args.out:
         refuse_foreign_dir(Path(args.out), OUT_MARKER)
     model = load_model(args)
-    check_layer(args.layer, model.cfg)
+    model.cfg.check_layer(args.layer)
     if args.max_windows < 1:
         raise HeadscopeError(f"--max-windows: expected ≥ 1, got {args.max_windows}")
     if args.window is not None and not 2 <= args.window <= model.cfg.n_ctx:

@@ -17,8 +17,10 @@ processing, ln2_scale.
 
 from __future__ import annotations
 
-from ._calib import add_calibration_arguments, circuit_from_args
-from ._common import emit, load_model, parse_float
+from .._errors import HeadscopeError
+from ..neurons import scan_neurons
+from .args import emit, load_model, parse_float
+from .circuit_args import add_calibration_arguments, circuit_from_args
 
 
 def add_arguments(p):
@@ -39,9 +41,6 @@ def render(scan, shown: int = 10) -> str:
 
 
 def run(args) -> int:
-    from .._errors import HeadscopeError
-    from ..neurons import scan_neurons
-
     threshold = parse_float(args.threshold, "--threshold")
     if args.top < 1:
         raise HeadscopeError(f"--top: expected at least 1, got {args.top}")

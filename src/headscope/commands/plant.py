@@ -13,7 +13,8 @@ from pathlib import Path
 
 from .._atomic import refuse_foreign_dir
 from .._errors import HeadscopeError
-from ._common import emit
+from ..planted.build import MANIFEST, build
+from .args import emit
 
 
 def add_arguments(p):
@@ -23,8 +24,6 @@ def add_arguments(p):
 
 
 def run(args) -> int:
-    from ..planted.build import MANIFEST, build, build_weights  # noqa: F401
-
     out = Path(args.out)
     if args.seed < 0:
         raise HeadscopeError(f"--seed: the seed must be a non-negative integer, got {args.seed}")

@@ -20,7 +20,11 @@ the top head's negative eigenvalues).
 
 from __future__ import annotations
 
-from ._common import emit, load_model
+from .._errors import HeadscopeError
+from ..report import ReportOptions, build_report
+from ..report.build import check_out_dir
+from ..report.inputs import load_inputs
+from .args import emit, load_model
 
 
 def add_arguments(p):
@@ -37,13 +41,7 @@ def add_arguments(p):
 
 
 def run(args) -> int:
-    from ..report import ReportOptions, build_report
-    from ..report.build import check_out_dir
-    from ..report.inputs import load_inputs
-
     if args.deep_dives < 0:
-        from .._errors import HeadscopeError
-
         raise HeadscopeError(f"--deep-dives: expected 0 or more, got {args.deep_dives}")
     check_out_dir(args.out)                              # fail before loading the model
     load_inputs(args.calibration_text, args.samples)     # … and on unreadable texts

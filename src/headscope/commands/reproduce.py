@@ -16,7 +16,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ._common import emit, load_model
+from .._atomic import atomic_write_text
+from .._errors import HeadscopeError
+from .._json import dumps
+from ..reproduce import reproduce
+from .args import emit, load_model
 
 
 def add_arguments(p):
@@ -28,11 +32,6 @@ def add_arguments(p):
 
 
 def run(args) -> int:
-    from .._atomic import atomic_write_text
-    from .._errors import HeadscopeError
-    from .._json import dumps
-    from ..reproduce import reproduce
-
     if args.model and args.model_opt and args.model != args.model_opt:
         raise HeadscopeError(f"two models given: {args.model!r} and --model {args.model_opt!r}")
     args.model = args.model or args.model_opt or "gpt2"

@@ -12,7 +12,12 @@ self are measured on category prompts before and after.
 
 from __future__ import annotations
 
-from ._common import emit, load_model, parse_float, parse_head
+from pathlib import Path
+
+from .._atomic import refuse_foreign_dir
+from .._errors import HeadscopeError
+from ..steering import MARKER, save_steered, steer
+from .args import emit, load_model, parse_float, parse_head
 
 
 def add_arguments(p):
@@ -27,9 +32,6 @@ def add_arguments(p):
 
 
 def run(args) -> int:
-    from .._errors import HeadscopeError
-    from ..steering import steer
-
     alpha = parse_float(args.alpha, "--scale-negative")
     select = "negative"
     if args.eigen is not None:
@@ -39,9 +41,11 @@ def run(args) -> int:
             raise HeadscopeError(f"--eigen: expected comma-separated integers, got {args.eigen!r}") from None
         if not select:
             raise HeadscopeError(f"--eigen: expected at least one eigenvalue index, got {args.eigen!r}")
+    refuse_foreign_dir(Path(args.out), MARKER)          # before any work
     model = load_model(args)
     layer, head = parse_head(args.head, model.cfg)
-    res = steer(model, layer, head, alpha, args.out, select=select, keep_skew=not args.drop_skew,
-                categories=args.categories)
+    steered = steer(model, layer, head, alpha, select=select, keep_skew=not args.drop_skew,
+                    categories=args.categories)
+    res = save_steered(model, steered, args.out)
     emit(args, res, res.render())
     return 0

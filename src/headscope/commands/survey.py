@@ -11,7 +11,9 @@ attention, attention to same-category tokens and the BOS fallback. Best first.
 
 from __future__ import annotations
 
-from ._common import check_layer, emit, load_model
+from .._errors import HeadscopeError
+from ..survey import survey
+from .args import emit, load_model
 
 
 def add_arguments(p):
@@ -25,14 +27,11 @@ def add_arguments(p):
 
 
 def run(args) -> int:
-    from .._errors import HeadscopeError
-    from ..semantic import survey
-
     for name in ("prompts", "length"):
         if getattr(args, name) < 1:
             raise HeadscopeError(f"--{name}: expected ≥ 1, got {getattr(args, name)}")
     model = load_model(args)
-    layers = None if args.layer is None else [check_layer(args.layer, model.cfg)]
+    layers = None if args.layer is None else [model.cfg.check_layer(args.layer)]
     res = survey(model, layers, categories=args.categories, n_prompts=args.prompts, length=args.length,
                  seed=args.seed)
     emit(args, res, res.render(args.top))

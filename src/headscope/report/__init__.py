@@ -20,7 +20,8 @@ Write one class in ``headscope/report/builtin/<name>.py`` and import that module
 
     from headscope.report import figures as F, html as H
     from headscope.report.stages import PageSection, Rendered, Stage, register_stage
-    from headscope.report.builtin.attention import head_page
+    from headscope.layer0 import SEED_QUERY
+    from headscope.report.builtin.paths import head_page
 
     @register_stage
     class KernelsStage(Stage):
@@ -31,12 +32,11 @@ Write one class in ``headscope/report/builtin/<name>.py`` and import that module
         requires = ()                         # earlier stages read via ctx.results[name]
 
         def key_options(self, options):       # options that change the numbers
-            return {"query": " the"}
+            return {"query": SEED_QUERY}
 
         def compute(self, ctx):               # ctx.model, ctx.weights(), ctx.inputs, ctx.progress
-            from headscope.kernels import positional_kernels        # the analysis (its own module)
-            result = positional_kernels(ctx.weights(), ...)         # → result dataclass
-            return result.to_dict()                                 # JSON-ready dict
+            from headscope.kernels import analyse_kernels           # the analysis (its own module)
+            return analyse_kernels(ctx.model, ...).to_dict()        # typed result → JSON-ready dict
 
         def render(self, data, ctx):          # data: the saved dict (after the JSON round trip)
             pages = [PageSection(path=head_page(0, h["head"]), title=f"Head 0.{h['head']}",
@@ -51,8 +51,8 @@ Write one class in ``headscope/report/builtin/<name>.py`` and import that module
 
 Sections for the same page path from different stages are merged into one page, so
 a kernels stage adds to the attention stage's ``heads/L0H3.html`` and a contextual-neuron
-stage to ``neurons/n123.html`` (:func:`.builtin._pages.head_page`,
-:func:`.builtin._pages.neuron_page`). Pass plain ``str`` for any text (escaped
+stage to ``neurons/n123.html`` (:func:`.builtin.paths.head_page`,
+:func:`.builtin.paths.neuron_page`). Pass plain ``str`` for any text (escaped
 automatically); only markup built by :mod:`.html`/:mod:`.figures` is :class:`.html.Safe`.
 Use ``ctx.progress.iter(items)`` (or ``set_total``/``update``) for the stage's progress bar.
 Stages can also be passed directly: ``build_report(model, out, stages=[MyStage()])``.

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Sequence
 
-from .. import __version__
+from .._version import __version__
 from .._atomic import atomic_write_text, ensure_writable_dir, refuse_foreign_dir
 from .._errors import HeadscopeError
 from .._json import dumps
@@ -132,8 +133,6 @@ def build_report(model, out_dir: str | Path, options: ReportOptions | None = Non
             data = json.loads(dumps(raw))  # what is saved is exactly what later stages see
             atomic_write_text(path, document(stage, key, parts, data))
         elif options.progress:
-            import sys
-
             print(f"[{i + 1}/{len(stages)}] {stage.name}: cached ({path.name})", file=sys.stderr)
         results[stage.name] = data
         keys[stage.name] = key

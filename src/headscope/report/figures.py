@@ -26,6 +26,7 @@ import math
 import re
 from typing import Sequence
 
+from ..stats import bin_values
 from ..tokenizer import escape_token
 from .html import Safe
 
@@ -304,21 +305,6 @@ def histogram(values: Sequence[float] | None = None, *, edges: Sequence[float] |
         legend.append((label, colour, "dash"))
     body += _legend(legend, f.r - 6, f.t + 6)
     return _svg(width, height, body, title or xlabel)
-
-
-def bin_values(values: Sequence[float], bins: int = 30) -> tuple[list[float], list[int]]:
-    """Equal-width bin edges and counts of the finite `values`."""
-    vals = _finite(values)
-    if not vals:
-        return [0.0, 1.0], [0]
-    lo, hi = min(vals), max(vals)
-    if hi == lo:
-        lo, hi = lo - 0.5, hi + 0.5
-    step = (hi - lo) / bins
-    counts = [0] * bins
-    for v in vals:
-        counts[min(int((v - lo) / step), bins - 1)] += 1
-    return [lo + i * step for i in range(bins + 1)], counts
 
 
 def heatmap(matrix: Sequence[Sequence[float | None]], *, row_labels: Sequence[str] | None = None,

@@ -31,8 +31,11 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from tqdm.auto import tqdm
+
 from .._errors import HeadscopeError
 from .._json import clean, dumps
+from ..shipped import Text
 from .html import Safe
 
 #: name → stage class, in registration order (the order stages run in).
@@ -52,22 +55,6 @@ def default_stages() -> list["Stage"]:
     from . import builtin  # noqa: F401  (registers the built-in stages)
 
     return [cls() for cls in REGISTRY.values()]
-
-
-@dataclasses.dataclass(frozen=True)
-class Text:
-    """An input text: a display name, its contents and their sha256."""
-
-    name: str
-    text: str
-
-    @property
-    def sha256(self) -> str:
-        return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
-
-    def to_dict(self) -> dict:
-        return {"name": self.name, "sha256": self.sha256, "chars": len(self.text),
-                "words": len(self.text.split())}
 
 
 @dataclasses.dataclass
@@ -108,8 +95,6 @@ class Progress:
     """A tqdm bar for one stage (on stderr); stages call :meth:`iter` or :meth:`update`."""
 
     def __init__(self, desc: str, enabled: bool = True):
-        from tqdm.auto import tqdm
-
         self.bar = tqdm(total=None, desc=desc, file=sys.stderr, disable=not enabled, leave=True,
                         dynamic_ncols=True, unit="step")
 

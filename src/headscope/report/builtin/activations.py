@@ -1,25 +1,18 @@
 """Stage ``activations``: MLP0 pre-activations of a few neurons on the sample texts.
 
-pre[p, j] = LN2(resid_mid[p]) · W_in[:, j] + b_in[j]  (``blocks.0.mlp.hook_pre``).
-Unless neurons are given, the ones shown are the contextual neurons of the ``neurons``
-stage (largest max token contribution first); if that stage found none, the
-``n_neurons`` with the largest standard deviation of pre[p, j] over every non-BOS token
-of the sample texts.
+Runs :func:`headscope.activations.activation_profile` (definitions in its module
+docstring). Unless neurons are given, the ones shown are the contextual neurons of the
+``neurons`` stage (largest max token contribution first); if that stage found none,
+the ``n_neurons`` with the largest standard deviation of their pre-activation.
 """
 
 from __future__ import annotations
 
-import torch
-
-from ..._errors import HeadscopeError
-from ...forward import run_with_cache
+from ...activations import activation_profile
 from .. import figures as F
 from .. import html as H
 from ..stages import Context, PageSection, Rendered, Stage, register_stage
-from ._pages import neuron_page  # noqa: F401  (re-exported)
-
-TOP = 10      # top / bottom tokens listed per neuron
-CONTEXT = 4   # tokens of left context shown with each
+from .paths import neuron_page
 
 
 @register_stage
@@ -34,55 +27,10 @@ class ActivationsStage(Stage):
         return {"n_neurons": o.n_neurons, "neurons": None if o.neurons is None else list(o.neurons)}
 
     def compute(self, ctx: Context) -> dict:
-        model, cfg = ctx.model, ctx.model.cfg
-        W = ctx.weights()
-        toks = [model.to_tokens(t.text)[: cfg.n_ctx] for t in ctx.inputs.samples]
-        pres = []
-        for t in ctx.progress.iter(toks):
-            cache = run_with_cache(W, t[None], ["blocks.0.mlp.hook_pre"], stop_at_layer=1)
-            pres.append(cache["blocks.0.mlp.hook_pre"][0].double())   # [p m]
-        allp = torch.cat([p[1:] for p in pres])                          # non-BOS tokens: [N m]
-        std = allp.std(0)                                                # [m]
-        if ctx.options.neurons is not None:
-            bad = [j for j in ctx.options.neurons if not 0 <= j < cfg.d_mlp]
-            if bad:
-                raise HeadscopeError(f"neuron {bad[0]} out of range (MLP0 has neurons 0..{cfg.d_mlp - 1})")
-            chosen = list(dict.fromkeys(int(j) for j in ctx.options.neurons))
-            selection = "given"
-        elif ctx.results.get("neurons", {}).get("neurons"):
-            chosen = [n["neuron"] for n in ctx.results["neurons"]["neurons"]][: ctx.options.n_neurons]
-            selection = f"the {len(chosen)} contextual neurons of largest max token contribution"
-        else:
-            chosen = torch.argsort(std, descending=True, stable=True)[: ctx.options.n_neurons].tolist()
-            selection = f"top {ctx.options.n_neurons} by std"
-        str_toks = [model.to_str_tokens(t.tolist()) for t in toks]
-        where = [(s, p) for s, t in enumerate(toks) for p in range(1, len(t))]  # rows of allp
-        neurons = []
-        for j in chosen:
-            v = allp[:, j]
-            order = torch.argsort(v, descending=True, stable=True).tolist()
-
-            def entry(r):
-                s, p = where[r]
-                return {"token": str_toks[s][p], "sample": s, "position": p, "value": v[r].item(),
-                        "context": str_toks[s][max(1, p - CONTEXT):p]}
-
-            edges, counts = F.bin_values(v.tolist(), bins=30)
-            neurons.append({
-                "neuron": j, "mean": v.mean().item(), "std": std[j].item(), "min": v.min().item(), "max": v.max().item(),
-                "values": [[None] + p[1:, j].tolist() for p in pres],   # per sample, BOS → None
-                "top": [entry(r) for r in order[:TOP]],
-                "bottom": [entry(r) for r in order[::-1][:TOP]],
-                "hist": {"edges": edges, "counts": counts},
-            })
-        edges, counts = F.bin_values(std.tolist(), bins=40)
-        return {
-            "selection": selection,
-            "n_tokens": int(allp.shape[0]),
-            "samples": [{"name": t.name, "tokens": st} for t, st in zip(ctx.inputs.samples, str_toks)],
-            "std_hist": {"edges": edges, "counts": counts},
-            "neurons": neurons,
-        }
+        contextual = [n["neuron"] for n in ctx.results.get("neurons", {}).get("neurons", [])]
+        return activation_profile(ctx.model, ctx.inputs.samples, neurons=ctx.options.neurons, preferred=contextual,
+                                  n_neurons=ctx.options.n_neurons, processing=ctx.options.processing,
+                                  progress=ctx.progress.iter).to_dict()
 
     def render(self, data: dict, ctx) -> Rendered:
         ns = data["neurons"]

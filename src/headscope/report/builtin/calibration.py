@@ -10,12 +10,11 @@ reads the same format), which the ``neurons`` stage rebuilds with
 from __future__ import annotations
 
 from ...calibration import calibrate
+from ...layer0 import SEED_QUERY
 from .. import figures as F
 from .. import html as H
 from ..stages import Context, Rendered, Stage, register_stage
-from ._pages import Layer0View
 
-QUERY = " the"
 
 
 @register_stage
@@ -26,11 +25,11 @@ class CalibrationStage(Stage):
     inputs = ("calibration",)
 
     def key_options(self, o) -> dict:
-        return {"query": QUERY}
+        return {"query": SEED_QUERY}
 
     def compute(self, ctx: Context) -> dict:
         ctx.progress.set_total(1)
-        cal = calibrate(Layer0View(ctx.model), ctx.inputs.calibration.text, query=QUERY, processing=ctx.options.processing)
+        cal = calibrate(ctx.model, ctx.inputs.calibration.text, query=SEED_QUERY, processing=ctx.options.processing)
         ctx.progress.update()
         return cal.to_dict()
 

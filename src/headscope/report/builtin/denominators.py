@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from ..._errors import HeadscopeError
 from ...denominators import denominator_stability
+from ...layer0 import SEED_QUERY
 from .. import figures as F
 from .. import html as H
 from ..stages import Context, PageSection, Rendered, Stage, register_stage
-from ._pages import Layer0View, head_page
+from .paths import head_page
 
-QUERY = " the"
 DELTA = 0.1
 
 
@@ -33,7 +33,7 @@ class DenominatorsStage(Stage):
     inputs = ("calibration", "samples")
 
     def key_options(self, o) -> dict:
-        return {"query": QUERY, "delta": DELTA, "window": o.denominator_window}
+        return {"query": SEED_QUERY, "delta": DELTA, "window": o.denominator_window}
 
     def compute(self, ctx: Context) -> dict:
         model = ctx.model
@@ -46,7 +46,7 @@ class DenominatorsStage(Stage):
             raise HeadscopeError("denominators: the calibration and sample texts are too short "
                                  f"(expected at least 2 windows of {window} tokens)")
         ctx.progress.set_total(1)
-        r = denominator_stability(Layer0View(model), texts, query=QUERY, processing=ctx.options.processing, window=window,
+        r = denominator_stability(model, texts, query=SEED_QUERY, processing=ctx.options.processing, window=window,
                                   n_min=max(2, min(32, window // 4)), stride=max(1, window // 16), delta=DELTA,
                                   n_traces=4)
         ctx.progress.update()

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from ... import kernels as K
 from ...corpus import windows
+from ...layer0 import SEED_QUERY
 from .. import figures as F
 from .. import html as H
 from ..stages import Context, PageSection, Rendered, Stage, register_stage
-from .attention import _square, head_page
+from .paths import head_page
 
-QUERY = " the"
 HEATMAP_POSITIONS = 48   #: query positions n = 0..47 in the kernel heatmaps
 
 
@@ -32,11 +32,11 @@ def _cat(c: str) -> str:
 class KernelsStage(Stage):
     name = "kernels"
     title = "Layer-0 positional kernels"
-    version = 1
+    version = 2
     inputs = ("calibration", "samples")
 
     def key_options(self, o) -> dict:
-        return {"query": QUERY, "c": "measured", "heatmap_positions": HEATMAP_POSITIONS,
+        return {"query": SEED_QUERY, "c": "measured", "heatmap_positions": HEATMAP_POSITIONS,
                 "max_windows": o.kernel_windows}
 
     def compute(self, ctx: Context) -> dict:
@@ -46,18 +46,15 @@ class KernelsStage(Stage):
         texts = [(ctx.inputs.calibration.name, ctx.inputs.calibration.text)]
         texts += [(t.name, t.text) for t in ctx.inputs.samples]
         wins = windows(model, texts, max_windows=ctx.options.kernel_windows)
-        report = K.analyse_kernels(model, layer=0, query=QUERY, c="measured", windows=wins,
+        report = K.analyse_kernels(model, layer=0, query=SEED_QUERY, c="measured", windows=wins,
                                    processing=ctx.options.processing)
         p.update()
-        W = ctx.weights()
-        P = min(HEATMAP_POSITIONS, model.cfg.n_ctx)
-        rows = [K.positional_kernels(W, [report.query_id], n, report.c)[0] for n in range(P)]  # [h n+1] each
-        heat = [[rows[n][h].tolist() for n in range(P)] for h in range(model.cfg.n_heads)]    # [h][n][i ≤ n]
+        heat = K.kernel_heatmap(model, SEED_QUERY, report.c, HEATMAP_POSITIONS, ctx.options.processing)
         p.update()
         d = report.to_dict()
         d["corpus"]["names"] = [name for name, _ in texts]
         d["tv_bins"] = K.TV_BINS
-        d["heatmap"] = {"positions": P, "heads": heat}
+        d["heatmap"] = {"positions": len(heat[0]), "heads": heat}
         return d
 
     def render(self, data: dict, ctx) -> Rendered:
@@ -105,7 +102,7 @@ class KernelsStage(Stage):
     def _heatmap(self, data, head: int, name: str, width: int) -> H.Safe:
         P = data["heatmap"]["positions"]
         return H.figure(
-            F.heatmap(_square(data["heatmap"]["heads"][head]), title=f"{name}: kernel", xlabel="key position i",
+            F.heatmap(data["heatmap"]["heads"][head], title=f"{name}: kernel", xlabel="key position i",
                       ylabel="query position n", signed=False, vmin=0.0, max_width=width),
             f"pos[n, i] for query {data['query']!r} placed at every position n = 0–{P - 1} "
             f"(rows: n, columns: i ≤ n; blank: masked).")

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import torch
-
+from ...stats import bin_values, quantile
 from .. import figures as F
 from .. import html as H
 from ..stages import Context, Rendered, Stage, register_stage
@@ -13,22 +12,16 @@ from ..stages import Context, Rendered, Stage, register_stage
 class ModelStage(Stage):
     name = "model"
     title = "Model and inputs"
-    version = 1
+    version = 2
     inputs = ("calibration", "samples")
 
     def compute(self, ctx: Context) -> dict:
         model = ctx.model
-        cfg = model.cfg
         p = ctx.progress
-        p.set_total(3)
-        W = ctx.weights()
-        pos_norm = W.W_pos.norm(dim=-1)                        # [n_ctx]
+        p.set_total(2)
+        emb_norm, pos_norm = ctx.weights().embedding_norms()                   # [d_vocab], [n_ctx]
+        edges, counts = bin_values(emb_norm.tolist(), bins=40)
         p.update()
-        emb_norm = torch.cat([W.W_E[i:i + 8192].norm(dim=-1) for i in range(0, cfg.d_vocab, 8192)])  # [d_vocab]
-        edges, counts = F.bin_values(emb_norm.tolist(), bins=40)
-        qs = torch.quantile(emb_norm.double(), torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64))
-        p.update()
-        n_params = sum(t.numel() for _, t in model.raw.named_tensors()) - cfg.d_model * cfg.d_vocab  # W_U tied
         samples = []
         for t in ctx.inputs.samples:
             d = t.to_dict()
@@ -39,14 +32,14 @@ class ModelStage(Stage):
         p.update()
         return {
             "fingerprint": model.fingerprint,
-            "config": cfg.to_dict(),
-            "n_parameters": n_params,
+            "config": model.cfg.to_dict(),
+            "n_parameters": model.raw.n_parameters,
             "dtype": str(model.raw.dtype).replace("torch.", ""),
             "processing": ctx.options.processing.to_dict(),
             "inputs": {"calibration": cal, "samples": samples},
             "W_pos_norm": pos_norm.tolist(),
             "W_E_norm_hist": {"edges": edges, "counts": counts},
-            "W_E_norm_quantiles": {"p10": qs[0].item(), "p50": qs[1].item(), "p90": qs[2].item()},
+            "W_E_norm_quantiles": {f"p{round(100 * q)}": quantile(emb_norm, q) for q in (0.1, 0.5, 0.9)},
         }
 
     def render(self, data: dict, ctx) -> Rendered:

@@ -4,54 +4,23 @@ From the ``calibration`` stage's calibration: :func:`headscope.contextual.build_
 (heads chosen automatically), :func:`headscope.neurons.scan_neurons` over the whole
 vocabulary (max token contribution of every neuron, threshold 5.0), and for the
 ``n_neurons`` neurons of largest max contribution their true MLP0 pre-activation on the
-sample texts beside the circuit's prediction. The prediction is
-:func:`headscope.neurons.predict_neuron` computed for all shown neurons at once:
-
-    pred_j[n] = Circuit.predict(x, n) · m_j + b_in[j],   m_j = c(w₂ ⊙ W_in[:, j] / σ̄₂)
-
-(``predict`` is the circuit's Σ_i pos[n, i]·contribution[n, t_q, x_i] + off[n]; c centres
-over d_model), identical to ``predict_neuron`` term by term (tested).
+sample texts beside the circuit's prediction (:func:`headscope.neurons.neuron_traces`).
 """
 
 from __future__ import annotations
 
 import math
 
-import torch
-
 from ...calibration import Calibration
 from ...contextual import build_circuit
-from ...forward import run_with_cache
-from ...neurons import DEFAULT_THRESHOLD, scan_neurons
+from ...neurons import DEFAULT_THRESHOLD, neuron_traces, scan_neurons
+from ...stats import bin_values
 from .. import figures as F
 from .. import html as H
 from ..stages import Context, PageSection, Rendered, Stage, register_stage
-from ._pages import Layer0View, neuron_page
+from .paths import neuron_page
 
 TOP = 20  #: top / bottom tokens kept per neuron
-
-
-def readout_vector(circuit, j: int) -> torch.Tensor:
-    """m_j = c(w₂ ⊙ W_in[:, j] / σ̄₂): residual direction → neuron j's pre-activation (LN2 scale fixed)."""
-    b = circuit.weights.blocks[0]
-    m = b.ln2_w * b.W_in[:, j] / circuit.calibration.ln2_scale                 # [d]
-    return m - m.mean()
-
-
-@torch.no_grad()
-def predict_neurons(circuit, neurons: list[int], tokens: torch.Tensor) -> torch.Tensor:
-    """Circuit prediction of several neurons' pre-activations at every position: [p, len(neurons)]."""
-    b = circuit.weights.blocks[0]
-    p = min(len(tokens), circuit.calibration.n_positions)
-    resid = circuit.predict(tokens[:p], list(range(p)))                       # [p d]
-    M = torch.stack([readout_vector(circuit, j) for j in neurons], 1)         # [d s]
-    return resid @ M + b.b_in[neurons]                                        # [p s]
-
-
-def _pearson(a: torch.Tensor, b: torch.Tensor) -> float | None:
-    a, b = a - a.mean(), b - b.mean()
-    den = float(a.norm() * b.norm())
-    return float((a * b).sum()) / den if den > 0 else None
 
 
 @register_stage
@@ -68,34 +37,26 @@ class NeuronsStage(Stage):
     def compute(self, ctx: Context) -> dict:
         model = ctx.model
         p = ctx.progress
+        p.set_total(2)
         cal = Calibration.from_dict(ctx.results["calibration"], source="the calibration stage")
-        circuit, choice = build_circuit(Layer0View(model), cal, processing=ctx.options.processing)
+        circuit, choice = build_circuit(model, cal, processing=ctx.options.processing)
         scan = scan_neurons(circuit, choice, model.tokenizer, threshold=DEFAULT_THRESHOLD, top=TOP)
+        p.update()
         shown = scan.neurons[: ctx.options.n_neurons]
-        js = [nr["neuron"] for nr in shown]
         toks = [model.to_tokens(t.text)[: cal.n_positions] for t in ctx.inputs.samples]
-        samples, true_all, pred_all = [], [], []
-        for t in p.iter(toks):
-            true = run_with_cache(circuit.weights, t[None], ["blocks.0.mlp.hook_pre"], stop_at_layer=1
-                                  )["blocks.0.mlp.hook_pre"][0][:, js]            # [p s]
-            pred = predict_neurons(circuit, js, t) if js else true[:, :0]          # [p s]
-            samples.append({"tokens": model.to_str_tokens(t.tolist()), "true": true, "pred": pred})
-            true_all.append(true[1:])
-            pred_all.append(pred[1:])
-        T, P = torch.cat(true_all), torch.cat(pred_all)                            # [N s]
-        neurons = []
-        for c, nr in enumerate(shown):
-            neurons.append({**nr,
-                            "correlation": _pearson(T[:, c], P[:, c]),
-                            "true": [[None] + s["true"][1:, c].tolist() for s in samples],
-                            "predicted": [[None] + s["pred"][1:, c].tolist() for s in samples]})
+        traces = neuron_traces(circuit, [nr["neuron"] for nr in shown], model.tokenizer, toks)
+        p.update()
         d = scan.to_dict()
         d["n_contextual"] = len(scan.neurons)
         d["contextual"] = [nr["neuron"] for nr in scan.neurons]
-        d["neurons"] = neurons
-        edges, counts = F.bin_values(scan.max_all, bins=40)
+        d["neurons"] = [{**nr, "correlation": tr.correlation,
+                         "true": [[None] + row["true"][1:] for row in tr.texts],
+                         "predicted": [[None] + row["predicted"][1:] for row in tr.texts]}
+                        for nr, tr in zip(shown, traces)]
+        edges, counts = bin_values(scan.max_all, bins=40)
         d["max_hist"] = {"edges": edges, "counts": counts}
-        d["samples"] = [{"name": t.name, "tokens": s["tokens"]} for t, s in zip(ctx.inputs.samples, samples)]
+        d["samples"] = [{"name": t.name, "tokens": model.to_str_tokens(x.tolist())}
+                        for t, x in zip(ctx.inputs.samples, toks)]
         return d
 
     def render(self, data: dict, ctx) -> Rendered:

@@ -1,7 +1,7 @@
 """Stage ``semantic``: deep dives into the best-ranked heads of the survey.
 
 For each of the ``deep_dives`` heads of lowest semantic loss, runs
-:func:`headscope.head_analysis.analyse_head` (maths in :mod:`headscope.bilinear` and
+:func:`headscope.head.analyse_head` (maths in :mod:`headscope.bilinear` and
 :mod:`headscope.clustering`): the QK bilinear form W_QK = S + A over effective token
 embeddings, the eigenvalues of the symmetric part S (by |λ|), the top singular values
 of S and of the skew part A, the number of negative eigenvalues among the top 64,
@@ -10,11 +10,11 @@ token-identity share of the score variance, and Leiden clusters of the token gra
 
 from __future__ import annotations
 
-from ...head_analysis import analyse_head, bilinear_top
+from ...head import analyse_head
 from .. import figures as F
 from .. import html as H
 from ..stages import Context, PageSection, Rendered, Stage, register_stage
-from .attention import head_page
+from .paths import head_page
 
 
 @register_stage
@@ -91,6 +91,11 @@ class SemanticStage(Stage):
                         [(H.token_repr(n.get("token", "")), _tokens(n.get("targets", [])[:10])) for n in d["neighbours"][:10]],
                         caption="Where example tokens attend (whole vocabulary as keys).")
         return H.section("Semantic deep dive", H.join([kv, H.grid([self._spectrum(d), sig]), clusters, neigh]))
+
+
+def bilinear_top(d: dict) -> int:
+    """The `top` of a saved bilinear form: the NN of its ``n_negative_topNN`` key."""
+    return int(next(k for k in d if k.startswith("n_negative_top"))[len("n_negative_top"):])
 
 
 def _tokens(toks) -> H.Safe:

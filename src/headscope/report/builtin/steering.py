@@ -4,20 +4,18 @@ For the survey's best head, :func:`headscope.steering.steer` with α = 0 on ever
 eigenvalue of S (W' = S + Σ_{λ_i < 0} (α − 1) λ_i v_i v_iᵀ + A, rebuilt into W_Q', W_K'):
 mean self-attention probability A[q, q] and mean rank of self before and after, on
 seeded category prompts; and the head's attention pattern on one category prompt
-before and after (the steered weights are :func:`headscope.steering.steered_qk`
-unfolded into raw weights and processed again, exactly as ``headscope steer`` does).
+before and after (the steered weights :func:`~headscope.steering.steer` returns, under
+the report's processing, exactly as ``headscope steer`` measures them).
 """
 
 from __future__ import annotations
 
-from ...forward import run_with_cache
-from ...semantic import prompts_for
-from ...steering import steer, steered_qk, unfold_into_raw
-from ...weights import process
+from ...patterns import head_pattern, lower_rows
+from ...steering import self_attention_stats, steer
+from ...survey import prompts_for
 from .. import figures as F
 from .. import html as H
 from ..stages import Context, Rendered, Stage, register_stage
-from .attention import _lower, _square, head_page
 from .survey import head_label
 
 ALPHA = 0.0
@@ -35,36 +33,32 @@ class SteeringStage(Stage):
         return {"alpha": ALPHA, "select": "negative", "prompt_length": PROMPT_LENGTH, "seed": 0}
 
     def compute(self, ctx: Context) -> dict:
-        model = ctx.model
+        model, processing = ctx.model, ctx.options.processing
         best = ctx.results["survey"]["rows"][0]
         layer, head = best["layer"], best["head"]
         p = ctx.progress
         p.set_total(2)
-        res = steer(model, layer, head, ALPHA, select="negative")
+        st = steer(model, layer, head, ALPHA, select="negative", processing=processing)
         p.update()
-        W = model.weights(ctx.options.processing)
-        rb = steered_qk(W, layer, head, ALPHA, select="negative")
-        W2 = process(unfold_into_raw(model.raw, layer, head, rb), ctx.options.processing)
         prompts, _ = prompts_for(model, n_prompts=1, length=PROMPT_LENGTH, seed=0)
         tokens = prompts.tokens[:1]                                                 # [1 p]
-        name = f"blocks.{layer}.attn.hook_pattern"
-        before = run_with_cache(W, tokens, [name], stop_at_layer=layer + 1)[name][0, head].double()   # [q k]
-        after = run_with_cache(W2, tokens, [name], stop_at_layer=layer + 1)[name][0, head].double()
+        W = model.weights(processing)
+        before, after = (head_pattern(w, tokens, layer, head)[0] for w in (W, st.weights))   # [q k]
         p.update()
         labels = prompts.labels[0].tolist()
         return {
-            **res.to_dict(),
+            **st.result.to_dict(),
             "prompt": {"tokens": model.to_str_tokens(tokens[0].tolist()),
                        "categories": [prompts.names[c] if c >= 0 else None for c in labels]},
-            "pattern_before": _lower(before), "pattern_after": _lower(after),
-            "prompt_self_before": before.diagonal()[1:].mean().item(),
-            "prompt_self_after": after.diagonal()[1:].mean().item(),
+            "pattern_before": lower_rows(before), "pattern_after": lower_rows(after),
+            "prompt_self_before": self_attention_stats(W, tokens, layer, head)["self_attention"],
+            "prompt_self_after": self_attention_stats(st.weights, tokens, layer, head)["self_attention"],
         }
 
     def render(self, data: dict, ctx) -> Rendered:
         name = f"L{data['layer']}H{data['head']}"
         toks = data["prompt"]["tokens"]
-        figs = [H.figure(F.heatmap(_square(data[f"pattern_{k}"]), row_labels=toks, col_labels=toks, signed=False,
+        figs = [H.figure(F.heatmap(data[f"pattern_{k}"], row_labels=toks, col_labels=toks, signed=False,
                                    vmin=0.0, vmax=1.0, title=f"{name} {label}", max_width=470),
                          f"Attention pattern of {name} on a category prompt {label} "
                          f"(rows: query, columns: key; blank: masked).")

@@ -1,6 +1,6 @@
 """Stage ``survey``: every head ranked by the semantic-head metrics on category prompts.
 
-Runs :func:`headscope.semantic.survey` (maths in :mod:`headscope.semantic`): seeded
+Runs :func:`headscope.survey.survey` (maths in :mod:`headscope.survey`): seeded
 prompts ``BOS w_1 … w_n`` of category words (the shipped word lists), and per head the
 seed's loss L = mean_q −log Σ_k (M ⊙ A)[q, k] (attention to earlier same-category,
 different-token words, or BOS when there is none), self / copy / same-category
@@ -9,11 +9,11 @@ attention and BOS fallback. Lower loss = more semantic.
 
 from __future__ import annotations
 
-from ...semantic import survey
+from ...survey import survey
 from .. import figures as F
 from .. import html as H
 from ..stages import Context, Rendered, Stage, register_stage
-from .attention import head_page
+from .paths import head_page
 
 SHOWN = 24  #: rows of the ranking shown on the index (all are in data/survey.json)
 

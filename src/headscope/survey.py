@@ -24,15 +24,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
 import torch
 from jaxtyping import Float, Int
 
+from . import shipped
 from ._errors import HeadscopeError
+from .corpus import read_text_file
 from .forward import run_with_cache
+from .loading import Model
 from .weights import Processing
 
 Tensor = torch.Tensor
@@ -43,17 +45,9 @@ Tensor = torch.Tensor
 
 def load_categories(path: str | Path | None = None) -> dict[str, list[str]]:
     """Category word lists: ``{"colours": ["red", …], …}`` from a JSON file or the shipped one."""
-    try:
-        if path is None:
-            text = resources.files("headscope").joinpath("data/categories.json").read_text(encoding="utf-8")
-        else:
-            text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise HeadscopeError(f"categories file not found: {path}") from None
-    except UnicodeDecodeError as e:
-        raise HeadscopeError(f"categories file {path}: expected UTF-8 JSON, got an invalid byte at offset {e.start}") from None
-    except OSError as e:
-        raise HeadscopeError(f"cannot read categories file {path}: {e.strerror}") from None
+    if path is None:
+        return shipped.categories()
+    text = read_text_file(path, "categories file")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
@@ -193,7 +187,7 @@ class SurveyResult:
         return "\n".join(lines)
 
 
-def prompts_for(model, categories=None, *, n_prompts=64, length=16, seed=0):
+def prompts_for(model: Model, categories=None, *, n_prompts=64, length=16, seed=0):
     cats = categories if isinstance(categories, dict) else load_categories(categories)
     ids = category_tokens(model.tokenizer, cats)
     if length + 1 > model.cfg.n_ctx:
@@ -201,14 +195,11 @@ def prompts_for(model, categories=None, *, n_prompts=64, length=16, seed=0):
     return make_prompts(ids, model.bos_id, n_prompts=n_prompts, length=length, seed=seed), ids
 
 
-def survey(model, layers: list[int] | None = None, *, categories=None, n_prompts: int = 64,
+def survey(model: Model, layers: list[int] | None = None, *, categories=None, n_prompts: int = 64,
            length: int = 16, seed: int = 0, processing: Processing | None = None) -> SurveyResult:
     """Score every head of `layers` (default: all) on category prompts, ranked by semantic loss."""
     cfg = model.cfg
-    layers = list(range(cfg.n_layers)) if layers is None else list(layers)
-    for l in layers:
-        if not 0 <= l < cfg.n_layers:
-            raise HeadscopeError(f"layer {l} out of range (the model has layers 0..{cfg.n_layers - 1})")
+    layers = list(range(cfg.n_layers)) if layers is None else [cfg.check_layer(l) for l in layers]
     prompts, ids = prompts_for(model, categories, n_prompts=n_prompts, length=length, seed=seed)
     W = model.weights(processing)
     cache = run_with_cache(W, prompts.tokens, names=[f"blocks.{l}.attn.hook_pattern" for l in layers],
@@ -245,10 +236,11 @@ class PositionIndependence:
         return dataclasses.asdict(self)
 
 
-def position_independence(model, layer: int, head: int, *, categories=None, n_prompts: int = 16,
+def position_independence(model: Model, layer: int, head: int, *, categories=None, n_prompts: int = 16,
                           length: int = 16, n_shuffles: int = 4, seed: int = 0,
                           processing: Processing | None = None) -> PositionIndependence:
     """How much of head (layer, head)'s score is token identity rather than position."""
+    model.cfg.check_head(layer, head)
     prompts, _ = prompts_for(model, categories, n_prompts=n_prompts, length=length, seed=seed)
     rng = np.random.default_rng([seed, 1])
     W = model.weights(processing)

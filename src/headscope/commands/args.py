@@ -1,4 +1,4 @@
-"""Helpers shared by subcommands: loading a model from flags, printing results."""
+"""Arguments shared by subcommands: loading a model from flags, parsing numbers and heads, printing results."""
 
 from __future__ import annotations
 
@@ -9,14 +9,13 @@ import torch
 
 from .._errors import HeadscopeError
 from .._json import dumps
+from ..loading import Model, load
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def load_model(args):
+def load_model(args) -> Model:
     """Load ``args.model`` with ``--device`` and ``--dtype``."""
-    from ..loading import load
-
     return load(args.model, device=args.device, dtype=DTYPES[args.dtype])
 
 
@@ -43,14 +42,4 @@ def parse_head(spec: str, cfg) -> tuple[int, int]:
     parts = str(spec).split(".")
     if len(parts) != 2 or not all(p.isdigit() for p in parts):
         raise HeadscopeError(f"head must be written LAYER.HEAD (e.g. 1.5), got {spec!r}")
-    layer, head = int(parts[0]), int(parts[1])
-    check_layer(layer, cfg)
-    if head >= cfg.n_heads:
-        raise HeadscopeError(f"head {spec}: head index {head} out of range (the model has {cfg.n_heads} heads per layer)")
-    return layer, head
-
-
-def check_layer(layer: int, cfg) -> int:
-    if not 0 <= layer < cfg.n_layers:
-        raise HeadscopeError(f"layer {layer} out of range (the model has layers 0..{cfg.n_layers - 1})")
-    return layer
+    return cfg.check_head(int(parts[0]), int(parts[1]))

@@ -1,12 +1,14 @@
-"""Shared options of the commands that use a calibrated contextual circuit."""
+"""Arguments of the commands that use a calibrated contextual circuit (``neurons``, ``neuron``)."""
 
 from __future__ import annotations
 
-import importlib.resources
-
+from .. import shipped
 from .._errors import HeadscopeError
-
-DEFAULT_TEXT = "calibration.txt"
+from ..calibration import calibrate, load_calibration
+from ..contextual import Circuit, HeadChoice, build_circuit
+from ..corpus import read_text_file
+from ..layer0 import SEED_QUERY
+from ..loading import Model
 
 
 def add_calibration_arguments(p) -> None:
@@ -14,18 +16,11 @@ def add_calibration_arguments(p) -> None:
     g.add_argument("--calibration", metavar="JSON", help="calibration file written by `headscope calibrate`")
     g.add_argument("--calibration-text", metavar="FILE",
                    help="calibrate on this UTF-8 text now (default: headscope's shipped calibration text)")
-    p.add_argument("--query", default=" the", help="query token when calibrating now; default ' the'")
+    p.add_argument("--query", default=SEED_QUERY, help="query token when calibrating now; default ' the'")
     p.add_argument("--window", type=int, default=None, help="calibration window in tokens (BOS included); default n_ctx")
     p.add_argument("--heads", default=None, help="layer-0 heads of the circuit, e.g. 0,2,6 (default: chosen automatically)")
     p.add_argument("--position", type=int, default=None,
                    help="query position n of the circuit; default the last calibrated position")
-
-
-def default_text() -> str:
-    res = importlib.resources.files("headscope").joinpath("data", DEFAULT_TEXT)
-    if not res.is_file():
-        raise HeadscopeError("no calibration given: pass --calibration JSON or --calibration-text FILE")
-    return res.read_text(encoding="utf-8")
 
 
 def parse_heads(spec: str | None, cfg) -> list[int] | None:
@@ -40,15 +35,12 @@ def parse_heads(spec: str | None, cfg) -> list[int] | None:
     return heads
 
 
-def circuit_from_args(args, model):
+def circuit_from_args(args, model: Model) -> tuple[Circuit, HeadChoice]:
     """(circuit, head choice) from --calibration / --calibration-text / the shipped text."""
-    from ..calibration import calibrate, load_calibration
-    from ..contextual import build_circuit
-    from ..corpus import read_text_file
-
     if args.calibration:
         cal = load_calibration(args.calibration, model)
     else:
-        text = read_text_file(args.calibration_text) if args.calibration_text else default_text()
+        text = (read_text_file(args.calibration_text, "calibration text") if args.calibration_text
+                else shipped.calibration_text().text)
         cal = calibrate(model, text, query=args.query, window=args.window)
     return build_circuit(model, cal, heads=parse_heads(args.heads, model.cfg), position=args.position)

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from headscope import bilinear, clustering
-from headscope.semantic import pattern_metrics, target_masks
+from headscope.survey import pattern_metrics, target_masks
 
 
 def test_ari_known_values():

@@ -1,0 +1,218 @@
+"""One head, analysed from its weights (seed 002): effective embeddings, the bilinear form and
+its eigenvalues, neighbours, token clusters, position independence.
+
+Compute (:func:`analyse_head`, :func:`head_clusters`) → typed results
+(:class:`HeadAnalysis`, :class:`HeadClusters`, each with ``to_dict()``) → ``render()``.
+The maths lives in :mod:`.bilinear` (effective embeddings, W_QK, eigen-split, top-k),
+:mod:`.clustering` (graph, Leiden, spectral) and :mod:`.survey` (prompts, position
+independence); this module puts them together for one head.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import torch
+
+from . import bilinear, clustering
+from ._errors import HeadscopeError
+from .bilinear import BilinearForm
+from .clustering import Clustering
+from .loading import Model
+from .survey import PositionIndependence, position_independence, prompts_for
+from .tokenizer import escape_token
+from .weights import Processing, Weights
+
+Tensor = torch.Tensor
+
+
+@dataclasses.dataclass
+class GraphSpec:
+    """How the token graph of a head was built."""
+
+    n_nodes: int
+    n_frequent: int
+    k: int
+    keys: str
+    frequency: str          # "corpus" or "bpe-merge-order"
+    resolution: float
+    seed: int
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class HeadClusters:
+    """A head's top-k token graph over the nodes and its partitions."""
+
+    spec: GraphSpec
+    leiden: Clustering
+    spectral: Clustering | None
+    nodes: list[int] = dataclasses.field(repr=False)         # token ids of the graph's nodes
+    embeddings: Tensor = dataclasses.field(repr=False)       # effective embeddings of the nodes [n d]
+    values: Tensor = dataclasses.field(repr=False)           # top-k logits [n k]
+    targets: Tensor = dataclasses.field(repr=False)          # top-k target node indices [n k]
+
+    def to_dict(self) -> dict:
+        return {"graph": self.spec.to_dict(), "leiden": self.leiden.to_dict(),
+                "spectral": None if self.spectral is None else self.spectral.to_dict()}
+
+
+@dataclasses.dataclass
+class Neighbours:
+    """The top-k attention targets of one token."""
+
+    token: str
+    token_id: int
+    targets: list[str]
+    target_ids: list[int]
+    logits: list[float]
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class SelfScore:
+    """Why a token avoids (or attends to) itself: its self score and its score to its top target, split."""
+
+    token: str
+    token_id: int
+    self: dict                 # bilinear.explain_score of (t, t)
+    top_target: str
+    to_top_target: dict        # bilinear.explain_score of (t, its top target)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class HeadAnalysis:
+    layer: int
+    head: int
+    fingerprint: str
+    processing: dict
+    embedding_variant: str
+    form: BilinearForm
+    clusters: HeadClusters
+    neighbours: list[Neighbours]
+    self_scores: list[SelfScore]
+    position: PositionIndependence
+
+    def to_dict(self) -> dict:
+        leiden = self.clusters.leiden.to_dict()
+        return {
+            "layer": self.layer, "head": self.head, "fingerprint": self.fingerprint,
+            "processing": self.processing, "embedding_variant": self.embedding_variant,
+            "clusters": leiden.pop("clusters"), "leiden": leiden,
+            "spectral": None if self.clusters.spectral is None else self.clusters.spectral.to_dict(),
+            "neighbours": [n.to_dict() for n in self.neighbours],
+            "self_scores": [s.to_dict() for s in self.self_scores],
+            "position": self.position.to_dict(), "graph": self.clusters.spec.to_dict(),
+            **self.form.to_dict(),   # eigenvalues, n_negative_top64, sigma_sym, sigma_skew, … at top level
+        }
+
+    def render(self) -> str:
+        f, lei = self.form, self.clusters.leiden
+        lines = [
+            f"head {self.layer}.{self.head}  ({self.embedding_variant} effective embeddings; processing "
+            + ",".join(k for k, v in self.processing.items() if v) + ")",
+            "eigenvalues (top 8 by |λ|): " + " ".join(f"{x:+.3g}" for x in f.eigenvalues[:8].tolist()),
+            f"negative eigenvalues: {f.n_negative_top} of the top {f.top}, {f.n_negative} overall; "
+            f"positive: {f.n_positive}",
+            f"σ_sym {float(f.sigma_sym[0]):.4g}   σ_skew {float(f.sigma_skew[0]):.4g}",
+            f"token-identity share of score variance: {self.position.identity_fraction:.3f}",
+            f"Leiden: {lei.n_clusters} clusters, modularity {lei.modularity:.3f}"
+            + (f", ARI vs categories {lei.ari:.3f}" if lei.ari is not None else ""),
+        ]
+        for c in lei.clusters[:12]:
+            lines.append(f"  [{c.size:>3}] " + " ".join(escape_token(t) for t in c.tokens[:12]))
+        return "\n".join(lines)
+
+
+def _check_head_options(model: Model, layer: int, head: int, keys: str, k: int) -> None:
+    model.cfg.check_head(layer, head)
+    if keys not in ("vocab", "nodes"):
+        raise HeadscopeError(f"keys: expected 'vocab' or 'nodes', got {keys!r}")
+    if k < 1:
+        raise HeadscopeError(f"k: expected ≥ 1, got {k}")
+
+
+def head_clusters(model: Model, layer: int, head: int, *, variant: str = "full", n_tokens: int = 5000,
+                  k: int = 10, categories=None, corpus: str | Path | None = None, resolution: float = 1.0,
+                  seed: int = 0, with_spectral: bool = True, keys: str = "vocab",
+                  processing: Processing | None = None, weights: Weights | None = None,
+                  attn_means: list[Tensor] | None = None) -> HeadClusters:
+    """Cluster the tokens that head (layer, head) makes attend to each other.
+
+    Nodes: the `n_tokens` most frequent tokens (:func:`headscope.clustering.frequent_tokens`)
+    plus the category words; each links to its top-k targets among the nodes by the head's
+    score over effective embeddings (self excluded); Leiden (and a spectral alternative) on
+    that graph (:func:`headscope.clustering.knn_graph`).
+    """
+    _check_head_options(model, layer, head, keys, k)
+    W = model.weights(processing) if weights is None else weights
+    prompts, cat_ids = prompts_for(model, categories, n_prompts=32, length=16, seed=seed)
+    if attn_means is None:
+        attn_means = bilinear.mean_attn_outputs(W, prompts.tokens, max(layer, 1 if variant == "mlp" else 0))
+    freq = clustering.frequent_tokens(model.tokenizer, n_tokens, corpus)
+    nodes = list(dict.fromkeys(freq + [t for ids in cat_ids.values() for t in ids]))
+    X = bilinear.effective_embeddings(W, layer, torch.tensor(nodes), variant=variant, attn_means=attn_means)
+    Q, K = bilinear.head_qk(W, layer, head, X)
+    vals, idx, lse = bilinear.topk_targets(Q, K, k, self_index=torch.arange(len(nodes)), return_lse=True)
+    g = clustering.knn_graph(vals, idx, len(nodes), lse)
+    strs = model.to_str_tokens(nodes)
+    leiden = clustering.describe(g, clustering.leiden(g, resolution=resolution, seed=seed), nodes, strs, "leiden",
+                                 categories=cat_ids)
+    spectral = None
+    if with_spectral:
+        spectral = clustering.describe(g, clustering.spectral(g, max(2, leiden.n_clusters), seed=seed), nodes, strs,
+                                       "spectral", categories=cat_ids)
+    spec = GraphSpec(n_nodes=len(nodes), n_frequent=len(freq), k=k, keys=keys,
+                     frequency="corpus" if corpus else "bpe-merge-order", resolution=resolution, seed=seed)
+    return HeadClusters(spec=spec, leiden=leiden, spectral=spectral, nodes=nodes, embeddings=X, values=vals,
+                        targets=idx)
+
+
+def analyse_head(model: Model, layer: int, head: int, *, variant: str = "full", n_tokens: int = 5000, k: int = 10,
+                 keys: str = "vocab", categories=None, corpus=None, resolution: float = 1.0,
+                 seed: int = 0, with_spectral: bool = True, n_examples: int = 10,
+                 processing: Processing | None = None) -> HeadAnalysis:
+    """Analyse head (layer, head); ``keys="vocab"`` ranks neighbours over the whole vocabulary."""
+    _check_head_options(model, layer, head, keys, k)
+    W = model.weights(processing)
+    prompts, cat_ids = prompts_for(model, categories, n_prompts=32, length=16, seed=seed)
+    attn_means = bilinear.mean_attn_outputs(W, prompts.tokens, max(layer, 1 if variant == "mlp" else 0))
+    form = bilinear.bilinear_form(bilinear.qk_matrix(W, layer, head, centred=W.processing.fold_ln), layer, head)
+    hc = head_clusters(model, layer, head, variant=variant, n_tokens=n_tokens, k=k, categories=categories,
+                       corpus=corpus, resolution=resolution, seed=seed, with_spectral=with_spectral, keys=keys,
+                       weights=W, attn_means=attn_means)
+    nodes, X_nodes = hc.nodes, hc.embeddings
+    strs = model.to_str_tokens(nodes)
+
+    # neighbours and self-score explanations of example tokens (first word of each category)
+    examples = [ids[0] for ids in cat_ids.values()][:n_examples]
+    ex_pos = torch.tensor([nodes.index(t) for t in examples])
+    if keys == "vocab":
+        X_all = bilinear.effective_embeddings(W, layer, None, variant=variant, attn_means=attn_means)
+        Qa, Ka = bilinear.head_qk(W, layer, head, X_all)
+        ev, key_ids = bilinear.topk_targets(Qa[examples], Ka, k, self_index=torch.tensor(examples))
+    else:
+        ev, key_ids = hc.values[ex_pos], torch.tensor(nodes)[hc.targets[ex_pos]]
+    neighbours = [Neighbours(token=s, token_id=t, targets=model.to_str_tokens(key_ids[i].tolist()),
+                             target_ids=key_ids[i].tolist(), logits=ev[i].tolist())
+                  for i, (t, s) in enumerate(zip(examples, model.to_str_tokens(examples)))]
+    scale = model.cfg.attn_scale(layer)
+    self_scores = []
+    for i, t in enumerate(examples):
+        x = X_nodes[ex_pos[i]]
+        partner = int(hc.targets[ex_pos[i], 0])
+        self_scores.append(SelfScore(
+            token=strs[ex_pos[i]], token_id=t, self=bilinear.explain_score(form, x, x, divisor=scale),
+            top_target=strs[partner], to_top_target=bilinear.explain_score(form, x, X_nodes[partner], divisor=scale)))
+    pos = position_independence(model, layer, head, categories=categories, seed=seed, processing=processing)
+    return HeadAnalysis(layer=layer, head=head, fingerprint=model.fingerprint, processing=W.processing.to_dict(),
+                        embedding_variant=variant, form=form, clusters=hc, neighbours=neighbours,
+                        self_scores=self_scores, position=pos)

@@ -1,0 +1,68 @@
+"""Statistics shared by the analyses, in one place: correlation, quantiles, histograms.
+
+Conventions: a statistic that is undefined on its input (the correlation of a constant
+vector, the quantile of nothing) is ``None`` for a scalar and NaN inside a tensor;
+callers that promise a number say "not applicable" instead of writing NaN.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+from jaxtyping import Float
+
+Tensor = torch.Tensor
+
+
+def correlation(a: Float[Tensor, "... n"], b: Float[Tensor, "... n"]) -> Float[Tensor, "..."]:
+    """Pearson correlation of `a` and `b` along the last dimension (NaN where either is constant).
+
+    r = Σ (a − ā)(b − b̄) / (|a − ā| |b − b̄|).
+    """
+    a = a - a.mean(-1, keepdim=True)
+    b = b - b.mean(-1, keepdim=True)
+    den = a.norm(dim=-1) * b.norm(dim=-1)
+    r = (a * b).sum(-1) / den
+    return torch.where(den > 0, r, torch.full_like(r, math.nan))
+
+
+def pearson(a: Tensor, b: Tensor) -> float | None:
+    """Pearson correlation of two 1-D tensors; None when either is constant (undefined)."""
+    r = float(correlation(a.reshape(-1), b.reshape(-1)))
+    return r if math.isfinite(r) else None
+
+
+def fraction_unexplained(true: Float[Tensor, "... n"], pred: Float[Tensor, "... n"]) -> Float[Tensor, "..."]:
+    """FVU = |true − pred|² / |true − mean(true)|² along the last dimension (NaN where true is constant)."""
+    resid = (true - pred).pow(2).sum(-1)
+    var = (true - true.mean(-1, keepdim=True)).pow(2).sum(-1)
+    return torch.where(var > 0, resid / var, torch.full_like(resid, math.nan))
+
+
+def quantile(x: Tensor, q: float) -> float | None:
+    """The q-quantile of the finite entries of `x` (linear interpolation); None if there are none."""
+    x = x.reshape(-1).double()
+    x = x[torch.isfinite(x)]
+    return float(torch.quantile(x, q)) if x.numel() else None
+
+
+def median(x: Tensor) -> float | None:
+    """The median of the finite entries of `x` (mean of the two middle ones); None if there are none."""
+    return quantile(x, 0.5)
+
+
+def bin_values(values: Sequence[float], bins: int = 30) -> tuple[list[float], list[int]]:
+    """Equal-width bin edges and counts of the finite `values` (a histogram)."""
+    vals = [float(v) for v in values if v is not None and math.isfinite(v)]
+    if not vals:
+        return [0.0, 1.0], [0]
+    lo, hi = min(vals), max(vals)
+    if hi == lo:
+        lo, hi = lo - 0.5, hi + 0.5
+    step = (hi - lo) / bins
+    counts = [0] * bins
+    for v in vals:
+        counts[min(int((v - lo) / step), bins - 1)] += 1
+    return [lo + i * step for i in range(bins + 1)], counts
