@@ -345,7 +345,7 @@ def _make_tensor(spec: _Spec, shape: _Shape, seed: int, scale: Callable[[str], f
         if f != 1.0:
             t.mul_(f)
     t = t.to(spec.dtype).contiguous()
-    if not bool(torch.isfinite(t).all()):
+    if not all(bool(torch.isfinite(chunk).all()) for chunk in t.reshape(-1).split(1 << 22)):  # bounded temporaries
         raise HeadscopeError(
             f"{spec.key} overflows {_DTYPE_NAMES[spec.dtype]} at this scale (choose a smaller factor or float32)"
         )
