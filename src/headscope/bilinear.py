@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Iterator
 
 import torch
 from jaxtyping import Float, Int
@@ -56,6 +57,38 @@ def mean_attn_outputs(weights: Weights, tokens: Int[Tensor, "batch pos"], layers
 
 
 @torch.no_grad()
+def effective_embeddings_by_layer(
+    weights: Weights,
+    token_ids: Int[Tensor, "n"] | None = None,
+    *,
+    attn_means: list[Tensor],
+    upto: int | None = None,
+    chunk: int = 4096,
+) -> Iterator[tuple[int, Float[Tensor, "n d_model"]]]:
+    """(l, x̂_t for the heads of layer l) for l = 0..upto (default: every layer), variant ``full``.
+
+    One pass up the residual stream: x = W_E[t] + mean W_pos, then per block
+    x += mean attn_l, x += MLP_l(x); each layer's x̂ = LN1_l(x) is yielded before that
+    layer's block is added. Every block is read once, whatever the number of tokens;
+    rows are processed `chunk` at a time. Needs ``attn_means`` for blocks 0..upto−1.
+    """
+    cfg = weights.cfg
+    upto = cfg.n_layers - 1 if upto is None else cfg.check_layer(upto)
+    if len(attn_means) < upto:
+        raise HeadscopeError(f"effective embeddings need mean attention outputs of {upto} blocks, got {len(attn_means)}")
+    ids = torch.arange(cfg.d_vocab) if token_ids is None else torch.as_tensor(token_ids).long()
+    x = weights.W_E[ids] + weights.W_pos.mean(0)                                       # [n d] residual
+    for l in range(upto + 1):
+        block = weights.blocks[l]
+        yield l, layer_norm(x, block.ln1_w, block.ln1_b, cfg.ln_eps)[0]
+        if l == upto:
+            return
+        for a in range(0, len(ids), chunk):
+            xa = x[a:a + chunk] + attn_means[l]
+            x[a:a + chunk] = xa + mlp(block, xa, cfg)[0]
+
+
+@torch.no_grad()
 def effective_embeddings(
     weights: Weights,
     layer: int,
@@ -70,24 +103,20 @@ def effective_embeddings(
     if variant not in VARIANTS:
         raise HeadscopeError(f"embedding variant: expected one of {', '.join(VARIANTS)}, got {variant!r}")
     cfg.check_layer(layer)
-    if variant == "mlp" and layer == 0:
-        raise HeadscopeError("embedding variant 'mlp' needs a head in layer ≥ 1 (it reads MLP0's output)")
-    ids = torch.arange(cfg.d_vocab) if token_ids is None else torch.as_tensor(token_ids).long()
     attn_means = attn_means or []
-    need = 1 if variant == "mlp" else layer
-    if len(attn_means) < need:
-        raise HeadscopeError(f"effective embeddings need mean attention outputs of {need} blocks, got {len(attn_means)}")
-    pos = weights.W_pos.mean(0)                                                        # [d]
+    if variant == "full":
+        *_, (_, x_hat) = effective_embeddings_by_layer(weights, token_ids, attn_means=attn_means, upto=layer,
+                                                       chunk=chunk)
+        return x_hat
+    if layer == 0:
+        raise HeadscopeError("embedding variant 'mlp' needs a head in layer ≥ 1 (it reads MLP0's output)")
+    if len(attn_means) < 1:
+        raise HeadscopeError(f"effective embeddings need mean attention outputs of 1 blocks, got {len(attn_means)}")
+    ids = torch.arange(cfg.d_vocab) if token_ids is None else torch.as_tensor(token_ids).long()
     ln1 = weights.blocks[layer]
     out = torch.empty(len(ids), cfg.d_model, dtype=weights.dtype)
     for a in range(0, len(ids), chunk):
-        x = weights.W_E[ids[a:a + chunk]] + pos                                        # [c d]
-        if variant == "full":
-            for l in range(layer):
-                x = x + attn_means[l]
-                x = x + mlp(weights.blocks[l], x, cfg)[0]
-        else:
-            x = mlp(weights.blocks[0], x + attn_means[0], cfg)[0]
+        x = mlp(weights.blocks[0], weights.W_E[ids[a:a + chunk]] + weights.W_pos.mean(0) + attn_means[0], cfg)[0]
         out[a:a + chunk] = layer_norm(x, ln1.ln1_w, ln1.ln1_b, cfg.ln_eps)[0]
     return out
 
