@@ -66,6 +66,25 @@ class Model:
             self._processed[processing] = process(self.raw, processing)
         return self._processed[processing]
 
+    def raw_block(self, layer: int) -> Block:
+        """The raw (unprocessed) weights of block `layer`, a copy the caller may modify."""
+        b = self.raw.blocks[self.cfg.check_layer(layer)]
+        return Block(**{k: getattr(b, k).clone() for k in b.shapes(self.cfg)})
+
+    def save(self, out: str | os.PathLike, *, blocks: dict[int, Block] | None = None,
+             extra_files: dict[str, str] | None = None) -> Path:
+        """Write this checkpoint to `out` with the raw blocks in `blocks` replacing the model's.
+
+        The tokenizer files are copied from the model's directory; `extra_files` (name →
+        text) are added. The rest of the weights are the model's own.
+        """
+        replaced = list(self.raw.blocks)
+        for l, b in (blocks or {}).items():
+            replaced[self.cfg.check_layer(l)] = b
+        w = dataclasses.replace(self.raw, blocks=replaced)
+        return save_checkpoint(w.to(dtype=torch.float32), Path(out), tokenizer_from=self.directory,
+                               extra_files=extra_files)
+
     def to_tokens(self, text: str, prepend_bos: bool = True) -> torch.Tensor:
         """Token ids [pos] of `text`, with BOS (``<|endoftext|>``) prepended."""
         ids = self.tokenizer.encode(text)

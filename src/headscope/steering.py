@@ -31,10 +31,10 @@ from ._atomic import refuse_foreign_dir
 from ._errors import HeadscopeError
 from ._json import dumps
 from .bilinear import bilinear_form, key_bias_vector, qk_matrix
-from .loading import WEIGHTS_FILE, Model, file_sha256, save_checkpoint
+from .loading import WEIGHTS_FILE, Model, file_sha256
 from .patterns import head_pattern
 from .survey import prompts_for
-from .weights import Processing, Weights, process
+from .weights import Block, Processing, Weights
 
 Tensor = torch.Tensor
 MARKER = "steering.json"
@@ -105,19 +105,33 @@ def steered_qk(weights: Weights, layer: int, head: int, alpha: float, *, select:
     return Rebuild(WQ, WK, bQ, bK, r, err, kb_err, sel, [float(x) for x in ls])
 
 
-def unfold_into_raw(raw: Weights, layer: int, head: int, rb: Rebuild) -> Weights:
-    """Raw weights with head (layer, head)'s W_Q, W_K, b_Q, b_K replaced (fold_ln inverted)."""
-    out = raw.map(lambda t: t.clone())
-    out.W_U = out.W_E.T                                     # keep the tie GPT-2 checkpoints need
-    blk = out.blocks[layer]
-    w = blk.ln1_w.double()
+def unfold_into_raw(raw_block: Block, head: int, rb: Rebuild) -> Block:
+    """Raw `raw_block` (modified in place and returned) with `head`'s W_Q, W_K, b_Q, b_K replaced,
+    fold_ln inverted: ``W_raw = W'/ln1_w`` row-wise and ``b_raw = b' − ln1_b W_raw``."""
+    w = raw_block.ln1_w.double()
     inv = torch.where(w != 0, 1 / torch.where(w != 0, w, torch.ones_like(w)), torch.zeros_like(w))
+    dtype = raw_block.W_Q.dtype
     for X, Wp, bp in (("Q", rb.W_Q, rb.b_Q), ("K", rb.W_K, rb.b_K)):
         W_raw = Wp * inv[:, None]                                                      # [d e]
-        b_raw = bp - blk.ln1_b.double() @ W_raw
-        getattr(blk, f"W_{X}")[head] = W_raw.to(raw.dtype)
-        getattr(blk, f"b_{X}")[head] = b_raw.to(raw.dtype)
-    return out
+        b_raw = bp - raw_block.ln1_b.double() @ W_raw
+        getattr(raw_block, f"W_{X}")[head] = W_raw.to(dtype)
+        getattr(raw_block, f"b_{X}")[head] = b_raw.to(dtype)
+    return raw_block
+
+
+def steered_weights(W: Weights, layer: int, head: int, rb: Rebuild) -> Weights:
+    """Processed weights `W` with head (layer, head)'s W_Q, W_K, b_Q, b_K replaced by the rebuild;
+    every other block is shared, not copied."""
+    blk = W.blocks[layer]
+    new = Block(**{k: getattr(blk, k) for k in blk.shapes(W.cfg)})
+    for X, Wp, bp in (("Q", rb.W_Q, rb.b_Q), ("K", rb.W_K, rb.b_K)):
+        Wh, bh = getattr(blk, f"W_{X}").clone(), getattr(blk, f"b_{X}").clone()
+        Wh[head], bh[head] = Wp.to(Wh.dtype), bp.to(bh.dtype)
+        setattr(new, f"W_{X}", Wh)
+        setattr(new, f"b_{X}", bh)
+    blocks = list(W.blocks)
+    blocks[layer] = new
+    return dataclasses.replace(W, blocks=blocks)
 
 
 # -- measuring the effect --------------------------------------------------------------------
@@ -169,11 +183,11 @@ class SteerResult:
 
 @dataclasses.dataclass
 class Steered:
-    """A steered model: what was measured, and the steered weights (raw and processed)."""
+    """A steered model: what was measured, and the steered weights."""
 
     result: SteerResult
-    raw: Weights              # raw weights with the head replaced (fold_ln inverted)
-    weights: Weights          # the same, under the processing of the measurement
+    raw_block: Block          # the raw weights of the steered head's block (fold_ln inverted)
+    weights: Weights          # processed weights of the steered model (other blocks shared)
 
 
 def steer(model: Model, layer: int, head: int, alpha: float, *, select: str | list[int] = "negative",
@@ -188,8 +202,8 @@ def steer(model: Model, layer: int, head: int, alpha: float, *, select: str | li
     processing = Processing.default() if processing is None else processing
     W = model.weights(processing)
     rb = steered_qk(W, layer, head, alpha, select=select, keep_skew=keep_skew)
-    raw_new = unfold_into_raw(model.raw, layer, head, rb)
-    W_new = process(raw_new, processing)
+    raw_block = unfold_into_raw(model.raw_block(layer), head, rb)
+    W_new = steered_weights(W, layer, head, rb)
     if tokens is None:
         tokens = prompts_for(model, categories, n_prompts=32, length=16, seed=seed)[0].tokens
     before = self_attention_stats(W, tokens, layer, head)
@@ -202,7 +216,7 @@ def steer(model: Model, layer: int, head: int, alpha: float, *, select: str | li
         self_rank_before=before["self_rank"], self_rank_after=after["self_rank"],
         out=None, fingerprint=model.fingerprint, steered_fingerprint=None, processing=processing.to_dict(),
     )
-    return Steered(result=res, raw=raw_new, weights=W_new)
+    return Steered(result=res, raw_block=raw_block, weights=W_new)
 
 
 def save_steered(model: Model, steered: Steered, out: str | Path) -> SteerResult:
@@ -212,7 +226,6 @@ def save_steered(model: Model, steered: Steered, out: str | Path) -> SteerResult
     res = dataclasses.replace(steered.result, out=str(out))
     meta = {k: v for k, v in res.to_dict().items() if k not in ("out", "steered_fingerprint")}
     meta["source"] = model.source
-    save_checkpoint(steered.raw.to(dtype=torch.float32), out, tokenizer_from=model.directory,
-                    extra_files={MARKER: dumps(meta)})
+    model.save(out, blocks={res.layer: steered.raw_block}, extra_files={MARKER: dumps(meta)})
     res.steered_fingerprint = file_sha256(out / WEIGHTS_FILE)
     return res

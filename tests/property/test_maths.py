@@ -357,6 +357,13 @@ def test_steering_scales_exactly_the_negative_eigenvalues(case):
                                rtol=1e-9, atol=1e-12)
 
 
+def _unfolded(raw, layer, head, rb):
+    """Raw weights with block `layer` replaced by its steered copy (the rest shared)."""
+    b = raw.blocks[layer]
+    block = steering.unfold_into_raw(Block(**{k: getattr(b, k).clone() for k in b.shapes(raw.cfg)}), head, rb)
+    return dataclasses.replace(raw, blocks=[block if l == layer else x for l, x in enumerate(raw.blocks)])
+
+
 def _logits(w, tokens):
     return run_with_cache(w, tokens, names=["logits"]).logits
 
@@ -371,7 +378,7 @@ def test_steering_at_alpha_one_keeps_logits(case):
     if tokens.shape[1] < 2:
         tokens = torch.cat([tokens, tokens], 1)
     sel = _select(W, layer, head, select)
-    same = steering.unfold_into_raw(raw, layer, head, steering.steered_qk(W, layer, head, 1.0, select=sel))
+    same = _unfolded(raw, layer, head, steering.steered_qk(W, layer, head, 1.0, select=sel))
     ref = _logits(raw, tokens)
     torch.testing.assert_close(_logits(same, tokens), ref, rtol=1e-9, atol=1e-9)
     with torch.no_grad():
@@ -382,6 +389,12 @@ def test_steering_at_alpha_one_keeps_logits(case):
     # only the steered head's W_Q, W_K, b_Q, b_K were rewritten
     changed = {n for (n, a), (_, b) in zip(raw.named_tensors(), same.named_tensors()) if not torch.equal(a, b)}
     assert changed <= {f"blocks.{layer}.{x}" for x in ("W_Q", "W_K", "b_Q", "b_K")}, changed
+    # the processed steered weights are the rebuild itself: processing the unfolded raw gives them
+    proc = process(same, W.processing)
+    direct = steering.steered_weights(W, layer, head, steering.steered_qk(W, layer, head, 1.0, select=sel))
+    for name in ("W_Q", "W_K", "b_Q", "b_K"):
+        torch.testing.assert_close(getattr(direct.blocks[layer], name), getattr(proc.blocks[layer], name),
+                                   rtol=1e-9, atol=1e-9)
     # guard: α = 0 on the largest |λ| changes the pattern of the head, hence the logits
-    moved = steering.unfold_into_raw(raw, layer, head, steering.steered_qk(W, layer, head, 0.0, select=[0]))
+    moved = _unfolded(raw, layer, head, steering.steered_qk(W, layer, head, 0.0, select=[0]))
     assert float((_logits(moved, tokens) - ref).abs().max()) > 1e-6
