@@ -104,9 +104,8 @@ def build_report(model, out_dir: str | Path, options: ReportOptions | None = Non
     out = Path(out_dir)
     inputs = load_inputs(options.calibration_text, options.samples)
     stages = select(list(stages) if stages is not None else default_stages(), options.stages)
-    bad = [j for j in (options.neurons or []) if not 0 <= j < model.cfg.d_mlp]
-    if bad:  # checked before any stage runs
-        raise HeadscopeError(f"neuron {bad[0]} out of range (MLP0 has neurons 0..{model.cfg.d_mlp - 1})")
+    for j in options.neurons or []:  # checked before any stage runs
+        model.cfg.check_neuron(j)
     check_order(stages)
     refuse_foreign_dir(out, MARKER)
     ensure_writable_dir(out)
