@@ -478,7 +478,7 @@ class OutputDir:
             return self
         listed = _read_manifest(p)
         if listed is None or (self.marker is not None and self.marker not in listed):
-            mark = f"{self.marker} written by headscope" if self.marker else f"headscope's {MANIFEST}"
+            mark = f"{self.marker} listed in headscope's {MANIFEST}" if self.marker else f"headscope's {MANIFEST}"
             raise HeadscopeError(f"{self.what} {p} already holds other files (no {mark}); "
                                  "choose an empty or new directory")
         return self
