@@ -12,6 +12,7 @@ import importlib
 import sys
 
 from ._errors import HeadscopeError
+from .corpus import DEFAULT_MAX_INPUT_MB, input_limit
 from ._version import __version__
 
 #: subcommand name → (module under headscope.commands, one-line help)
@@ -43,6 +44,8 @@ def common_options() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16", "float16"],
                    help="dtype of the weights and activations; default float32")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    p.add_argument("--max-input-mb", type=float, default=DEFAULT_MAX_INPUT_MB, metavar="MB",
+                   help=f"size limit of each input text, corpus or config file, in MiB; default {DEFAULT_MAX_INPUT_MB}")
     return p
 
 
@@ -67,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     try:
-        return int(args._run(args) or 0)
+        with input_limit(args.max_input_mb):
+            return int(args._run(args) or 0)
     except HeadscopeError as e:
         print(f"headscope: error: {e}", file=sys.stderr)
         return 2

@@ -333,8 +333,9 @@ def save_checkpoint(
 ) -> Path:
     """Write a complete HF GPT-2 checkpoint directory atomically.
 
-    Files are written into a temporary sibling directory that is renamed into place,
-    so a crash leaves no half-written checkpoint. Tokenizer files are copied from
+    Files are staged and committed under headscope's output rule (:mod:`headscope._atomic`):
+    `out` must be new, empty or an earlier headscope output; other files in it are kept,
+    and a crash leaves no half-written checkpoint (the next write finishes or drops it). Tokenizer files are copied from
     `tokenizer_from` (a checkpoint directory) or, by default, are GPT-2's BPE.
     """
     out = Path(out)

@@ -52,6 +52,9 @@ def load_categories(path: str | Path | None = None) -> dict[str, list[str]]:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise HeadscopeError(f"categories file {path}: not valid JSON ({e.msg}, line {e.lineno})") from None
+    except RecursionError:
+        raise HeadscopeError(f"categories file {path}: expected an object of name → list of words, "
+                             "got JSON nested too deeply") from None
     if not isinstance(data, dict) or not all(
         isinstance(v, list) and all(isinstance(w, str) for w in v) for v in data.values()
     ):

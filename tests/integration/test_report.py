@@ -220,7 +220,8 @@ def test_interrupt_and_resume(report, planted_model, samples, tmp_path, monkeypa
         for f in ("model", "attention"):
             (nc / "data").mkdir(exist_ok=True)
             (nc / f"data/{f}.json").write_bytes((out / f"data/{f}.json").read_bytes())
-        (nc / ".headscope-report").write_bytes((out / ".headscope-report").read_bytes())
+        for f in (".headscope-report", ".headscope-manifest.json"):   # an earlier report's marker and manifest
+            (nc / f).write_bytes((out / f).read_bytes())
         build_report(planted_model, nc, _options(samples, use_cache=False, stages=["model", "attention"]))
         assert calls == {"model": 1, "attention": 1}                              # --no-cache recomputes them
     assert _snapshot(out) == reference

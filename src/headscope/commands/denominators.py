@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .._atomic import atomic_write_text, ensure_writable_dir, refuse_foreign_dir
+from .._atomic import atomic_directory, refuse_foreign_dir
 from .._json import dumps
 from ..corpus import read_corpus, windows
 from ..denominators import DenominatorStability, denominator_stability
@@ -70,11 +70,9 @@ def run(args) -> int:
     r = denominator_stability(model, wins, query=None if args.own_query else args.query, window=window,
                               n_min=min(32, window // 4), stride=max(1, min(16, window // 4)),
                               delta=parse_float(args.delta, "--delta"))
-    if args.out:
-        out = Path(args.out)
-        refuse_foreign_dir(out, "denominators.json")
-        ensure_writable_dir(out)
-        atomic_write_text(out / "denominators.json", dumps(r.to_dict()))
-        atomic_write_text(out / "denominators.svg", traces_svg(r))
+    if args.out:  # staged, then committed together (headscope._atomic's output rule)
+        with atomic_directory(Path(args.out), marker="denominators.json") as staging:
+            (staging / "denominators.json").write_text(dumps(r.to_dict()), encoding="utf-8")
+            (staging / "denominators.svg").write_text(traces_svg(r), encoding="utf-8")
     emit(args, r, render(r))
     return 0

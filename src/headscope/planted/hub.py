@@ -647,7 +647,7 @@ def write_hub_cache(
     See the module docstring. `checkpoint_kwargs` go to :func:`write_hub_checkpoint`
     (without `out_dir`); when no shape is given, it comes from ``SIZES`` by `repo_id`.
     """
-    from .._atomic import atomic_write_text, ensure_writable_dir
+    from .._atomic import MANIFEST, atomic_write_text, ensure_writable_dir
 
     if not isinstance(repo_id, str) or not re.fullmatch(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?", repo_id):
         raise HeadscopeError(f"repo_id: expected 'name' or 'org/name', got {repo_id!r}")
@@ -683,7 +683,7 @@ def write_hub_cache(
         staging = Path(tempfile.mkdtemp(dir=repo, prefix=".staging.")) / "ckpt"
         try:
             write_hub_checkpoint(staging, **kwargs)
-            files = sorted(p.name for p in staging.iterdir())
+            files = sorted(p.name for p in staging.iterdir() if p.name != MANIFEST)  # headscope's, not the hub's
             etags = {name: _file_etag(staging / name) for name in files}
             commit = hashlib.sha1(json.dumps({"repo": repo_id, "revision": revision, "files": etags},
                                              sort_keys=True).encode()).hexdigest()
@@ -704,7 +704,8 @@ def write_hub_cache(
                     shutil.copyfile(blob, link)
             ref = repo / "refs" / revision
             ref.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(ref, commit)  # no newline: huggingface_hub reads it verbatim
+            atomic_write_text(ref, commit,  # no newline: huggingface_hub reads it verbatim
+                              owned=lambda p: _COMMIT_RE.fullmatch(p.read_text(errors="replace")) is not None)
         finally:
             shutil.rmtree(staging.parent, ignore_errors=True)
         if revision == "main":

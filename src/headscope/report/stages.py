@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from tqdm.auto import tqdm
 
+from .._atomic import read_small_file
 from .._errors import HeadscopeError
 from .._json import clean, dumps
 from ..shipped import Text
@@ -210,9 +211,10 @@ def data_path(out: Path, stage: Stage) -> Path:
 
 def read_cached(path: Path, key: str) -> dict | None:
     """The saved data of a stage if `path` holds the same key, else None."""
+    raw = read_small_file(path, limit=1 << 40)   # a regular file (a FIFO there is ignored, never opened to block)
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        doc = json.loads(raw.decode("utf-8")) if raw is not None else None
+    except (ValueError, RecursionError):
         return None
     if not isinstance(doc, dict) or doc.get("key") != key or "data" not in doc:
         return None
