@@ -479,8 +479,11 @@ class OutputDir:
         listed = _read_manifest(p)
         if listed is None or (self.marker is not None and self.marker not in listed):
             mark = f"{self.marker} listed in headscope's {MANIFEST}" if self.marker else f"headscope's {MANIFEST}"
-            raise HeadscopeError(f"{self.what} {p} already holds other files (no {mark}); "
-                                 "choose an empty or new directory")
+            legacy = listed is None and self.marker is not None and (p / self.marker).is_file()
+            hint = (" — it was written by a headscope older than its manifest, which cannot tell its files from "
+                    "yours: remove it or choose an empty or new directory") if legacy else \
+                "; choose an empty or new directory"
+            raise HeadscopeError(f"{self.what} {p} already holds other files (no {mark}){hint}")
         return self
 
     def open(self) -> "OutputDir":
