@@ -168,7 +168,7 @@ def planted_reference(manifest: dict) -> Reference:
 
 
 def reference_for(model: Model) -> Reference:
-    if (Path(model.directory) / MANIFEST).is_file():
+    if model.directory is not None and (Path(model.directory) / MANIFEST).is_file():   # None: a model in memory
         return planted_reference(read_manifest(model.directory))
     return seed_reference(seed_claims())
 
