@@ -3,6 +3,7 @@ checkpoints whose statistics were not chosen for it (hub-layout random weights, 
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import re
@@ -14,10 +15,11 @@ import pytest
 import torch
 
 import headscope
-from headscope import atlas as A
 from headscope import bilinear
 from headscope._json import dumps
 from headscope.survey import prompts_for
+
+A = importlib.import_module("headscope.atlas")   # the module (headscope.atlas itself is the function)
 
 
 @pytest.fixture(scope="module")
@@ -226,3 +228,61 @@ def test_command(tiny_hf_dir):
         p = _cli("atlas", str(tiny_hf_dir), *args)
         assert p.returncode == 2 and p.stderr.startswith("headscope: error:") and msg in p.stderr, p.stderr
         assert "Traceback" not in p.stderr
+
+
+# -- the report's atlas page --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def atlas_report(planted3_model, tmp_path_factory):
+    from headscope.report import ReportOptions, build_report
+
+    out = tmp_path_factory.mktemp("atlas-report") / "r"
+    build_report(planted3_model, out, ReportOptions(stages=["atlas"], progress=False, atlas_tokens=400))
+    return out
+
+
+def _json_block(page: str, id: str):
+    m = re.search(rf'<script type="application/json" id="{id}">([^<]*)</script>', page)
+    assert m, id
+    return json.loads(m.group(1))
+
+
+@pytest.mark.slow
+def test_atlas_page_grids_tooltips_and_links(atlas_report, planted3_model):
+    out = atlas_report
+    cfg = planted3_model.cfg
+    names = [f"L{l}H{h}" for l in range(cfg.n_layers) for h in range(cfg.n_heads)]
+    assert sorted(p.stem for p in (out / "heads").glob("*.html")) == sorted(names)    # a page for every head
+    page = (out / "atlas.html").read_text()
+    data = json.loads((out / "data/atlas.json").read_text())["data"]
+    cells = re.findall(r'<a class="cell" href="heads/(L\d+H\d+)\.html" data-head="(L\d+H\d+)"', page)
+    assert cells and all(a == b for a, b in cells)
+    n_grids = len(re.findall(r'<div class="gridfig" id="grid-', page))
+    assert n_grids == 5 and len(cells) == n_grids * len(names)      # no survey / kernels stage ran: 5 metrics
+    tips = _json_block(page, "hs-atlas-data")
+    assert sorted(tips) == sorted(names)
+    row = next(r for r in data["rows"] if (r["layer"], r["head"]) == (2, 7))
+    assert f"OV copying: {row['ov_copying']:.4g}" in tips["L2H7"] and tips["L2H7"].startswith("L2H7 (layer 2, head 7)")
+    search = _json_block(page, "hs-search-data")
+    assert ["L2H3", search[names.index("L2H3")][1], "heads/L2H3.html"] in search
+    head = (out / "heads/L2H7.html").read_text()
+    assert "Atlas: the head from its weights" in head and 'href="../atlas.html#grid-qk_self"' in head
+    index = (out / "index.html").read_text()
+    assert 'href="atlas.html"' in index and len(re.findall(r'class="cell"', index)) == 2 * len(names)
+
+
+@pytest.mark.slow
+def test_atlas_stage_is_cached_and_deterministic(atlas_report, planted3_model, tmp_path):
+    from headscope.report import ReportOptions, build_report
+
+    before = {p.relative_to(atlas_report): p.read_bytes() for p in atlas_report.rglob("*") if p.is_file()}
+    res = build_report(planted3_model, atlas_report, ReportOptions(stages=["atlas"], progress=False, atlas_tokens=400))
+    assert [s.cached for s in res.stages] == [True]
+    fresh = tmp_path / "fresh"
+    build_report(planted3_model, fresh, ReportOptions(stages=["atlas"], progress=False, atlas_tokens=400,
+                                                      use_cache=False))
+    after = {p.relative_to(fresh): p.read_bytes() for p in fresh.rglob("*") if p.is_file()}
+    assert after == before                                        # recomputed: byte-identical JSON and HTML
+    res = build_report(planted3_model, atlas_report, ReportOptions(stages=["atlas"], progress=False, atlas_tokens=300))
+    assert [s.cached for s in res.stages] == [False]              # the token count is part of the key
