@@ -28,6 +28,7 @@ from pathlib import Path
 
 from . import bilinear, shipped
 from ._errors import HeadscopeError
+from ._html_repr import HtmlRepr
 from .calibration import calibrate
 from .contextual import build_circuit
 from .corpus import windows
@@ -66,7 +67,7 @@ class ClaimRow:
 
 
 @dataclasses.dataclass
-class ReproduceResult:
+class ReproduceResult(HtmlRepr):
     rows: list[ClaimRow]
     source: str
     fingerprint: str
