@@ -216,7 +216,7 @@ def _cli(*args):
     return subprocess.run([sys.executable, "-m", "headscope", *args], capture_output=True, text=True, timeout=600)
 
 
-def test_command(tiny_hf_dir):
+def test_command(tiny_hf_dir, tmp_path):
     p = _cli("atlas", str(tiny_hf_dir), "--layers", "1", "--tokens", "50", "--json")
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
@@ -228,6 +228,9 @@ def test_command(tiny_hf_dir):
         p = _cli("atlas", str(tiny_hf_dir), *args)
         assert p.returncode == 2 and p.stderr.startswith("headscope: error:") and msg in p.stderr, p.stderr
         assert "Traceback" not in p.stderr
+    p = _cli("report", str(tiny_hf_dir), "--out", str(tmp_path / "r"), "--atlas-tokens", "1")
+    assert p.returncode == 2 and "headscope: error: --atlas-tokens: expected ≥ 2, got 1" in p.stderr
+    assert not (tmp_path / "r").exists()
 
 
 # -- the report's atlas page --------------------------------------------------------------------
