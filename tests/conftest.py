@@ -33,6 +33,28 @@ def planted_manifest(planted_dir) -> dict:
 
 
 @pytest.fixture(scope="session")
+def planted3_dir(tmp_path_factory) -> Path:
+    """The planted checkpoint with a third layer: layer 2 holds a copying (2.3) and a copy-suppression (2.7) head."""
+    from headscope.planted import build
+
+    return build(tmp_path_factory.mktemp("planted3") / "seed0", seed=0, n_layers=3)
+
+
+@pytest.fixture(scope="session")
+def planted3_model(planted3_dir):
+    import headscope
+
+    return headscope.load(planted3_dir)
+
+
+@pytest.fixture(scope="session")
+def planted3_manifest(planted3_dir) -> dict:
+    from headscope.planted.build import read_manifest
+
+    return read_manifest(planted3_dir)
+
+
+@pytest.fixture(scope="session")
 def tiny_hf_dir(tmp_path_factory) -> Path:
     """A tiny random HF GPT-2 with all-distinct dimensions, saved by save_pretrained.
 

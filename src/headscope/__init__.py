@@ -5,6 +5,8 @@ Public API (everything else is private)::
     model = headscope.load("gpt2")                 # hub id, directory, or offline cache
     W = model.weights()                            # processed weights, TransformerLens names
     cache = headscope.run_with_cache(W, model.to_tokens("Hello"), names=["blocks.0.attn.hook_pattern"])
+    atlas = headscope.atlas(model)                 # every head from its weights (also a transformers model:
+                                                   # headscope.load(GPT2LMHeadModel.from_pretrained(…)))
 
 Convention: activations are row vectors, matrices multiply from the right (x @ W).
 """
@@ -36,6 +38,9 @@ from .head import HeadAnalysis, HeadClusters, analyse_head, head_clusters
 from .steering import Steered, SteerResult, save_steered, steer, steered_qk
 from .survey import HeadScore, PositionIndependence, SurveyResult, load_categories, position_independence, survey
 
+# every head from its weights
+from .atlas import Atlas, HeadRow, atlas
+
 # both seeds, end to end
 from .reproduce import ReproduceResult, reproduce
 from .report import ReportOptions, ReportResult, build_report
@@ -55,6 +60,7 @@ __all__ = [
     "SteerResult", "SurveyResult", "adjusted_rand_index", "analyse_head", "bilinear_form",
     "effective_embeddings", "explain_score", "frequent_tokens", "head_clusters", "load_categories",
     "position_independence", "qk_matrix", "save_steered", "steer", "steered_qk", "survey", "topk_targets",
+    "Atlas", "HeadRow", "atlas",
     "ReproduceResult", "reproduce",
     "ReportOptions", "ReportResult", "build_report",
 ]

@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "survey": ("survey", "rank heads as semantic heads (category prompts, seed 002)"),
     "head": ("head", "QK bilinear form, eigenvalues and token clusters of one head"),
     "steer": ("steer", "scale a head's QK eigenvalues and write the steered checkpoint"),
+    "atlas": ("atlas", "every head from its weights: QK symmetry, self score, OV copying, positional share"),
     "reproduce": ("reproduce", "measure the seed studies' claims on a model: published vs measured, pass/fail"),
     "report": ("report", "write a self-contained HTML report of a model (every analysis)"),
 }

@@ -17,6 +17,7 @@ import torch
 
 from . import bilinear, clustering
 from ._errors import HeadscopeError
+from ._html_repr import HtmlRepr
 from .bilinear import BilinearForm
 from .clustering import Clustering
 from .loading import Model
@@ -89,7 +90,7 @@ class SelfScore:
 
 
 @dataclasses.dataclass
-class HeadAnalysis:
+class HeadAnalysis(HtmlRepr):
     layer: int
     head: int
     fingerprint: str

@@ -39,6 +39,7 @@ from jaxtyping import Float
 
 from . import layer0
 from ._errors import HeadscopeError
+from ._html_repr import HtmlRepr
 from .layer0 import SEED_QUERY
 from .loading import Model
 from .stats import quantile
@@ -127,7 +128,7 @@ KERNEL_SHOWN = 128                     #: distances kept in HeadKernel.kernel
 
 
 @dataclasses.dataclass
-class KernelReport:
+class KernelReport(HtmlRepr):
     """Kernels of every head of one layer, and what they depend on."""
 
     fingerprint: str

@@ -196,12 +196,18 @@ def load(
     *,
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float32,
+    tokenizer=None,
 ) -> Model:
-    """Load a GPT-2-family checkpoint by hub id or directory.
+    """Load a GPT-2-family checkpoint by hub id or directory, or a transformers GPT-2 model object.
 
     >>> model = headscope.load("gpt2")              # doctest: +SKIP
     >>> W = model.weights()                         # processed, TransformerLens names
     """
+    if not isinstance(model, (str, os.PathLike)):   # in memory: headscope.in_memory (tokenizer= is for it)
+        from .in_memory import from_transformers
+        return from_transformers(model, device=device, dtype=dtype, tokenizer=tokenizer)
+    if tokenizer is not None:
+        raise HeadscopeError("tokenizer= is for a model in memory; a checkpoint brings its own tokenizer")
     check_device(device)
     directory, source = resolve(model)
     cfg = read_config(directory / "config.json")

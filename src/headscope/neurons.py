@@ -45,6 +45,7 @@ import torch
 from jaxtyping import Float, Int
 
 from ._errors import HeadscopeError
+from ._html_repr import HtmlRepr
 from .contextual import Circuit, HeadChoice
 from .forward import run_with_cache
 from .stats import pearson
@@ -112,7 +113,7 @@ def _running_topk(Y: Tensor, Ms: Tensor, k: int, chunk: int) -> tuple[tuple[Tens
 
 
 @dataclasses.dataclass
-class NeuronScan:
+class NeuronScan(HtmlRepr):
     """Contextual neurons: max token contribution of every MLP0 neuron, and the top ones."""
 
     heads: list[int]

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from . import bilinear, shipped
 from ._errors import HeadscopeError
+from ._html_repr import HtmlRepr
 from .calibration import calibrate
 from .contextual import build_circuit
 from .corpus import windows
@@ -66,7 +67,7 @@ class ClaimRow:
 
 
 @dataclasses.dataclass
-class ReproduceResult:
+class ReproduceResult(HtmlRepr):
     rows: list[ClaimRow]
     source: str
     fingerprint: str
@@ -168,7 +169,7 @@ def planted_reference(manifest: dict) -> Reference:
 
 
 def reference_for(model: Model) -> Reference:
-    if (Path(model.directory) / MANIFEST).is_file():
+    if model.directory is not None and (Path(model.directory) / MANIFEST).is_file():   # None: a model in memory
         return planted_reference(read_manifest(model.directory))
     return seed_reference(seed_claims())
 

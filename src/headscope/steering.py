@@ -29,6 +29,7 @@ import torch
 
 from ._atomic import refuse_foreign_dir
 from ._errors import HeadscopeError
+from ._html_repr import HtmlRepr
 from ._json import dumps
 from .bilinear import bilinear_form, key_bias_vector, qk_matrix
 from .loading import WEIGHTS_FILE, Model, file_sha256
@@ -148,7 +149,7 @@ def self_attention_stats(weights: Weights, tokens: Tensor, layer: int, head: int
 
 
 @dataclasses.dataclass
-class SteerResult:
+class SteerResult(HtmlRepr):
     layer: int
     head: int
     alpha: float

@@ -32,6 +32,7 @@ from jaxtyping import Float, Int
 
 from . import shipped
 from ._errors import HeadscopeError
+from ._html_repr import HtmlRepr
 from .corpus import read_text_file
 from .forward import run_with_cache
 from .loading import Model
@@ -171,7 +172,7 @@ class HeadScore:
 
 
 @dataclasses.dataclass
-class SurveyResult:
+class SurveyResult(HtmlRepr):
     rows: list[HeadScore]                 # ranked by semantic_loss, best first
     fingerprint: str
     processing: dict

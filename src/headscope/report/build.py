@@ -58,6 +58,7 @@ class ReportOptions:
     denominator_window: int = 256                 # tokens per window in the denominators stage
     deep_dives: int = 2                           # top survey heads analysed in depth
     semantic_tokens: int = 5000                   # nodes of the deep dives' token graphs
+    atlas_tokens: int = 2000                      # frequent tokens the atlas's metrics average over
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)

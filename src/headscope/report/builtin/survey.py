@@ -19,11 +19,13 @@ SHOWN = 24  #: rows of the ranking shown on the index (all are in data/survey.js
 
 
 def page_exists(ctx, layer: int, head: int) -> bool:
-    """Whether the report has a page for head L.H (attention pages, or a semantic deep dive)."""
+    """Whether the report has a page for head L.H (attention pages, a semantic deep dive, or the atlas)."""
     att = ctx.results.get("attention")
     sem = ctx.results.get("semantic")
+    atl = ctx.results.get("atlas")
     return bool((att and layer in att["layers"]) or
-                (sem and any(d["layer"] == layer and d["head"] == head for d in sem["heads"])))
+                (sem and any(d["layer"] == layer and d["head"] == head for d in sem["heads"])) or
+                (atl and layer in atl["layers"]))
 
 
 def head_label(ctx, layer: int, head: int):
