@@ -39,6 +39,9 @@ class Config:
     act_fn: str = "gelu_new"
     scale_attn_by_inverse_layer_idx: bool = False
     scale_attn_weights: bool = True
+    #: HF computes attention scores and softmax in float32 even for float16/bfloat16
+    #: weights (the same maths; only the rounding differs); the forward pass does too.
+    reorder_and_upcast_attn: bool = False
 
     @property
     def d_head(self) -> int:
@@ -105,9 +108,6 @@ class Config:
             )
         if hf.get("add_cross_attention"):
             raise HeadscopeError("unsupported config: add_cross_attention is set")
-        if hf.get("reorder_and_upcast_attn"):
-            # Mathematically the same attention; only the numerics differ. Accepted.
-            pass
         d_model = hf.get("n_embd", hf.get("hidden_size"))
         n_inner = hf.get("n_inner")
         try:
@@ -122,6 +122,7 @@ class Config:
                 act_fn=hf.get("activation_function", "gelu_new"),
                 scale_attn_by_inverse_layer_idx=bool(hf.get("scale_attn_by_inverse_layer_idx", False)),
                 scale_attn_weights=bool(hf.get("scale_attn_weights", True)),
+                reorder_and_upcast_attn=bool(hf.get("reorder_and_upcast_attn", False)),
             )
         except KeyError as e:
             raise HeadscopeError(f"config.json: missing key {e.args[0]!r}") from None
@@ -143,6 +144,7 @@ class Config:
             "layer_norm_epsilon": self.ln_eps,
             "scale_attn_weights": self.scale_attn_weights,
             "scale_attn_by_inverse_layer_idx": self.scale_attn_by_inverse_layer_idx,
+            "reorder_and_upcast_attn": self.reorder_and_upcast_attn,
             "resid_pdrop": 0.0,
             "embd_pdrop": 0.0,
             "attn_pdrop": 0.0,
@@ -154,6 +156,11 @@ class Config:
 
 def read_config(path: Path) -> Config:
     """Read and validate config.json at `path`."""
+    return Config.from_hf_dict(read_hf_config(path))
+
+
+def read_hf_config(path: Path) -> dict:
+    """config.json at `path` as a dict (one-line errors when missing or not a JSON object)."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -166,4 +173,12 @@ def read_config(path: Path) -> Config:
         raise HeadscopeError(f"{path} is not valid JSON: {e.msg} (line {e.lineno})") from None
     if not isinstance(hf, dict):
         raise HeadscopeError(f"{path} is not a JSON object")
-    return Config.from_hf_dict(hf)
+    return hf
+
+
+def tie_word_embeddings(hf: dict) -> bool:
+    """config.json's ``tie_word_embeddings`` (default true, as in transformers)."""
+    tie = hf.get("tie_word_embeddings", True)
+    if not isinstance(tie, bool):
+        raise HeadscopeError(f"config: tie_word_embeddings must be true or false, got {tie!r}")
+    return tie

@@ -17,7 +17,8 @@ blocks.l.hook_resid_pre          [b p d]         residual stream entering block 
 blocks.l.ln1.hook_scale          [b p]           σ = sqrt(var + eps) of LayerNorm 1
 blocks.l.ln1.hook_normalized     [b p d]         LN1 output
 blocks.l.attn.hook_q / _k / _v   [b p h e]       x @ W_Q[h] + b_Q[h] …
-blocks.l.attn.hook_attn_scores   [b h q k]       q·k / sqrt(e), −inf above the diagonal
+blocks.l.attn.hook_attn_scores   [b h q k]       q·k / attn_scale(l), −inf above the diagonal (float32
+                                                 for float16/bfloat16 weights with reorder_and_upcast_attn)
 blocks.l.attn.hook_denom         [b h q]         logsumexp_k of the scores
 blocks.l.attn.hook_pattern       [b h q k]       softmax_k of the scores
 blocks.l.attn.hook_z             [b p h e]       Σ_k pattern · v
@@ -156,7 +157,10 @@ def _attention(block: Block, x: Tensor, l: int, w: Weights, k: _Keeper) -> Tenso
     k.put(pre + "attn.hook_q", q)
     k.put(pre + "attn.hook_k", key)
     k.put(pre + "attn.hook_v", v)
-    scores = torch.matmul(q.transpose(1, 2), key.permute(0, 2, 3, 1)).div_(cfg.attn_scale(l))              # [b h q k]
+    qs, ks = q, key
+    if cfg.reorder_and_upcast_attn and q.dtype in (torch.float16, torch.bfloat16):
+        qs, ks = q.float(), key.float()  # HF's upcast: scores and softmax in float32, pattern back in v's dtype
+    scores = torch.matmul(qs.transpose(1, 2), ks.permute(0, 2, 3, 1)).div_(cfg.attn_scale(l))              # [b h q k]
     above = torch.ones(p, p, dtype=torch.bool, device=x.device).triu_(1)
     scores.masked_fill_(above, float("-inf"))                                                               # in place: fresh tensor
     k.put(pre + "attn.hook_attn_scores", scores)
@@ -165,6 +169,7 @@ def _attention(block: Block, x: Tensor, l: int, w: Weights, k: _Keeper) -> Tenso
         # log Z = s_max − log p_max (p_max ≥ 1/n never underflows): no second exp pass
         s_max, at = scores.max(dim=-1, keepdim=True)                                                        # [b h q 1]
         k.put(pre + "attn.hook_denom", (s_max - pattern.gather(-1, at).log()).squeeze(-1))
+    pattern = pattern.to(v.dtype)
     k.put(pre + "attn.hook_pattern", pattern)
     z = torch.matmul(pattern, v.transpose(1, 2)).transpose(1, 2)                                             # [b q h e]
     k.put(pre + "attn.hook_z", z)
