@@ -631,7 +631,7 @@ def _download(repo_id: str, revision: str | None = None) -> Path:
     from huggingface_hub import errors as hf_errors
 
     offline = hf_constants.HF_HUB_OFFLINE
-    what = repo_id + (f" (revision {revision!r})" if revision is not None else "")
+    what = repr(repo_id) + (f" at revision {revision!r}" if revision is not None else "")
 
     def fetch(filename: str, required: bool) -> Path | None:
         try:
@@ -641,22 +641,22 @@ def _download(repo_id: str, revision: str | None = None) -> Path:
                 return None
             if offline:
                 raise HeadscopeError(
-                    f"{what!r} is not in the local Hugging Face cache ({filename} missing) "
+                    f"{what} is not in the local Hugging Face cache ({filename} missing) "
                     "and HF_HUB_OFFLINE=1 forbids downloading it"
                 ) from None
             raise HeadscopeError(
-                f"cannot download {what!r}: the hub is unreachable and it is not cached"
+                f"cannot download {what}: the hub is unreachable and it is not cached"
             ) from None
         except hf_errors.EntryNotFoundError:
             if required:
-                raise HeadscopeError(f"hub model {what!r} has no {filename}") from None
+                raise HeadscopeError(f"hub model {what} has no {filename}") from None
             return None
         except hf_errors.RevisionNotFoundError:
             raise HeadscopeError(f"hub model {repo_id!r} has no revision {revision!r}") from None
         except (hf_errors.RepositoryNotFoundError, hf_errors.GatedRepoError):
             raise HeadscopeError(f"unknown hub model id {repo_id!r}") from None
         except hf_errors.HfHubHTTPError as e:
-            raise HeadscopeError(f"cannot download {what!r}: {str(e).splitlines()[0]}") from None
+            raise HeadscopeError(f"cannot download {what}: {str(e).splitlines()[0]}") from None
         except ValueError as e:  # malformed repo id or revision
             raise HeadscopeError(f"not a hub model id or a directory: {repo_id!r} ({str(e).splitlines()[0]})") from None
 
@@ -668,7 +668,7 @@ def _download(repo_id: str, revision: str | None = None) -> Path:
                 fetch(name, required=True)
         elif fetch(BIN_FILE, required=False) is None:
             raise HeadscopeError(
-                f"{what!r} has no {WEIGHTS_FILE}, {INDEX_FILE} or {BIN_FILE}"
+                f"{what} has no {WEIGHTS_FILE}, {INDEX_FILE} or {BIN_FILE}"
                 + (" in the local cache (HF_HUB_OFFLINE=1)" if offline else "")
             )
     if fetch("tokenizer.json", required=False) is None:
