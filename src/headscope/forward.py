@@ -39,6 +39,7 @@ logits                           [b p v]
 from __future__ import annotations
 
 import fnmatch
+import weakref
 from typing import Iterable
 
 import torch
@@ -125,21 +126,41 @@ class _Keeper:
             self.cache[name] = t
 
 
+#: Bytes of fused QKV matrices remembered between calls, all blocks together. Within the
+#: budget, blocks (the first ones used, typically the early layers) keep theirs; the others
+#: build theirs per call, so the memo never grows into a second copy of a large model's
+#: attention weights (GPT-2 XL's would be 1.5 GB). The values are the same either way.
+QKV_MEMO_BYTES = 256 * 2**20
+_memo_bytes = 0
+
+
+def _release_memo(n: int) -> None:
+    global _memo_bytes
+    _memo_bytes -= n
+
+
 def _fused_qkv(block: Block) -> tuple[Tensor, Tensor]:
     """W_Q, W_K, W_V [h d e] side by side as one [d 3·h·e] matrix (and the biases [3·h·e]).
 
-    Built once per block and remembered on it; rebuilt if any of the six tensors was
-    replaced or modified in place (tensor ``_version``), so edits to weights are seen.
+    Remembered on the block while :data:`QKV_MEMO_BYTES` allows; rebuilt if any of the six
+    tensors was replaced or modified in place (tensor ``_version``), so edits to weights
+    are seen.
     """
+    global _memo_bytes
     parts = (block.W_Q, block.W_K, block.W_V, block.b_Q, block.b_K, block.b_V)
     key = tuple((id(t), t._version) for t in parts)
     memo = block.__dict__.get("_qkv_memo")
     if memo is not None and memo[0] == key:
         return memo[1], memo[2]
+    block.__dict__.pop("_qkv_memo", None)  # a stale memo: its bytes return to the budget when freed
     h, d, e = block.W_Q.shape
     W_qkv = torch.cat([W.permute(1, 0, 2).reshape(d, h * e) for W in parts[:3]], 1)                       # [h d e] → [d 3he]
     b_qkv = torch.cat([bb.reshape(h * e) for bb in parts[3:]])                                              # [h e] → [3he]
-    block.__dict__["_qkv_memo"] = (key, W_qkv, b_qkv, parts)  # `parts` keeps the ids alive (no reuse)
+    n = W_qkv.numel() * W_qkv.element_size()
+    if _memo_bytes + n <= QKV_MEMO_BYTES:
+        _memo_bytes += n
+        weakref.finalize(W_qkv, _release_memo, n)
+        block.__dict__["_qkv_memo"] = (key, W_qkv, b_qkv, parts)  # `parts` keeps the ids alive (no reuse)
     return W_qkv, b_qkv
 
 

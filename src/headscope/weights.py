@@ -239,9 +239,15 @@ def process_block(block: Block, processing: Processing) -> Block:
     return b
 
 
-def process_embed(W_E: Tensor, W_pos: Tensor, processing: Processing) -> tuple[Tensor, Tensor]:
-    """(W_E, W_pos) under `processing`: centred over d_model with center_writing_weights."""
+def process_embed(W_E: Tensor, W_pos: Tensor, processing: Processing, *,
+                  inplace: bool = False) -> tuple[Tensor, Tensor]:
+    """(W_E, W_pos) under `processing`: centred over d_model with center_writing_weights.
+
+    ``inplace`` lets it overwrite the inputs instead of allocating new ones.
+    """
     if processing.center_writing_weights:
+        if inplace:
+            return W_E.sub_(W_E.mean(dim=-1, keepdim=True)), W_pos.sub_(W_pos.mean(dim=-1, keepdim=True))
         return _center(W_E), _center(W_pos)
     return W_E, W_pos
 
@@ -252,16 +258,17 @@ def process_unembed(
     """(W_U, b_U, ln_final_w, ln_final_b) under `processing` (fold_ln of ln_final, center_unembed).
 
     ``W_U`` may be a transposed view of ``W_E`` (GPT-2's tie); it is read, never
-    written, and the processed W_U is a dense [d_model d_vocab] tensor.
+    written: the processed W_U is one new dense [d_model d_vocab] tensor, rewritten in
+    place (a vocabulary-sized matrix is copied once, not once per rewrite).
     """
     if processing.fold_ln or processing.center_unembed:
-        W_U = W_U.contiguous()
+        W_U = W_U.clone() if W_U.is_contiguous() else W_U.contiguous()
     if processing.fold_ln:
         b_U = b_U + ln_final_b @ W_U
-        W_U = W_U * ln_final_w[:, None]
+        W_U.mul_(ln_final_w[:, None])
         ln_final_w, ln_final_b = torch.ones_like(ln_final_w), torch.zeros_like(ln_final_b)
     if processing.center_unembed:
-        W_U = _center(W_U, dim=-1)
+        W_U.sub_(W_U.mean(dim=-1, keepdim=True))
         b_U = _center(b_U)
     return W_U, b_U, ln_final_w, ln_final_b
 
