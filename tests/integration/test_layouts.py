@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 from transformers import GPT2LMHeadModel
 
 import headscope
@@ -113,6 +113,10 @@ def test_every_layout_and_dtype_loads_exactly(tmp_path, layout, dtype):
     else:
         weights_file = "pytorch_model.bin" if "bin" in layout and layout != "safetensors+bin" else "model.safetensors"
         assert model.fingerprint == sha256(out / weights_file)
+    # writing it back streams tensor by tensor from whatever layout it came from: save_file's bytes
+    saved = model.save(tmp_path / "saved")
+    save_file(headscope.to_hf_state_dict(raw), str(tmp_path / "ref.safetensors"), metadata={"format": "pt"})
+    assert (saved / "model.safetensors").read_bytes() == (tmp_path / "ref.safetensors").read_bytes()
     compare_with_hf(model, out, tokens(1))  # transformers casts half-precision files to float32 too
     compare_with_hf(model, out, tokens(2), Processing.default())
 
