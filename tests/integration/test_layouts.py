@@ -222,7 +222,9 @@ def test_revisions_load_offline_in_every_layout(hub_cache):
     assert len({tuple(v["W_E"]) for v in got.values()}) == 3                  # three different checkpoints
 
 
+@pytest.mark.slow
 def test_revision_on_the_command_line(hub_cache):
+    """(≈ 14 s: two subprocesses)"""
     run = lambda *argv: subprocess.run([sys.executable, "-m", "headscope", *argv], capture_output=True,  # noqa: E731
                                        text=True, timeout=300, env=offline_env(HF_HUB_CACHE=str(hub_cache)))
     r = run("info", "openai-community/gpt2", "--revision", "step-2", "--json")
