@@ -234,3 +234,11 @@ def test_dtype_processing_in_float32_then_cast(hub_dir, dtype):
     else:
         assert all(torch.equal(a, b.to(dtype)) for (_, a), (_, b) in zip(w.named_tensors(), w32.named_tensors()))
     assert m.raw.dtype == dtype and torch.equal(m.raw.W_E, m32.raw.W_E.to(dtype))
+
+
+def test_config_round_trips_with_attention_options():
+    import dataclasses
+
+    for options in ({}, {"scale_attn_by_inverse_layer_idx": True}, {"reorder_and_upcast_attn": True}):
+        cfg = dataclasses.replace(CFG, **options)
+        assert Config.from_hf_dict(cfg.to_hf_dict()) == cfg
