@@ -44,6 +44,8 @@ def common_options() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:1, mps); default cpu")
     p.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16", "float16"],
                    help="dtype of the weights and activations; default float32")
+    p.add_argument("--revision", default=None, metavar="REV",
+                   help="hub branch, tag or commit of MODEL (e.g. a training checkpoint); hub ids only, default main")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     p.add_argument("--max-input-mb", type=float, default=DEFAULT_MAX_INPUT_MB, metavar="MB",
                    help=f"size limit of each input text, corpus or config file, in MiB; default {DEFAULT_MAX_INPUT_MB}")

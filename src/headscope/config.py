@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from ._errors import HeadscopeError
+from .corpus import read_text_file
 
 def _is_index(x) -> bool:
     """An integer (Python, numpy or 0-d torch), not a bool."""
@@ -49,6 +50,9 @@ class Config:
     act_fn: str = "gelu_new"
     scale_attn_by_inverse_layer_idx: bool = False
     scale_attn_weights: bool = True
+    #: HF computes attention scores and softmax in float32 even for float16/bfloat16
+    #: weights (the same maths; only the rounding differs); the forward pass does too.
+    reorder_and_upcast_attn: bool = False
 
     @property
     def d_head(self) -> int:
@@ -131,7 +135,6 @@ class Config:
         flags = {name: _flag(hf, name, default) for name, default in BOOLEAN_OPTIONS.items()}
         if flags["add_cross_attention"]:
             raise HeadscopeError("unsupported config: add_cross_attention is set")
-        # reorder_and_upcast_attn: mathematically the same attention; only the numerics differ. Accepted.
         for key in ("n_layer", "n_head", "vocab_size"):
             if key not in hf:
                 raise HeadscopeError(f"config.json: missing key {key!r}")
@@ -158,6 +161,7 @@ class Config:
             act_fn=act,
             scale_attn_by_inverse_layer_idx=flags["scale_attn_by_inverse_layer_idx"],
             scale_attn_weights=flags["scale_attn_weights"],
+            reorder_and_upcast_attn=flags["reorder_and_upcast_attn"],
         )
 
     def to_hf_dict(self) -> dict:
@@ -175,6 +179,7 @@ class Config:
             "layer_norm_epsilon": self.ln_eps,
             "scale_attn_weights": self.scale_attn_weights,
             "scale_attn_by_inverse_layer_idx": self.scale_attn_by_inverse_layer_idx,
+            "reorder_and_upcast_attn": self.reorder_and_upcast_attn,
             "resid_pdrop": 0.0,
             "embd_pdrop": 0.0,
             "attn_pdrop": 0.0,
@@ -185,9 +190,13 @@ class Config:
 
 
 def read_config(path: Path) -> Config:
-    """Read and validate config.json at `path` (a regular file, read under the input rule)."""
-    from .corpus import read_text_file
+    """Read and validate config.json at `path`."""
+    return Config.from_hf_dict(read_hf_config(path))
 
+
+def read_hf_config(path: Path) -> dict:
+    """config.json at `path` as a dict: a regular file read under the input rule, a JSON object
+    without duplicate keys or deep nesting (one-line errors otherwise)."""
     path = Path(path)
     if not os.path.lexists(path):
         raise HeadscopeError(f"missing config.json in {path.parent}")
@@ -201,7 +210,7 @@ def read_config(path: Path) -> Config:
                              f"{sys.getrecursionlimit()} levels)") from None
     if not isinstance(hf, dict):
         raise HeadscopeError(f"{path} is not a JSON object")
-    return Config.from_hf_dict(hf)
+    return hf
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
@@ -237,3 +246,8 @@ def _flag(hf: dict, key: str, default: bool) -> bool:
         raise HeadscopeError(f"config: {key} must be true or false, got {_show(value)}"
                              + (" (a string)" if isinstance(value, str) else ""))
     return value
+
+
+def tie_word_embeddings(hf: dict) -> bool:
+    """config.json's ``tie_word_embeddings`` (default true, as in transformers)."""
+    return _flag(hf, "tie_word_embeddings", True)

@@ -260,7 +260,7 @@ CASES: list[Case] = [
          "expected [12, 24], got [12, 20]"),
     Case("missing model.safetensors", lambda c: ["info", c.ckpt(remove("model.safetensors"))],
          "missing model.safetensors"),
-    Case("pickle-only checkpoint", lambda c: ["info", c.ckpt(pickle_only)], "pickle checkpoint"),
+    Case("pickle-only checkpoint", lambda c: ["info", c.ckpt(pickle_only)], "unexpected tensor 'x'"),
     Case("truncated safetensors", lambda c: ["info", c.ckpt(truncate)], "truncated or corrupt"),
     Case("corrupt safetensors header", lambda c: ["info", c.ckpt(corrupt_header)], "truncated or corrupt"),
     Case("safetensors header length absurd", lambda c: ["info", c.ckpt(huge_header_length)], "truncated or corrupt"),
@@ -725,6 +725,107 @@ CASES += [
     Case("config n_embd missing", lambda c: ["info", c.ckpt(edit_config(n_embd=None))], "missing key 'n_embd'"),
     Case("config activation_function a number", lambda c: ["info", c.ckpt(edit_config(activation_function=3))],
          "activation_function must be a string, got 3"),
+]
+
+
+# -- weights: dtypes, keys, tying, layouts, revisions (store) ---------------------------
+
+
+def edit_state(fn: Callable[[dict], None]):
+    """Rewrite model.safetensors after `fn(state)` edits its tensors in place."""
+    def mutate(d: Path):
+        from safetensors.torch import load_file, save_file
+
+        state = dict(load_file(str(d / "model.safetensors")))
+        fn(state)
+        save_file(state, str(d / "model.safetensors"))
+    return mutate
+
+
+def shard(d: Path, index_edit: Callable[[dict], None] | None = None, drop: str | None = None):
+    """model.safetensors → two shards + model.safetensors.index.json, then `index_edit` / remove `drop`."""
+    from safetensors.torch import load_file, save_file
+
+    state = load_file(str(d / "model.safetensors"))
+    keys = sorted(state)
+    parts = {"model-00001-of-00002.safetensors": keys[::2], "model-00002-of-00002.safetensors": keys[1::2]}
+    for name, ks in parts.items():
+        save_file({k: state[k] for k in ks}, str(d / name), metadata={"format": "pt"})
+    index = {"metadata": {}, "weight_map": {k: n for n, ks in parts.items() for k in ks}}
+    if index_edit:
+        index_edit(index)
+    (d / "model.safetensors").unlink()
+    (d / "model.safetensors.index.json").write_text(json.dumps(index))
+    if drop:
+        (d / drop).unlink()
+
+
+class _Hostile:
+    """Unpickling it would call print(...): torch.load(weights_only=True) must refuse it."""
+
+    def __reduce__(self):
+        return (print, ("unpickled",))
+
+
+def hostile_bin(d: Path):
+    from safetensors.torch import load_file
+
+    state = dict(load_file(str(d / "model.safetensors")))
+    state["transformer.h.0.ln_1.weight"] = _Hostile()
+    (d / "model.safetensors").unlink()
+    torch.save(state, d / "pytorch_model.bin")
+
+
+def truncated_bin(d: Path):
+    from safetensors.torch import load_file
+
+    torch.save(dict(load_file(str(d / "model.safetensors"))), d / "pytorch_model.bin")
+    (d / "model.safetensors").unlink()
+    data = (d / "pytorch_model.bin").read_bytes()
+    (d / "pytorch_model.bin").write_bytes(data[: len(data) // 2])
+
+
+C_FC = "transformer.h.0.mlp.c_fc.weight"
+
+CASES += [
+    Case("integer weight tensor", lambda c: ["info", c.ckpt(edit_state(lambda s: s.update({C_FC: s[C_FC].to(torch.int32)})))],
+         "has dtype int32; headscope reads floating-point weights only"),
+    Case("bool weight tensor",
+         lambda c: ["info", c.ckpt(edit_state(lambda s: s.update({"transformer.ln_f.weight": s["transformer.ln_f.weight"] > 0})))],
+         "'transformer.ln_f.weight' has dtype bool"),
+    Case("X and transformer.X both stored",
+         lambda c: ["info", c.ckpt(edit_state(lambda s: s.update({"h.0.mlp.c_fc.weight": s[C_FC].clone()})))],
+         "holds both 'h.0.mlp.c_fc.weight' and 'transformer.h.0.mlp.c_fc.weight'"),
+    Case("tensor of a layer beyond n_layer",
+         lambda c: ["info", c.ckpt(edit_state(lambda s: s.update({"transformer.h.2.mlp.c_fc.weight": s[C_FC].clone()})))],
+         "for layer 2, but config.json has n_layer 2"),
+    Case("tensor of no GPT-2 weight",
+         lambda c: ["info", c.ckpt(edit_state(lambda s: s.update({"score.weight": torch.zeros(2, 12)})))],
+         "unexpected tensor 'score.weight'"),
+    Case("tie_word_embeddings false without lm_head.weight",
+         lambda c: ["info", c.ckpt(edit_config(tie_word_embeddings=False))], "there is no lm_head.weight"),
+    Case("tie_word_embeddings not a boolean",
+         lambda c: ["info", c.ckpt(edit_config(tie_word_embeddings="no"))], "tie_word_embeddings must be true or false"),
+    Case("lm_head.weight of the wrong shape",
+         lambda c: ["info", c.ckpt(edit_state(lambda s: s.update({"lm_head.weight": torch.zeros(50257, 11)})))],
+         "shape of lm_head.weight: expected [50257, 12], got [50257, 11]"),
+    Case("sharded: index names a shard outside the checkpoint",
+         lambda c: ["info", c.ckpt(lambda d: shard(d, lambda i: i["weight_map"].update({C_FC: "../model.safetensors"})))],
+         "is not a .safetensors file name in the checkpoint directory"),
+    Case("sharded: a shard is missing",
+         lambda c: ["info", c.ckpt(lambda d: shard(d, drop="model-00002-of-00002.safetensors"))],
+         "missing shard model-00002-of-00002.safetensors"),
+    Case("sharded: index lists a tensor in the wrong shard",
+         lambda c: ["info", c.ckpt(lambda d: shard(d, lambda i: i["weight_map"].update(
+             {k: "model-00001-of-00002.safetensors" for k in i["weight_map"]})))],
+         "which does not hold it"),
+    Case("pytorch_model.bin that unpickles code", lambda c: ["info", c.ckpt(hostile_bin)],
+         "holds more than plain tensors and is refused"),
+    Case("pytorch_model.bin truncated", lambda c: ["info", c.ckpt(truncated_bin)], "truncated or corrupt"),
+    Case("--revision with a local directory", lambda c: ["info", c.model(), "--revision", "step-1"],
+         "--revision step-1 applies to hub ids"),
+    Case("--revision not in the offline cache", lambda c: ["info", "gpt2", "--revision", "step-1"],
+         "'gpt2' at revision 'step-1' is not in the local Hugging Face cache", env=offline()),
 ]
 
 
