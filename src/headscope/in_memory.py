@@ -8,7 +8,7 @@ Accepted: ``GPT2LMHeadModel`` and ``GPT2Model`` (any object with a GPT-2 ``confi
 ``model_type == "gpt2"``, and a ``state_dict()``).
 
 - Config: ``Config.from_hf_dict(model.config.to_dict())`` — the validation config.json gets.
-- Weights: :func:`headscope.from_hf_state_dict` of the state dict, detached — the mapping
+- Weights: a :class:`Checkpoint` over the state dict, detached — the mapping and checks
   a checkpoint on disk gets. Tensors that need no reshape, move or cast share storage
   with the transformers model (no second copy of the embeddings and MLPs): change the
   transformers model afterwards and load it again, since the fingerprint and the
@@ -33,8 +33,8 @@ import hashlib
 import torch
 
 from ._errors import HeadscopeError, expected_got
-from .config import Config
-from .loading import Model, check_device, from_hf_state_dict
+from .config import Config, tie_word_embeddings
+from .loading import Model, check_device, state_dict_checkpoint
 from .tokenizer import bundled_gpt2_tokenizer
 
 SKIPPED_BUFFERS = (".attn.bias", ".attn.masked_bias")
@@ -85,9 +85,11 @@ def from_transformers(hf_model, *, device="cpu", dtype: torch.dtype = torch.floa
         raise HeadscopeError(f"expected a hub id, a checkpoint directory or a transformers GPT-2 model, "
                              f"got {type(hf_model).__name__}")
     check_device(device)
-    cfg = Config.from_hf_dict(config.to_dict())
+    hf = config.to_dict()
+    cfg = Config.from_hf_dict(hf)
     state = {k: v.detach() for k, v in hf_model.state_dict().items()}
-    raw = from_hf_state_dict(state, cfg).to(device=device, dtype=dtype).validate()
+    ckpt = state_dict_checkpoint(state, cfg, tie_word_embeddings=tie_word_embeddings(hf), where="model in memory")
+    raw = ckpt.raw(dtype, device).validate()     # shares the transformers tensors where no cast or move is needed
     if tokenizer is None:
         tokenizer = bundled_gpt2_tokenizer()
         if len(tokenizer) != cfg.d_vocab:
@@ -95,5 +97,6 @@ def from_transformers(hf_model, *, device="cpu", dtype: torch.dtype = torch.floa
                                  "pass its tokenizer, headscope.load(model, tokenizer=…)")
     elif len(tokenizer) != cfg.d_vocab:
         raise HeadscopeError(expected_got("tokenizer vocabulary size (W_E rows)", cfg.d_vocab, len(tokenizer)))
-    return InMemoryModel(cfg=cfg, raw=raw, tokenizer=tokenizer, source=f"memory:{type(hf_model).__name__}",
-                         directory=None, weights_sha256=state_sha256(state))
+    return InMemoryModel(cfg=cfg, checkpoint=ckpt, tokenizer=tokenizer, source=f"memory:{type(hf_model).__name__}",
+                         directory=None, device=torch.device(device), dtype=dtype, _raw=raw,
+                         weights_sha256=state_sha256(state))

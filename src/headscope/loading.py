@@ -217,6 +217,7 @@ class _Source:
 
     layout: str
     files: tuple[Path, ...] = ()
+    in_memory: bool = False          # tensors are owned by the caller's state dict, not mapped files
     infos: dict[str, tuple[str, tuple[int, ...]]]
 
     def open(self) -> contextlib.AbstractContextManager[Callable[[str], torch.Tensor]]:
@@ -311,8 +312,13 @@ class _BinSource(_Source):
 
 class _DictSource(_Source):
     layout = "state_dict"
+    in_memory = True
 
     def __init__(self, state: dict[str, torch.Tensor]):
+        state = {k: v.detach() for k, v in state.items()}
+        lm, wte = state.get("lm_head.weight"), state.get("wte.weight", state.get(PREFIX + "wte.weight"))
+        if lm is not None and wte is not None and lm.shape == wte.shape and torch.equal(lm, wte):
+            del state["lm_head.weight"]              # transformers' state_dict() lists a tied lm_head too
         self.state = state
         self.infos = {k: (_dtype_name(v.dtype), tuple(v.shape)) for k, v in state.items()}
 
@@ -489,6 +495,12 @@ class Checkpoint:
     def n_parameters(self) -> int:
         return sum(math.prod(s) for s in self.shapes.values())   # lm_head is in shapes only when untied
 
+    @property
+    def working_dtype(self) -> torch.dtype:
+        """float64 when every weight is stored in float64, else float32."""
+        dtypes = {self.source.infos[self.names[n]][0] for n in self.shapes}
+        return torch.float64 if dtypes == {"float64"} else torch.float32
+
     def fingerprint(self) -> str:
         """sha256 of the weight file; for shards, of their ``sha256sum`` lines in name order."""
         files = self.source.files
@@ -536,33 +548,42 @@ class Checkpoint:
 
     # -- reading ------------------------------------------------------------------------
 
-    def read(self, names: list[str], dtype: torch.dtype, device=None) -> dict[str, torch.Tensor]:
-        """Fresh copies of the canonical tensors `names` in `dtype` (the files are released after)."""
+    def read(self, names: list[str], dtype: torch.dtype, device=None, *, share: bool = False
+             ) -> dict[str, torch.Tensor]:
+        """Fresh copies of the canonical tensors `names` in `dtype` (the files are released after).
+
+        With `share`, a tensor held in memory (a state dict, not a file) that already has
+        `dtype` and `device` is returned itself, not copied: for read-only use.
+        """
+        where = torch.device("cpu") if device is None else torch.device(device)
         with self.source.open() as get:
             out = {}
             for n in names:
                 t = get(self.names[n])
-                out[n] = _fresh(t, dtype, device)
+                keep = share and self.source.in_memory and t.dtype == dtype and t.device == where
+                out[n] = t if keep else _fresh(t, dtype, device)
                 del t
         return out
 
-    def raw_block(self, layer: int, dtype: torch.dtype, device=None) -> Block:
+    def raw_block(self, layer: int, dtype: torch.dtype, device=None, *, share: bool = False) -> Block:
         p = f"h.{layer}."
-        t = self.read([p + k for k in _LEAVES], dtype, device)
+        t = self.read([p + k for k in _LEAVES], dtype, device, share=share)
         return _block_from_hf({k: t[p + k] for k in _LEAVES}, self.cfg)
 
-    def _top(self, dtype, device=None) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    def _top(self, dtype, device=None, *, share: bool = False) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         names = list(_TOP) + (["lm_head.weight"] if self.untied else [])
-        top = self.read(names, dtype, device)
+        top = self.read(names, dtype, device, share=share)
         W_U = (top.pop("lm_head.weight") if self.untied else top["wte.weight"]).T   # [d_vocab d] → [d d_vocab]
         return top, W_U
 
     def raw(self, dtype: torch.dtype, device=None) -> Weights:
-        """Unprocessed weights in `dtype` on `device`; a tied W_U is the view ``W_E.T``."""
-        top, W_U = self._top(dtype, device)
+        """Unprocessed weights in `dtype` on `device`; a tied W_U is the view ``W_E.T``.
+
+        Tensors of a state dict in memory are shared when no cast or move is needed."""
+        top, W_U = self._top(dtype, device, share=True)
         blocks = []
         for l in range(self.cfg.n_layers):
-            blocks.append(self.raw_block(l, dtype, device))
+            blocks.append(self.raw_block(l, dtype, device, share=True))
             _return_free_memory()
         return Weights(cfg=self.cfg, W_E=top["wte.weight"], W_pos=top["wpe.weight"], blocks=blocks,
                        ln_final_w=top["ln_f.weight"], ln_final_b=top["ln_f.bias"], W_U=W_U,
@@ -772,9 +793,15 @@ def from_hf_state_dict(state: dict[str, torch.Tensor], cfg: Config) -> Weights:
     ``lm_head.weight`` is the unembedding (W_U = lm_head.weightᵀ), else W_U is the view
     ``W_E.T``.
     """
-    ckpt = Checkpoint(_DictSource(state), cfg, where="state dict")
-    dtypes = {ckpt.source.infos[ckpt.names[n]][0] for n in ckpt.shapes}
-    return ckpt.raw(torch.float64 if dtypes == {"float64"} else torch.float32)
+    ckpt = state_dict_checkpoint(state, cfg)
+    return ckpt.raw(ckpt.working_dtype)
+
+
+def state_dict_checkpoint(state: dict[str, torch.Tensor], cfg: Config, *, tie_word_embeddings: bool = True,
+                          where: str = "state dict") -> "Checkpoint":
+    """A :class:`Checkpoint` over a GPT-2 state dict in memory (``transformer.`` prefix optional;
+    a ``lm_head.weight`` equal to ``wte.weight`` is the tied unembedding, not a second one)."""
+    return Checkpoint(_DictSource(state), cfg, tie_word_embeddings=tie_word_embeddings, where=where)
 
 
 # -- writing ----------------------------------------------------------------------------
