@@ -22,8 +22,8 @@ def page_exists(ctx, layer: int, head: int) -> bool:
     """Whether the report has a page for head L.H (attention pages, or a semantic deep dive)."""
     att = ctx.results.get("attention")
     sem = ctx.results.get("semantic")
-    return bool((att and layer in att["layers"]) or
-                (sem and any(d["layer"] == layer and d["head"] == head for d in sem["heads"])))
+    return bool((att and layer in att.get("layers", ())) or      # .get: a stage that did not apply has none
+                (sem and any(d["layer"] == layer and d["head"] == head for d in sem.get("heads", ()))))
 
 
 def head_label(ctx, layer: int, head: int):
@@ -36,6 +36,7 @@ class SurveyStage(Stage):
     name = "survey"
     title = "Semantic-head survey (category prompts)"
     version = 1
+    nullable = ("rows[].copy_attention", "rows[].same_category", "rows[].bos_fallback")   # no query applies
 
     def key_options(self, o) -> dict:
         return {"categories": "shipped", "n_prompts": 64, "length": 16, "seed": 0}
