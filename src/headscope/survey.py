@@ -7,7 +7,8 @@ query q (q ≥ 1) the target mask is::
     M[q, k] = 1  if k < q, cat(k) = cat(q) and tok(k) ≠ tok(q)    (earlier partner)
     M[q, 0] = 1  if q has no earlier partner                        (BOS fallback)
 
-and the seed's loss is ``L = mean_q −log Σ_k (M ⊙ A)[q, k]`` for the head's pattern A.
+and the seed's loss is ``L = mean_q −log Σ_k (M ⊙ A)[q, k]`` for the head's pattern A
+(a query's term is capped at −log 1e-30 ≈ 69 nats where its target mass underflows).
 Further rates (means over the queries they apply to):
 
 - ``self_attention``  A[q, q]
