@@ -173,7 +173,8 @@ class BilinearForm:
             f"n_negative_top{self.top}": self.n_negative_top,
             "n_negative": self.n_negative, "n_positive": self.n_positive,
             "sigma_sym": self.sigma_sym.tolist(), "sigma_skew": self.sigma_skew.tolist(),
-            "skew_to_sym_ratio": float(self.sigma_skew[0] / self.sigma_sym[0]) if self.sigma_sym[0] > 0 else 0.0,
+            # None: S = 0 (σ_skew/0 is undefined, or infinite for a purely skew form)
+            "skew_to_sym_ratio": float(self.sigma_skew[0] / self.sigma_sym[0]) if self.sigma_sym[0] > 0 else None,
             "tolerance": self.tol,
         }
 

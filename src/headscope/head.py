@@ -124,13 +124,17 @@ class HeadAnalysis(HtmlRepr):
             f"negative eigenvalues: {f.n_negative_top} of the top {f.top}, {f.n_negative} overall; "
             f"positive: {f.n_positive}",
             f"σ_sym {float(f.sigma_sym[0]):.4g}   σ_skew {float(f.sigma_skew[0]):.4g}",
-            f"token-identity share of score variance: {self.position.identity_fraction:.3f}",
-            f"Leiden: {lei.n_clusters} clusters, modularity {lei.modularity:.3f}"
+            f"token-identity share of score variance: {_fmt(self.position.identity_fraction)}",
+            f"Leiden: {lei.n_clusters} clusters, modularity {_fmt(lei.modularity)}"
             + (f", ARI vs categories {lei.ari:.3f}" if lei.ari is not None else ""),
         ]
         for c in lei.clusters[:12]:
             lines.append(f"  [{c.size:>3}] " + " ".join(escape_token(t) for t in c.tokens[:12]))
         return "\n".join(lines)
+
+
+def _fmt(x: float | None) -> str:
+    return "— (undefined)" if x is None else f"{x:.3f}"
 
 
 def _check_head_options(model: Model, layer: int, head: int, keys: str, k: int) -> None:

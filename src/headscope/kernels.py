@@ -86,15 +86,21 @@ def decay_rate(kernel: Float[Tensor, "i"]) -> float:
     return float((xc * (y - y.mean())).sum() / xc.pow(2).sum())
 
 
-def translation_tv(kernels: dict[int, Float[Tensor, "h i"]]) -> Float[Tensor, "h"]:
-    """Max over position pairs m < n of TV(pos_m by distance, pos_n by distance restricted to δ ≤ m)."""
+def translation_tv(kernels: dict[int, Float[Tensor, "h i"]], *, logits: bool = False) -> Float[Tensor, "h"]:
+    """Max over position pairs m < n of TV(pos_m by distance, pos_n by distance restricted to δ ≤ m).
+
+    With ``logits=True`` the dict holds the kernels' logits (q·P[n, i]/s) and the
+    restriction is renormalised as a softmax of the restricted logits: exact even where
+    the restricted mass underflows to 0 (all of pos_n beyond δ = m), where dividing the
+    probabilities by their sum would give 0/0.
+    """
     ns = sorted(kernels)
     worst = torch.zeros(next(iter(kernels.values())).shape[0], dtype=torch.float64)
+    norm = (lambda x: torch.softmax(x, -1)) if logits else (lambda x: x / x.sum(-1, keepdim=True))  # noqa: E731
     for a, m in enumerate(ns):
         for n in ns[a + 1:]:
-            km = kernels[m].flip(-1)                                              # [h δ] δ = 0..m
-            kn = kernels[n].flip(-1)[:, : m + 1]
-            kn = kn / kn.sum(-1, keepdim=True)
+            km = norm(kernels[m].flip(-1))                                        # [h δ] δ = 0..m
+            kn = norm(kernels[n].flip(-1)[:, : m + 1])
             worst = torch.maximum(worst, 0.5 * (km - kn).abs().sum(-1))
     return worst
 
@@ -188,8 +194,8 @@ def analyse_kernels(
 
     kern = layer0.positional_kernel(weights, q_id, n, c_value)                   # [h n+1]
     widths = effective_width(kern)                                               # [h]
-    trans = translation_tv({m: layer0.positional_kernel(weights, q_id, m, c_value)
-                            for m in sorted({min(m, n) for m in TRANSLATION_POSITIONS} | {n})})
+    trans = translation_tv({m: layer0.positional_logits(weights, [q_id], m, c_value)[0].double()
+                            for m in sorted({min(m, n) for m in TRANSLATION_POSITIONS} | {n})}, logits=True)
     g = torch.Generator().manual_seed(QUERY_SAMPLE_SEED)
     others = torch.randint(0, cfg.d_vocab, (QUERY_SAMPLE,), generator=g).tolist()
     qtv = (0.5 * (layer0.positional_kernels(weights, others, n, c_value) - kern).abs().sum(-1)).mean(0)  # [h]
@@ -210,7 +216,7 @@ def analyse_kernels(
         if tvs is not None:
             vals = torch.cat([t[h, 1:] for t in tvs])                            # n = 0 is trivially exact
             hk.tv_median, hk.tv_p90 = quantile(vals, 0.5), quantile(vals, 0.9)
-            hk.tv_mean = float(vals.mean())
+            hk.tv_mean = float(vals.mean()) if vals.numel() else None            # None: windows of BOS only
             p_max = max(len(t[h]) for t in tvs)
             sums, counts = torch.zeros(p_max, dtype=torch.float64), torch.zeros(p_max, dtype=torch.float64)
             for t in tvs:

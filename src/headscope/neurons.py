@@ -44,9 +44,9 @@ import dataclasses
 import torch
 from jaxtyping import Float, Int
 
-from ._errors import HeadscopeError
+from ._errors import HeadscopeError, NotApplicable
 from ._html_repr import HtmlRepr
-from .contextual import Circuit, HeadChoice
+from .contextual import Circuit, HeadChoice, check_log_weights
 from .forward import run_with_cache
 from .stats import pearson
 from .tokenizer import to_str_tokens
@@ -95,6 +95,23 @@ def token_values(circuit: Circuit, n: int, dtype=torch.float32, chunk: int = CHU
         a = (out[:, :H] + bq - log_S).exp()                                          # [c H] content/S̄
         Y[s:s + chunk] = ((out[:, H:] + bV).view(-1, H, e) * a[:, :, None]).view(-1, H * e)
     return Y
+
+
+def _scan_overflow(circuit: Circuit, n: int) -> None:
+    """Raise :class:`NotApplicable` for a float64 scan whose scores overflow, naming the head if its
+    token weights content/S̄ are what passes float64's range."""
+    check_log_weights(_log_token_weights(circuit, n), circuit.heads, n)
+    raise NotApplicable("contextual circuit: neuron scores of the scan overflow float64 (the chosen heads' "
+                        "token weights times their value read-outs exceed its range)")
+
+
+def _log_token_weights(circuit: Circuit, n: int, chunk: int = CHUNK) -> Tensor:
+    """log content_h[n, t] − log S̄_h[n] for the chosen heads over the vocabulary [H V] (float64)."""
+    fr = circuit.frame(n)
+    log_S = circuit.calibration.log_seed_denom[circuit.heads, n].to(fr.q.dtype)
+    V = circuit.weights.cfg.d_vocab
+    return torch.cat([fr.content_logits(circuit.weights, torch.arange(s, min(s + chunk, V)))[circuit.heads]
+                      for s in range(0, V, chunk)], dim=1) - log_S[:, None]
 
 
 def _running_topk(Y: Tensor, Ms: Tensor, k: int, chunk: int) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:
@@ -162,6 +179,12 @@ def scan_neurons(
         score = Y[s:s + chunk] @ M                                        # [c m]
         torch.maximum(hi, score.amax(0), out=hi)
         torch.minimum(lo, score.amin(0), out=lo)
+    if not bool(torch.isfinite(hi).all() and torch.isfinite(lo).all()):
+        # scores beyond float32 (e^88: a token's content/S̄ that large): redo in float64; beyond that, n/a
+        if dtype != torch.float64:
+            return scan_neurons(circuit, choice, tokenizer, threshold=threshold, top=top, position=position,
+                                chunk=chunk, dtype=torch.float64)
+        _scan_overflow(circuit, n)
     sel = (hi >= threshold).nonzero().squeeze(1)
     sel = sel[torch.argsort(hi[sel], descending=True, stable=True)]
     neurons = []

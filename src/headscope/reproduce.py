@@ -27,7 +27,7 @@ import statistics
 from pathlib import Path
 
 from . import bilinear, shipped
-from ._errors import HeadscopeError
+from ._errors import HeadscopeError, NotApplicable
 from ._html_repr import HtmlRepr
 from .calibration import calibrate
 from .contextual import build_circuit
@@ -314,8 +314,15 @@ def _survey_top(c, ref, w):
     return f"{l}.{h}", first, c["tolerance"], (rows[0].layer, rows[0].head) == (l, h), note
 
 
+def _defined(what: str, *values):
+    """Refuse a verdict on an undefined rate (None: no query of the prompts it applies to)."""
+    if any(v is None for v in values):
+        raise NotApplicable(f"{what} is undefined on this model's prompts (no query it applies to)")
+
+
 def _self_suppression(c, ref, w):
     r = w.survey_row()
+    _defined("copy or same-category attention", r.copy_attention, r.same_category)
     ok = r.self_attention <= c["max"] and r.copy_attention <= c["max"] and \
         max(r.self_attention, r.copy_attention) < r.same_category
     measured = f"self {r.self_attention:.3f}, copy {r.copy_attention:.3f}, same-category {r.same_category:.3f}"
@@ -324,11 +331,13 @@ def _self_suppression(c, ref, w):
 
 def _bos(c, ref, w):
     r = w.survey_row()
+    _defined("BOS fallback", r.bos_fallback)
     return c["published_text"], round(r.bos_fallback, 6), c["tolerance"], r.bos_fallback >= c["min"], ""
 
 
 def _position(c, ref, w):
     p = w.position
+    _defined("the token-identity share (the head's scores are constant)", p.identity_fraction)
     return c["published_text"], round(p.identity_fraction, 6), c["tolerance"], p.identity_fraction >= c["min"], \
         f"mean within-pair score std {p.within_pair_std:.3g} over {p.n_pairs} pairs"
 

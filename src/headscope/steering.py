@@ -74,9 +74,9 @@ def steered_qk(weights: Weights, layer: int, head: int, alpha: float, *, select:
         if bad:
             raise HeadscopeError(f"eigenvalue index {bad[0]} out of range (the form has {len(lam)} non-zero eigenvalues)")
     Vs, ls = V[:, sel], lam[sel]
-    W_new = form.sym + (Vs * ((alpha - 1.0) * ls)) @ Vs.T
-    if keep_skew:
-        W_new = W_new + form.skew
+    # from W itself, not from form.sym + form.skew: the form drops eigenvalues below its tolerance
+    # (|λ| ≤ 1e-6 max|λ|), which would make even α = 1 inexact
+    W_new = (W if keep_skew else (W + W.T) / 2) + (Vs * ((alpha - 1.0) * ls)) @ Vs.T
     U, sig, Vh = torch.linalg.svd(W_new)
     # ranks and errors on the scale of the unsteered head: a steered form that vanishes
     # (α = 0 on every eigenvalue) is rank 0, not rank d_head of rounding noise

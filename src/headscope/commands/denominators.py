@@ -52,10 +52,13 @@ def render(r) -> str:
 def traces_svg(r: DenominatorStability) -> str:
     """One panel per head: S_h[n] of the sampled texts (thin) and their mean (thick), against n."""
     figs = []
+    log = r.mean is None                 # S beyond float64: plot log S (r.absolute_overflow says why)
+    mean, traces = (r.log_mean, r.log_traces) if log else (r.mean, r.traces)
     for h in r.heads:
-        n = list(range(len(r.mean[h])))
-        series = [F.Series(n, t[h], "") for t in r.traces] + [F.Series(n, r.mean[h], "mean over texts")]
-        figs.append(F.line_plot(series, width=300, height=210, xlabel="query position n", ylabel="S[n]",
+        n = list(range(len(mean[h])))
+        series = [F.Series(n, t[h], "") for t in traces] + [F.Series(n, mean[h], "mean over texts")]
+        figs.append(F.line_plot(series, width=300, height=210, xlabel="query position n",
+                                ylabel="log S[n]" if log else "S[n]",
                                 title=f"head {h}: spread {r.median_rel_spread[h]:.3g}"))
     return F.panels(figs, cols=4, title=f"softmax denominators per head ({r.normalisation.split(':')[0]} "
                                         f"normalisation, query {r.query!r}, {r.n_texts} texts)") + "\n"

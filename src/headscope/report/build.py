@@ -28,12 +28,12 @@ from typing import Sequence
 
 from .._version import __version__
 from .._atomic import OutputDir, read_small_file, refuse_foreign_dir
-from .._errors import HeadscopeError
-from .._json import dumps
+from .._errors import HeadscopeError, NotApplicable
+from .._json import NOT_APPLICABLE, dumps, is_not_applicable, not_applicable
 from ..weights import Processing
 from . import html as H
 from .inputs import load_inputs
-from .stages import (Context, PageSection, Progress, RenderContext, Stage, check_order, data_path,
+from .stages import (Context, PageSection, Progress, RenderContext, Rendered, Stage, check_order, data_path,
                      default_stages, document, read_cached, select, stage_key)
 
 MARKER = ".headscope-report"
@@ -128,7 +128,7 @@ def build_report(model, out_dir: str | Path, options: ReportOptions | None = Non
         if data is None:
             progress = Progress(f"[{i + 1}/{len(stages)}] {stage.name}", enabled=options.progress)
             try:
-                raw = stage.compute(Context(model, options, inputs, dict(results), progress))
+                raw = _compute(stage, Context(model, options, inputs, dict(results), progress))
             finally:
                 progress.close()
             if not isinstance(raw, dict):
@@ -148,6 +148,31 @@ def build_report(model, out_dir: str | Path, options: ReportOptions | None = Non
                         data_files, model.fingerprint)
 
 
+def _compute(stage: Stage, ctx: Context) -> dict:
+    """The stage's data, or ``{"not_applicable": reason}`` when it cannot apply to this model.
+
+    A stage that requires a stage which did not apply does not apply either, unless it
+    sets ``tolerates_not_applicable`` (and then reads that stage's data itself). Only
+    :class:`NotApplicable` is caught: any other exception is a bug and propagates.
+    """
+    if not stage.tolerates_not_applicable:
+        for dep in stage.requires:
+            if is_not_applicable(ctx.results.get(dep)):
+                return not_applicable(f"needs the {dep} stage, which does not apply: "
+                                      f"{ctx.results[dep][NOT_APPLICABLE]}")
+    try:
+        return stage.compute(ctx)
+    except NotApplicable as e:
+        return not_applicable(str(e))
+
+
+def _render_not_applicable(stage: Stage, data: dict) -> Rendered:
+    reason = data[NOT_APPLICABLE]
+    return Rendered(index=[H.Safe('<p class="not-applicable"><strong>Not applicable:</strong> ') + reason
+                           + H.Safe("</p>")],
+                    summary=[(stage.title, f"not applicable: {reason}")])
+
+
 # -- rendering ---------------------------------------------------------------------------
 
 
@@ -163,7 +188,8 @@ def _render(model, odir: OutputDir, stages: Sequence[Stage], results: dict, opti
     index_sections, summary, pages = [], [], {}
     page_stages: dict[str, list[str]] = {}
     for stage in stages:
-        r = stage.render(results[stage.name], rctx)
+        data = results[stage.name]
+        r = _render_not_applicable(stage, data) if is_not_applicable(data) else stage.render(data, rctx)
         if r.index:
             index_sections.append((stage, H.join(r.index)))
         summary += r.summary

@@ -160,6 +160,15 @@ class Stage:
     * :meth:`compute` — the numbers, as a JSON-ready dict (use ``result.to_dict()``).
     * :meth:`render` — HTML from that dict (``data`` is what was saved, after the JSON
       round trip), using :mod:`headscope.report.html` and :mod:`headscope.report.figures`.
+    * ``nullable`` — the fields of the data that may be ``null`` (fnmatch patterns over
+      paths with list indices as ``[]``, e.g. ``"neurons[].correlation"``); everywhere
+      else a number is promised (checked by :func:`headscope._json.assert_finite_json`).
+
+    When the analysis cannot apply to the model, compute raises
+    :class:`headscope.NotApplicable`: the report saves ``{"not_applicable": reason}``,
+    renders the reason instead of calling :meth:`render`, and goes on. A stage whose
+    required stage did not apply does not apply either, unless it sets
+    ``tolerates_not_applicable`` (it then reads ``ctx.results[name]`` and copes).
     """
 
     name: str = ""
@@ -167,6 +176,8 @@ class Stage:
     version: int = 1
     inputs: tuple[str, ...] = ()
     requires: tuple[str, ...] = ()
+    nullable: tuple[str, ...] = ()
+    tolerates_not_applicable: bool = False
 
     def key_options(self, options) -> dict:
         return {}

@@ -13,11 +13,12 @@ semantic loss are shown from the kernels and survey stages when those ran.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
 
-from ...atlas import EIGEN_SHOWN, METRICS, SEED, SIGNED, TOP, UNIT, WINDOW, atlas
+from ...atlas import EIGEN_SHOWN, METRICS, SEED, SIGNED, TOP, UNIT, WINDOW, HeadRow, atlas
 from ...stats import quantile
 from .. import figures as F
 from .. import html as H
@@ -35,6 +36,8 @@ class AtlasStage(Stage):
     name = "atlas"
     title = "Atlas of every head (weights only)"
     version = 1
+    #: every figure typed ``… | None`` in HeadRow (None: not applicable to the head, stated in the page)
+    nullable = tuple(f"rows[].{f.name}" for f in dataclasses.fields(HeadRow) if str(f.type).endswith("| None"))
 
     def key_options(self, o) -> dict:
         return {"n_tokens": o.atlas_tokens, "window": WINDOW, "seed": SEED, "top": TOP, "eigen_shown": EIGEN_SHOWN}

@@ -23,9 +23,9 @@ def page_exists(ctx, layer: int, head: int) -> bool:
     att = ctx.results.get("attention")
     sem = ctx.results.get("semantic")
     atl = ctx.results.get("atlas")
-    return bool((att and layer in att["layers"]) or
-                (sem and any(d["layer"] == layer and d["head"] == head for d in sem["heads"])) or
-                (atl and layer in atl["layers"]))
+    return bool((att and layer in att.get("layers", ())) or      # .get: a stage that did not apply has none
+                (sem and any(d["layer"] == layer and d["head"] == head for d in sem.get("heads", ()))) or
+                (atl and layer in atl.get("layers", ())))
 
 
 def head_label(ctx, layer: int, head: int):
@@ -38,6 +38,7 @@ class SurveyStage(Stage):
     name = "survey"
     title = "Semantic-head survey (category prompts)"
     version = 1
+    nullable = ("rows[].copy_attention", "rows[].same_category", "rows[].bos_fallback")   # no query applies
 
     def key_options(self, o) -> dict:
         return {"categories": "shipped", "n_prompts": 64, "length": 16, "seed": 0}
