@@ -240,28 +240,47 @@ def position_independence(model: Model, layer: int, head: int, *, categories=Non
                           length: int = 16, n_shuffles: int = 4, seed: int = 0,
                           processing: Processing | None = None) -> PositionIndependence:
     """How much of head (layer, head)'s score is token identity rather than position."""
-    model.cfg.check_head(layer, head)
+    return position_independence_heads(model, [(layer, head)], categories=categories, n_prompts=n_prompts,
+                                       length=length, n_shuffles=n_shuffles, seed=seed, processing=processing)[0]
+
+
+def position_independence_heads(model: Model, heads: list[tuple[int, int]], *, categories=None, n_prompts: int = 16,
+                                length: int = 16, n_shuffles: int = 4, seed: int = 0,
+                                processing: Processing | None = None) -> list[PositionIndependence]:
+    """:func:`position_independence` of several heads (in the order given) from one forward pass per
+    order of the prompts, up to the deepest head's layer (a head's scores do not depend on later blocks)."""
+    heads = [(int(l), int(h)) for l, h in heads]
+    for layer, head in heads:
+        model.cfg.check_head(layer, head)
+    if not heads:
+        return []
     prompts, _ = prompts_for(model, categories, n_prompts=n_prompts, length=length, seed=seed)
     rng = np.random.default_rng([seed, 1])
     W = model.weights(processing)
     b, p = prompts.tokens.shape
     perms = [np.arange(p)] + [np.concatenate([[0], 1 + rng.permutation(p - 1)]) for _ in range(n_shuffles)]
-    sums = torch.zeros(b, p, p, dtype=torch.float64)         # indexed by original positions (i query, j key)
-    sq = torch.zeros_like(sums)
-    cnt = torch.zeros_like(sums)
-    name = f"blocks.{layer}.attn.hook_attn_scores"
+    # indexed by original positions (i query, j key): Σ S, Σ S², count, per head
+    acc = {hd: [torch.zeros(b, p, p, dtype=torch.float64) for _ in range(3)] for hd in heads}
+    names = {l: f"blocks.{l}.attn.hook_attn_scores" for l in sorted({l for l, _ in heads})}
     for perm in perms:
         perm_t = torch.from_numpy(perm)
         toks = prompts.tokens[:, perm_t]                      # new position n holds original token perm[n]
-        S = run_with_cache(W, toks, names=[name], stop_at_layer=layer + 1)[name][:, head].double()  # [b q k]
+        cache = run_with_cache(W, toks, names=list(names.values()), stop_at_layer=max(names) + 1)
         inv = torch.empty_like(perm_t)
         inv[perm_t] = torch.arange(p)
-        S = S[:, inv][:, :, inv]                              # back to original indices [b i j]
-        ok = torch.isfinite(S)
-        S = torch.where(ok, S, torch.zeros_like(S))
-        sums += S
-        sq += S * S
-        cnt += ok.double()
+        for (layer, head), (sums, sq, cnt) in acc.items():
+            S = cache[names[layer]][:, head].double()         # [b q k]
+            S = S[:, inv][:, :, inv]                          # back to original indices [b i j]
+            ok = torch.isfinite(S)
+            S = torch.where(ok, S, torch.zeros_like(S))
+            sums += S
+            sq += S * S
+            cnt += ok.double()
+        del cache
+    return [_position_result(layer, head, *acc[(layer, head)]) for layer, head in heads]
+
+
+def _position_result(layer: int, head: int, sums: Tensor, sq: Tensor, cnt: Tensor) -> PositionIndependence:
     keep = cnt >= 2
     n = cnt[keep]
     mean = sums[keep] / n

@@ -55,6 +55,7 @@ class ReportOptions:
     denominator_window: int = 256                 # tokens per window in the denominators stage
     deep_dives: int = 2                           # top survey heads analysed in depth
     semantic_tokens: int = 5000                   # nodes of the deep dives' token graphs
+    neighbour_keys: str = "auto"                  # deep dives' neighbours over "vocab", "nodes", or "auto" (by cost)
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
