@@ -180,6 +180,12 @@ def positional_term(w: Weights, n: int, c: float, k: int | None = None) -> Float
     return diff * _position_scale(w, k, c)[:, None] * w.blocks[0].ln1_w
 
 
+def positional_basis(w: Weights, k: int, c: float) -> tuple[Float[Tensor, "n_ctx d"], Float[Tensor, "k"]]:
+    """(w₁ ⊙ c(W_pos) [n_ctx d], scale [k]) with ``positional_term(w, n, c, k) = scale[:, None]·(rows[:k] − rows[n])``
+    (scale_i = √d / sqrt(|c(W_pos[i])|² + c²)): the positional term of many n at once."""
+    return _positional_parts(w)[0] * w.blocks[0].ln1_w, _position_scale(w, k, c)
+
+
 def _positional_logits(w: Weights, q: Float[Tensor, "m h e"], ns: Int[Tensor, "m"], k: int, c: float
                        ) -> Float[Tensor, "m h k"]:
     """q_m · P_h[n_m, i] / s for i < k (n_m < k): scale_i·(q·PK_h[i] − q·PK_h[n_m]) / s."""
@@ -244,6 +250,21 @@ def positional_logits(w: Weights, query_tokens: Sequence[int], n: int, c: float)
     toks = torch.as_tensor(list(query_tokens), dtype=torch.long)
     q = queries(w, toks, torch.full_like(toks, n))                                # [t h e]
     return _positional_logits(w, q, torch.full_like(toks, n), n + 1, c)
+
+
+def query_frames(w: Weights, token: int, ns: Int[Tensor, "m"], c: float
+                 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The frames of `token` at positions `ns` at once: q [m h e], Kq = W_K q / s [m d h],
+    bq = b_K·q / s [m h] and pos [m h k] (k = max(ns) + 1, zero beyond each n) — what
+    :func:`frame` gives one position at a time."""
+    b = w.blocks[0]
+    _check_frame(w, [token], int(ns.max()))
+    q = queries(w, torch.full_like(ns, token), ns)                                 # [m h e]
+    s = w.cfg.attn_scale(0)
+    k = int(ns.max()) + 1
+    logits = _positional_logits(w, q, ns, k, c)                                    # [m h k]
+    logits.masked_fill_((torch.arange(k)[None, :] > ns[:, None])[:, None, :], -math.inf)
+    return q, torch.einsum("hde,mhe->mdh", b.W_K, q) / s, (b.b_K * q).sum(-1) / s, torch.softmax(logits, dim=-1)
 
 
 def positional_kernels(w: Weights, query_tokens: Sequence[int], n: int, c: float) -> Float[Tensor, "t h i"]:
