@@ -27,6 +27,7 @@ from .._version import __version__
 from .._atomic import atomic_write_text, ensure_writable_dir, refuse_foreign_dir
 from .._errors import HeadscopeError
 from .._json import dumps
+from .._memory import peak_rss_mb, rss_mb
 from ..weights import Processing
 from . import html as H
 from .inputs import load_inputs
@@ -67,10 +68,20 @@ class ReportOptions:
 
 @dataclasses.dataclass
 class StageRun:
+    """One stage of a run: its key, whether it was read from the cache, and what it cost.
+
+    ``seconds`` wall and ``cpu_seconds`` (this process, all threads) of the stage; ``rss_mb``
+    the resident set after it and ``peak_rss_mb`` the process's peak so far (a stage that
+    raised the peak shows it first), in MB; None where the platform does not say.
+    """
+
     name: str
     key: str
     cached: bool
     seconds: float
+    cpu_seconds: float = 0.0
+    rss_mb: float | None = None
+    peak_rss_mb: float | None = None
 
 
 @dataclasses.dataclass
@@ -120,8 +131,9 @@ def build_report(model, out_dir: str | Path, options: ReportOptions | None = Non
     for i, stage in enumerate(stages):
         key, parts = stage_key(stage, model, options, inputs, keys)
         path = data_path(out, stage)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         data = read_cached(path, key) if options.use_cache else None
+        raw = None
         cached = data is not None
         if data is None:
             progress = Progress(f"[{i + 1}/{len(stages)}] {stage.name}", enabled=options.progress)
@@ -137,7 +149,11 @@ def build_report(model, out_dir: str | Path, options: ReportOptions | None = Non
             print(f"[{i + 1}/{len(stages)}] {stage.name}: cached ({path.name})", file=sys.stderr)
         results[stage.name] = data
         keys[stage.name] = key
-        runs.append(StageRun(stage.name, key, cached, round(time.perf_counter() - t0, 3)))
+        del raw
+        rss = rss_mb()
+        runs.append(StageRun(stage.name, key, cached, round(time.perf_counter() - t0, 3),
+                             round(time.process_time() - c0, 3), None if rss is None else round(rss, 1),
+                             round(peak_rss_mb(), 1)))
 
     written = _render(model, out, stages, results, options, inputs)
     data_files = [f"data/{s.name}.json" for s in stages]
