@@ -21,7 +21,7 @@ from ._html_repr import HtmlRepr
 from .bilinear import BilinearForm
 from .clustering import Clustering
 from .loading import Model
-from .survey import PositionIndependence, position_independence, prompts_for
+from .survey import PositionIndependence, position_independence_heads, prompts_for
 from .tokenizer import escape_token
 from .weights import Processing, Weights
 
@@ -137,12 +137,75 @@ def _fmt(x: float | None) -> str:
     return "— (undefined)" if x is None else f"{x:.3f}"
 
 
+#: Flops that ``keys="auto"`` allows for the whole-vocabulary effective embeddings of one deep
+#: dive (:func:`vocab_pass_flops`; about 15–30 s on 2 CPU cores). Above it, neighbours are
+#: ranked over the graph's nodes.
+VOCAB_KEYS_BUDGET = 1e12
+KEYS = ("vocab", "nodes", "auto")
+
+
+def vocab_pass_flops(cfg, layer: int, variant: str = "full") -> float:
+    """Flops of the effective embeddings of the whole vocabulary for a head in `layer`: one MLP
+    (2·2·d_model·d_mlp flops) per token and block below the head (block 0 alone for variant mlp)."""
+    blocks = 1 if variant == "mlp" else layer
+    return float(cfg.d_vocab) * blocks * 4 * cfg.d_model * cfg.d_mlp
+
+
+def resolve_keys(cfg, layer: int, keys: str, variant: str = "full") -> str:
+    """``"vocab"`` or ``"nodes"``: `keys` itself, or for ``"auto"`` the whole vocabulary when its
+    effective embeddings cost at most :data:`VOCAB_KEYS_BUDGET` flops, else the graph's nodes.
+    A function of the model's shape and the head's layer only, so results stay deterministic."""
+    if keys != "auto":
+        return keys
+    return "vocab" if vocab_pass_flops(cfg, layer, variant) <= VOCAB_KEYS_BUDGET else "nodes"
+
+
 def _check_head_options(model: Model, layer: int, head: int, keys: str, k: int) -> None:
     model.cfg.check_head(layer, head)
-    if keys not in ("vocab", "nodes"):
-        raise HeadscopeError(f"keys: expected 'vocab' or 'nodes', got {keys!r}")
+    if keys not in KEYS:
+        raise HeadscopeError(f"keys: expected 'vocab', 'nodes' or 'auto', got {keys!r}")
     if k < 1:
         raise HeadscopeError(f"k: expected ≥ 1, got {k}")
+
+
+def _embeddings_at(W: Weights, layers: list[int], token_ids: Tensor | None, variant: str,
+                   attn_means: list[Tensor]):
+    """(l, x̂ of `token_ids` for the heads of layer l) for each l in `layers` (ascending): variant
+    full in one pass up the residual stream (every block read once, whatever the layers)."""
+    if variant == "full":
+        want = set(layers)
+        for l, x_hat in bilinear.effective_embeddings_by_layer(W, token_ids, attn_means=attn_means, upto=max(layers)):
+            if l in want:
+                yield l, x_hat
+    else:
+        for l in layers:
+            yield l, bilinear.effective_embeddings(W, l, token_ids, variant=variant, attn_means=attn_means)
+
+
+def _nodes(model: Model, n_tokens: int, corpus, cat_ids: dict[str, list[int]]) -> tuple[list[int], list[int]]:
+    """(the n_tokens most frequent tokens, the graph's nodes: those plus the category words)."""
+    freq = clustering.frequent_tokens(model.tokenizer, n_tokens, corpus)
+    return freq, list(dict.fromkeys(freq + [t for ids in cat_ids.values() for t in ids]))
+
+
+def _graph_clusters(model: Model, W: Weights, layer: int, head: int, X: Tensor, nodes: list[int], n_freq: int,
+                    cat_ids, *, k: int, keys: str, corpus, resolution: float, seed: int,
+                    with_spectral: bool) -> HeadClusters:
+    """The top-k graph of `nodes` (effective embeddings X) under head (layer, head), clustered."""
+    Q, K = bilinear.head_qk(W, layer, head, X)
+    vals, idx, lse = bilinear.topk_targets(Q, K, k, self_index=torch.arange(len(nodes)), return_lse=True)
+    g = clustering.knn_graph(vals, idx, len(nodes), lse)
+    strs = model.to_str_tokens(nodes)
+    leiden = clustering.describe(g, clustering.leiden(g, resolution=resolution, seed=seed), nodes, strs, "leiden",
+                                 categories=cat_ids)
+    spectral = None
+    if with_spectral:
+        spectral = clustering.describe(g, clustering.spectral(g, max(2, leiden.n_clusters), seed=seed), nodes, strs,
+                                       "spectral", categories=cat_ids)
+    spec = GraphSpec(n_nodes=len(nodes), n_frequent=n_freq, k=k, keys=keys,
+                     frequency="corpus" if corpus else "bpe-merge-order", resolution=resolution, seed=seed)
+    return HeadClusters(spec=spec, leiden=leiden, spectral=spectral, nodes=nodes, embeddings=X, values=vals,
+                        targets=idx)
 
 
 def head_clusters(model: Model, layer: int, head: int, *, variant: str = "full", n_tokens: int = 5000,
@@ -162,62 +225,111 @@ def head_clusters(model: Model, layer: int, head: int, *, variant: str = "full",
     prompts, cat_ids = prompts_for(model, categories, n_prompts=32, length=16, seed=seed)
     if attn_means is None:
         attn_means = bilinear.mean_attn_outputs(W, prompts.tokens, max(layer, 1 if variant == "mlp" else 0))
-    freq = clustering.frequent_tokens(model.tokenizer, n_tokens, corpus)
-    nodes = list(dict.fromkeys(freq + [t for ids in cat_ids.values() for t in ids]))
+    freq, nodes = _nodes(model, n_tokens, corpus, cat_ids)
     X = bilinear.effective_embeddings(W, layer, torch.tensor(nodes), variant=variant, attn_means=attn_means)
-    Q, K = bilinear.head_qk(W, layer, head, X)
-    vals, idx, lse = bilinear.topk_targets(Q, K, k, self_index=torch.arange(len(nodes)), return_lse=True)
-    g = clustering.knn_graph(vals, idx, len(nodes), lse)
-    strs = model.to_str_tokens(nodes)
-    leiden = clustering.describe(g, clustering.leiden(g, resolution=resolution, seed=seed), nodes, strs, "leiden",
-                                 categories=cat_ids)
-    spectral = None
-    if with_spectral:
-        spectral = clustering.describe(g, clustering.spectral(g, max(2, leiden.n_clusters), seed=seed), nodes, strs,
-                                       "spectral", categories=cat_ids)
-    spec = GraphSpec(n_nodes=len(nodes), n_frequent=len(freq), k=k, keys=keys,
-                     frequency="corpus" if corpus else "bpe-merge-order", resolution=resolution, seed=seed)
-    return HeadClusters(spec=spec, leiden=leiden, spectral=spectral, nodes=nodes, embeddings=X, values=vals,
-                        targets=idx)
+    return _graph_clusters(model, W, layer, head, X, nodes, len(freq), cat_ids, k=k,
+                           keys=resolve_keys(model.cfg, layer, keys, variant), corpus=corpus, resolution=resolution,
+                           seed=seed, with_spectral=with_spectral)
 
 
 def analyse_head(model: Model, layer: int, head: int, *, variant: str = "full", n_tokens: int = 5000, k: int = 10,
                  keys: str = "vocab", categories=None, corpus=None, resolution: float = 1.0,
                  seed: int = 0, with_spectral: bool = True, n_examples: int = 10,
                  processing: Processing | None = None) -> HeadAnalysis:
-    """Analyse head (layer, head); ``keys="vocab"`` ranks neighbours over the whole vocabulary."""
-    _check_head_options(model, layer, head, keys, k)
+    """Analyse head (layer, head); ``keys="vocab"`` ranks neighbours over the whole vocabulary,
+    ``"nodes"`` over the graph's nodes, ``"auto"`` chooses by cost (:func:`resolve_keys`)."""
+    return analyse_heads(model, [(layer, head)], variant=variant, n_tokens=n_tokens, k=k, keys=keys,
+                         categories=categories, corpus=corpus, resolution=resolution, seed=seed,
+                         with_spectral=with_spectral, n_examples=n_examples, processing=processing)[0]
+
+
+def analyse_heads(model: Model, heads: list[tuple[int, int]], *, variant: str = "full", n_tokens: int = 5000,
+                  k: int = 10, keys: str = "vocab", categories=None, corpus=None, resolution: float = 1.0,
+                  seed: int = 0, with_spectral: bool = True, n_examples: int = 10,
+                  processing: Processing | None = None, progress=None) -> list[HeadAnalysis]:
+    """:func:`analyse_head` of several heads (results in the order given), sharing their common work.
+
+    What the heads share is computed once: the category prompts and the mean attention
+    outputs (up to the deepest head), the graph's nodes and their effective embeddings (one
+    pass up the residual stream, every block read once, yielding each head's layer), the
+    whole-vocabulary pass of the heads whose neighbours are ranked over the vocabulary (up to
+    the deepest of them; only each head's [d_vocab d_head] keys and its examples' queries are
+    kept), and one forward pass per prompt order for position independence. Each result is
+    what :func:`analyse_head` of that head alone returns. ``progress(done, total, what)``, if
+    given, is called after each step.
+    """
+    heads = [(int(l), int(h)) for l, h in heads]
+    for l, h in heads:
+        _check_head_options(model, l, h, keys, k)
+    if not heads:
+        return []
+    cfg = model.cfg
     W = model.weights(processing)
+    head_keys = {hd: resolve_keys(cfg, hd[0], keys, variant) for hd in heads}
+    vocab_layers = sorted({l for (l, _), kk in head_keys.items() if kk == "vocab"})
+    layers = sorted({l for l, _ in heads})
+    total = 3 + bool(vocab_layers) + len(heads)
+    done = 0
+
+    def step(what: str) -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(done, total, what)
+
     prompts, cat_ids = prompts_for(model, categories, n_prompts=32, length=16, seed=seed)
-    attn_means = bilinear.mean_attn_outputs(W, prompts.tokens, max(layer, 1 if variant == "mlp" else 0))
-    form = bilinear.bilinear_form(bilinear.qk_matrix(W, layer, head, centred=W.processing.fold_ln), layer, head)
-    hc = head_clusters(model, layer, head, variant=variant, n_tokens=n_tokens, k=k, categories=categories,
-                       corpus=corpus, resolution=resolution, seed=seed, with_spectral=with_spectral, keys=keys,
-                       weights=W, attn_means=attn_means)
-    nodes, X_nodes = hc.nodes, hc.embeddings
-    strs = model.to_str_tokens(nodes)
+    attn_means = bilinear.mean_attn_outputs(W, prompts.tokens, max(max(layers), 1 if variant == "mlp" else 0))
+    step("mean attention outputs")
+    freq, nodes = _nodes(model, n_tokens, corpus, cat_ids)
+    X_nodes = dict(_embeddings_at(W, layers, torch.tensor(nodes), variant, attn_means))        # layer → [n d]
+    step("effective embeddings of the nodes")
 
     # neighbours and self-score explanations of example tokens (first word of each category)
     examples = [ids[0] for ids in cat_ids.values()][:n_examples]
-    ex_pos = torch.tensor([nodes.index(t) for t in examples])
-    if keys == "vocab":
-        X_all = bilinear.effective_embeddings(W, layer, None, variant=variant, attn_means=attn_means)
-        Qa, Ka = bilinear.head_qk(W, layer, head, X_all)
-        ev, key_ids = bilinear.topk_targets(Qa[examples], Ka, k, self_index=torch.tensor(examples))
-    else:
-        ev, key_ids = hc.values[ex_pos], torch.tensor(nodes)[hc.targets[ex_pos]]
-    neighbours = [Neighbours(token=s, token_id=t, targets=model.to_str_tokens(key_ids[i].tolist()),
-                             target_ids=key_ids[i].tolist(), logits=ev[i].tolist())
-                  for i, (t, s) in enumerate(zip(examples, model.to_str_tokens(examples)))]
-    scale = model.cfg.attn_scale(layer)
-    self_scores = []
-    for i, t in enumerate(examples):
-        x = X_nodes[ex_pos[i]]
-        partner = int(hc.targets[ex_pos[i], 0])
-        self_scores.append(SelfScore(
-            token=strs[ex_pos[i]], token_id=t, self=bilinear.explain_score(form, x, x, divisor=scale),
-            top_target=strs[partner], to_top_target=bilinear.explain_score(form, x, X_nodes[partner], divisor=scale)))
-    pos = position_independence(model, layer, head, categories=categories, seed=seed, processing=processing)
-    return HeadAnalysis(layer=layer, head=head, fingerprint=model.fingerprint, processing=W.processing.to_dict(),
-                        embedding_variant=variant, form=form, clusters=hc, neighbours=neighbours,
-                        self_scores=self_scores, position=pos)
+    vocab_targets: dict[tuple[int, int], tuple[Tensor, Tensor]] = {}
+    if vocab_layers:
+        for l, X_all in _embeddings_at(W, vocab_layers, None, variant, attn_means):           # [d_vocab d] each
+            for hd in heads:
+                if hd[0] == l and head_keys[hd] == "vocab" and hd not in vocab_targets:
+                    Qa, Ka = bilinear.head_qk(W, l, hd[1], X_all)
+                    vocab_targets[hd] = bilinear.topk_targets(Qa[examples], Ka, k, self_index=torch.tensor(examples))
+                    del Qa, Ka
+            del X_all
+        step("effective embeddings of the vocabulary")
+
+    out_parts = []
+    for l, h in heads:
+        fold = W.processing.fold_ln
+        form = bilinear.bilinear_form(bilinear.qk_matrix(W, l, h, centred=fold), l, h,
+                                      factors=bilinear.qk_factors(W, l, h, centred=fold))
+        hc = _graph_clusters(model, W, l, h, X_nodes[l], nodes, len(freq), cat_ids, k=k, keys=head_keys[(l, h)],
+                             corpus=corpus, resolution=resolution, seed=seed, with_spectral=with_spectral)
+        X_n = hc.embeddings
+        strs = model.to_str_tokens(nodes)
+        ex_pos = torch.tensor([nodes.index(t) for t in examples])
+        if head_keys[(l, h)] == "vocab":
+            ev, key_ids = vocab_targets[(l, h)]
+        else:
+            ev, key_ids = hc.values[ex_pos], torch.tensor(nodes)[hc.targets[ex_pos]]
+        neighbours = [Neighbours(token=s, token_id=t, targets=model.to_str_tokens(key_ids[i].tolist()),
+                                 target_ids=key_ids[i].tolist(), logits=ev[i].tolist())
+                      for i, (t, s) in enumerate(zip(examples, model.to_str_tokens(examples)))]
+        scale = cfg.attn_scale(l)
+        self_scores = []
+        for i, t in enumerate(examples):
+            x = X_n[ex_pos[i]]
+            partner = int(hc.targets[ex_pos[i], 0])
+            self_scores.append(SelfScore(
+                token=strs[ex_pos[i]], token_id=t, self=bilinear.explain_score(form, x, x, divisor=scale),
+                top_target=strs[partner],
+                to_top_target=bilinear.explain_score(form, x, X_n[partner], divisor=scale)))
+        out_parts.append((l, h, form, hc, neighbours, self_scores))
+        step(f"head {l}.{h}")
+    del X_nodes, vocab_targets
+
+    positions = position_independence_heads(model, heads, categories=categories, seed=seed, processing=processing)
+    step("position independence")
+    return [HeadAnalysis(layer=l, head=h, fingerprint=model.fingerprint, processing=W.processing.to_dict(),
+                         embedding_variant=variant, form=form, clusters=hc, neighbours=neighbours,
+                         self_scores=self_scores, position=pos)
+            for (l, h, form, hc, neighbours, self_scores), pos in zip(out_parts, positions)]
