@@ -61,6 +61,7 @@ BENCHMARKS = {
     "bench_head": "vocab × vocab top-k vs bare matmul (target ≤ 2×)",
     "bench_forward": "forward with full cache vs HF eager output_attentions (target ≥ 1.0×)",
     "bench_report": "full report time and peak RSS (target < 5 min, < 4 GB)",
+    "bench_load": "load + processed weights + forward peak RSS vs the weights' own size, hub layouts",
     "bench_sizes": "full report per stage on hub-layout distilgpt2, gpt2, gpt2-medium (targets of issue 15)",
 }
 #: seconds a module may run when --timeout is not given (default 900)
