@@ -15,7 +15,7 @@ had x_n been t_q. It also records σ₂, the median LayerNorm-2 scale of layer 0
 calibration positions (forward's ``blocks.0.ln2.hook_scale``, with the text's own
 queries), which :mod:`.neurons` uses to map head outputs to MLP0 pre-activations.
 
-A calibration depends on the weights (sha256 of model.safetensors), on the processing
+A calibration depends on the weights (their fingerprint), on the processing
 options, on the query token and on the text (sha256 of its UTF-8 bytes); all are
 stored, and :func:`load_calibration` refuses a file made with another model or other
 processing.

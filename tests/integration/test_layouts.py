@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -263,16 +264,45 @@ print("ok", fingerprint)
 """
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("size, shape", [("distilgpt2", (6, 768, 12)), ("gpt2", (12, 768, 12)),
-                                         ("gpt2-medium", (24, 1024, 16))])
-def test_hub_sizes_load_offline_and_match_transformers(tmp_path, size, shape):
-    """Hub-layout checkpoints of the real shapes (10-60 s each: writing them dominates)."""
-    cache = tmp_path / "hub"
-    repo = {"distilgpt2": "distilbert/distilgpt2"}.get(size, f"openai-community/{size}")
+HUB_SIZES = {"distilgpt2": ("distilbert/distilgpt2", (6, 768, 12)), "gpt2": ("openai-community/gpt2", (12, 768, 12)),
+             "gpt2-medium": ("openai-community/gpt2-medium", (24, 1024, 16))}
+
+
+@pytest.fixture(scope="module", params=list(HUB_SIZES))
+def hub_size(request, tmp_path_factory):
+    """(repo, shape, cache, snapshot) of one real GPT-2 shape in the hub's layout (10-60 s to write;
+    module-scoped and parametrized, so one size's cache is on disk at a time)."""
+    repo, shape = HUB_SIZES[request.param]
+    cache = tmp_path_factory.mktemp(request.param) / "hub"
     snap = write_hub_cache(cache, repo)
+    yield repo, shape, cache, snap
+    shutil.rmtree(cache.parent, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_hub_sizes_load_offline_and_match_transformers(hub_size):
+    repo, shape, cache, snap = hub_size
     assert json.loads((snap / "config.json").read_text())["n_ctx"] == 1024
     r = subprocess.run([sys.executable, "-c", _SIZE_CHECK, repo, *map(str, shape)], capture_output=True, text=True,
                        timeout=600, env=offline_env(HF_HUB_CACHE=str(cache)))
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.split() == ["ok", sha256(snap / "model.safetensors")]
+
+
+@pytest.mark.slow
+def test_hub_sizes_full_report(hub_size, tmp_path, check_report):
+    """The main job, as a user runs it on a downloaded model: ``headscope report REPO --out R``
+    offline from the HF cache (distil ≈ 20 s, small ≈ 40 s, medium ≈ 90 s on 2 cores)."""
+    repo, (layers, d, heads), cache, snap = hub_size
+    out = tmp_path / "report"
+    r = subprocess.run([sys.executable, "-m", "headscope", "report", repo, "--out", str(out), "--no-progress", "--json"],
+                       capture_output=True, text=True, timeout=900, env=offline_env(HF_HUB_CACHE=str(cache)))
+    assert r.returncode == 0, r.stderr[-3000:]
+    data = check_report(out)                           # finite JSON, nulls only where declared, balanced HTML
+    assert data["model"]["fingerprint"] == sha256(snap / "model.safetensors")
+    cfg = data["model"]["config"]
+    assert (cfg["n_layers"], cfg["d_model"], cfg["n_heads"]) == (layers, d, heads)
+    stages = {s["name"] for s in json.loads(r.stdout)["stages"]}
+    assert {"kernels", "calibration", "neurons", "survey", "semantic", "steering", "atlas"} <= stages
+    assert len(data["atlas"]["rows"]) == layers * heads
+    assert (out / "atlas.html").is_file() and (out / "index.html").is_file()

@@ -48,9 +48,11 @@ class ModelStage(Stage):
             ("layers", c["n_layers"]), ("heads per layer", c["n_heads"]), ("d_model", c["d_model"]),
             ("d_head", c["d_head"]), ("d_mlp", c["d_mlp"]), ("d_vocab", c["d_vocab"]), ("n_ctx", c["n_ctx"]),
             ("activation", c["act_fn"]), ("parameters", f"{data['n_parameters']:,}"), ("dtype", data["dtype"]),
-            ("sha256 of model.safetensors", H.code(data["fingerprint"])),
+            ("weights fingerprint", H.code(data["fingerprint"])),
             ("processing", ", ".join(k for k, v in data["processing"].items() if v) or "none"),
-        ], caption="Shapes are read from config.json; the analyses use the processed weights.")
+        ], caption="Shapes are read from config.json; the analyses use the processed weights. The fingerprint is "
+                "the sha256 of the weight file (of the shards' sha256sum lines when sharded; of the tensors for "
+                "a model loaded from memory).")
         ins = data["inputs"]
         rows = [("calibration", ins["calibration"]["words"], ins["calibration"]["tokens"],
                  H.code(ins["calibration"]["sha256"][:16]))]
