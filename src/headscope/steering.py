@@ -280,19 +280,27 @@ class AuthorsSteer:
         return "\n".join(lines)
 
 
+def _authors_eigen(Wqk: Tensor, top: int) -> tuple[Tensor, Tensor, Tensor]:
+    """(λ, Q, A): the `top` eigenpairs of S = (W + Wᵀ)/2 of largest |λ| and the skew part A."""
+    W = Wqk.double()
+    S, A = (W + W.T) / 2, (W - W.T) / 2
+    lam, V = torch.linalg.eigh(S)
+    order = torch.argsort(lam.abs(), descending=True, stable=True)[:top]
+    return lam[order], V[:, order], A
+
+
+def _authors_scaled(lam: Tensor, V: Tensor, A: Tensor, alpha: float) -> Tensor:
+    return (V * torch.where(lam < 0, lam * alpha, lam)) @ V.T + A
+
+
 def authors_form(Wqk: Tensor, alpha: float, top: int = AUTHORS_TOP) -> tuple[Tensor, int]:
     """(W'_α = Q_top diag(λ'_α) Q_topᵀ + A, number of negative λ among the top) for W_QK [d d].
 
     S = (W + Wᵀ)/2 = Σ λ_i v_i v_iᵀ sorted by |λ| descending, Q_top its first `top`
     eigenvectors, λ'_α = α λ where λ < 0 (strictly), A = (W − Wᵀ)/2 whole.
     """
-    W = Wqk.double()
-    S, A = (W + W.T) / 2, (W - W.T) / 2
-    lam, V = torch.linalg.eigh(S)
-    order = torch.argsort(lam.abs(), descending=True, stable=True)[:top]
-    lam, V = lam[order], V[:, order]
-    lam_a = torch.where(lam < 0, lam * alpha, lam)
-    return (V * lam_a) @ V.T + A, int((lam < 0).sum())
+    lam, V, A = _authors_eigen(Wqk, top)
+    return _authors_scaled(lam, V, A, alpha), int((lam < 0).sum())
 
 
 def _score_summary(S: Tensor, groups: list[str]) -> dict:
@@ -336,9 +344,10 @@ def authors_steer(model: Model, layer: int, head: int, alphas=SEED_ALPHAS, *, to
     norm = float(Wqk.norm()) or 1.0
     scores = {"unsteered": (E @ Wqk @ E.T).tolist()}
     summary = [{"alpha": "unsteered", **_score_summary(E @ Wqk @ E.T, groups)}]
-    W1, n_neg = authors_form(Wqk, 1.0, top)
+    lam, V, A = _authors_eigen(Wqk, top)
+    W1, n_neg = _authors_scaled(lam, V, A, 1.0), int((lam < 0).sum())
     for a in [float(x) for x in alphas]:
-        S = E @ authors_form(Wqk, a, top)[0] @ E.T
+        S = E @ _authors_scaled(lam, V, A, a) @ E.T
         scores[repr(a)] = S.tolist()
         summary.append({"alpha": a, **_score_summary(S, groups)})
     return AuthorsSteer(layer=layer, head=head, top=top, n_negative_top=n_neg,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from .. import shipped
 from .._errors import HeadscopeError
 from ..calibration import calibrate, load_calibration
-from ..contextual import Circuit, HeadChoice, build_circuit
+from ..contextual import HEAD_SETS, Circuit, HeadChoice, build_circuit
 from ..corpus import read_text_file
 from ..layer0 import SEED_QUERY
 from ..loading import Model
@@ -24,10 +24,6 @@ def add_calibration_arguments(p) -> None:
                         "(default: chosen automatically)")
     p.add_argument("--position", type=int, default=None,
                    help="query position n of the circuit; default the last calibrated position")
-
-
-#: named head sets of --heads (docs/fidelity.md): the seed's text and Gibson's code (main.py:286)
-HEAD_SETS = {"seed": [0, 2, 6, 8, 9, 10], "code": [0, 2, 6, 8, 9, 10, 11]}
 
 
 def parse_heads(spec: str | None, cfg) -> list[int] | None:

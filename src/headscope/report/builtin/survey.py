@@ -35,7 +35,7 @@ def head_label(ctx, layer: int, head: int):
 class SurveyStage(Stage):
     name = "survey"
     title = "Semantic-head survey (category prompts)"
-    version = 1
+    version = 2
 
     def key_options(self, o) -> dict:
         return {"categories": "shipped", "n_prompts": 64, "length": 16, "seed": 0}
