@@ -53,7 +53,8 @@ def add_arguments(p):
 
 def render(report) -> str:
     lines = [f"layer {report.layer}  query {report.query!r}  n_ref {report.n_ref}  "
-             f"c {report.c:.4g} ({report.c_source})  processing {','.join(k for k, v in report.processing.items() if v)}",
+             f"c {report.c:.4g} ({report.c_source})  processing {','.join(k for k, v in report.processing.items() if v)}  "
+             f"categories by the {report.rule.get('name', 'width')} rule",
              f"{'head':>4} {'category':<16} {'width':>8} {'decay':>7} {'transl':>7} {'query':>7} "
              f"{'c_std':>6} {'boost':>6} {'tv_med':>7} {'tv_p90':>7}"]
     for h in report.heads:

@@ -49,5 +49,9 @@ def run(args) -> int:
     bos = None if args.bos_query is None else args.bos_query == "include"
     res = survey(model, layers, categories=args.categories, n_prompts=args.prompts, length=args.length,
                  seed=args.seed, preset=args.preset, include_bos_query=bos)
-    emit(args, res, res.render(args.top))
+    p = res.prompts
+    head = (f"prompts: preset {p['preset']}, {p['n_prompts']} × {p['length']} words, {len(res.categories)} categories, "
+            f"BOS query {'in' if p['bos_query_in_loss'] else 'not in'} the loss"
+            + (f", related (not counted wrong): {', '.join('/'.join(r) for r in p['related'])}" if p["related"] else ""))
+    emit(args, res, head + "\n" + res.render(args.top))
     return 0
