@@ -256,7 +256,8 @@ class AuthorsSteer:
     layer: int
     head: int
     top: int
-    n_negative_top: int               # strictly negative eigenvalues among the top `top` by |λ|
+    n_negative_top: int               # strictly negative eigenvalues among the top `top` by |λ| (as the authors:
+                                      # on a W_sym of rank < top, numerical zeros below 0 count too)
     truncation_error: float           # ‖W'_1 − W_QK‖_F / ‖W_QK‖_F
     attn_mean: str                    # effective embeddings' attention means (bilinear.ATTN_MEANS)
     tokens: list[str]
@@ -305,7 +306,8 @@ def authors_form(Wqk: Tensor, alpha: float, top: int = AUTHORS_TOP) -> tuple[Ten
 
 def _score_summary(S: Tensor, groups: list[str]) -> dict:
     n = S.shape[0]
-    g = torch.tensor([hash(x) for x in groups])
+    names = sorted(set(groups))
+    g = torch.tensor([names.index(x) for x in groups])                                   # [n] group index
     same = (g[:, None] == g[None, :]) & ~torch.eye(n, dtype=torch.bool)
     other = g[:, None] != g[None, :]
     diag = S.diagonal()
