@@ -33,6 +33,28 @@ def planted_manifest(planted_dir) -> dict:
 
 
 @pytest.fixture(scope="session")
+def planted3_dir(tmp_path_factory) -> Path:
+    """The planted checkpoint with a third layer: layer 2 holds a copying (2.3) and a copy-suppression (2.7) head."""
+    from headscope.planted import build
+
+    return build(tmp_path_factory.mktemp("planted3") / "seed0", seed=0, n_layers=3)
+
+
+@pytest.fixture(scope="session")
+def planted3_model(planted3_dir):
+    import headscope
+
+    return headscope.load(planted3_dir)
+
+
+@pytest.fixture(scope="session")
+def planted3_manifest(planted3_dir) -> dict:
+    from headscope.planted.build import read_manifest
+
+    return read_manifest(planted3_dir)
+
+
+@pytest.fixture(scope="session")
 def tiny_hf_dir(tmp_path_factory) -> Path:
     """A tiny random HF GPT-2 with all-distinct dimensions, saved by save_pretrained.
 
@@ -89,3 +111,72 @@ def no_network(monkeypatch):
     monkeypatch.setattr(socket.socket, "connect_ex", refuse)
     monkeypatch.setattr(socket, "create_connection", refuse)
     monkeypatch.setattr(socket, "getaddrinfo", refuse)
+
+
+# -- checks of what headscope writes (robustness tests) ----------------------------------------
+
+#: HTML elements that never have a closing tag
+_VOID = {"meta", "br", "hr", "img", "input", "link", "wbr", "col", "area", "base", "source"}
+#: a number attribute of SVG/HTML that holds NaN or inf (a figure drawn from an undefined value)
+_BAD_NUMBER_ATTR = r'\b(?:x|y|x1|x2|y1|y2|cx|cy|r|width|height|points|transform|viewBox)="[^"]*(?:nan|inf)'
+
+
+def _check_html(path: Path) -> None:
+    import re
+    from html.parser import HTMLParser
+
+    class Balanced(HTMLParser):
+        def __init__(self):
+            super().__init__(convert_charrefs=True)
+            self.stack, self.errors = [], []
+
+        def handle_starttag(self, tag, attrs):
+            if tag not in _VOID:
+                self.stack.append(tag)
+
+        def handle_endtag(self, tag):
+            if not self.stack or self.stack[-1] != tag:
+                self.errors.append(f"</{tag}> closes <{self.stack[-1] if self.stack else '(nothing)'}>")
+            else:
+                self.stack.pop()
+
+    text = path.read_text(encoding="utf-8")
+    p = Balanced()
+    p.feed(text)
+    p.close()
+    assert not p.errors and not p.stack, f"{path}: unbalanced HTML ({p.errors[:3]}, open {p.stack[-3:]})"
+    bad = re.search(_BAD_NUMBER_ATTR, text, flags=re.IGNORECASE)
+    assert bad is None, f"{path}: a figure drawn from a non-finite value: {text[bad.start():bad.start() + 120]!r}"
+
+
+def _reject_constant(name):
+    raise AssertionError(f"JSON holds {name}")
+
+
+def check_report_dir(out: Path) -> dict[str, dict]:
+    """Every data/*.json of a report parses without NaN/Infinity and holds a null only where its stage
+    declares one (``Stage.nullable``); every page is balanced HTML with finite figure coordinates.
+    Returns {stage: data}."""
+    import json
+
+    from headscope._json import assert_finite_json
+    from headscope.report import default_stages
+
+    stages = {s.name: s for s in default_stages()}
+    out = Path(out)
+    datas = {}
+    for f in sorted((out / "data").glob("*.json")):
+        doc = json.loads(f.read_text(encoding="utf-8"), parse_constant=_reject_constant)
+        assert_finite_json(doc["data"], stages[f.stem].nullable, what=f"data/{f.name}")
+        datas[f.stem] = doc["data"]
+    pages = sorted(out.rglob("*.html"))
+    assert (out / "index.html") in pages
+    for page in pages:
+        _check_html(page)
+    return datas
+
+
+@pytest.fixture(scope="session")
+def check_report():
+    """:func:`check_report_dir`: the finiteness and HTML checks of a written report."""
+    return check_report_dir

@@ -5,11 +5,13 @@ Public API (everything else is private)::
     model = headscope.load("gpt2")                 # hub id, directory, or offline cache
     W = model.weights()                            # processed weights, TransformerLens names
     cache = headscope.run_with_cache(W, model.to_tokens("Hello"), names=["blocks.0.attn.hook_pattern"])
+    atlas = headscope.atlas(model)                 # every head from its weights (also a transformers model:
+                                                   # headscope.load(GPT2LMHeadModel.from_pretrained(…)))
 
 Convention: activations are row vectors, matrices multiply from the right (x @ W).
 """
 
-from ._errors import HeadscopeError
+from ._errors import HeadscopeError, NotApplicable
 from ._version import __version__
 from .config import Config
 from .forward import Cache, all_names, run_with_cache
@@ -36,13 +38,16 @@ from .head import HeadAnalysis, HeadClusters, analyse_head, head_clusters
 from .steering import Steered, SteerResult, save_steered, steer, steered_qk
 from .survey import HeadScore, PositionIndependence, SurveyResult, load_categories, position_independence, survey
 
+# every head from its weights
+from .atlas import Atlas, HeadRow, atlas
+
 # both seeds, end to end
 from .reproduce import ReproduceResult, reproduce
 from .report import ReportOptions, ReportResult, build_report
 
 __all__ = [
     "__version__",
-    "Block", "Cache", "Config", "HeadscopeError", "Model", "Processing", "Weights",
+    "Block", "Cache", "Config", "HeadscopeError", "Model", "NotApplicable", "Processing", "Weights",
     "all_names", "bundled_gpt2_tokenizer", "escape_token", "from_hf_state_dict", "load",
     "process", "run_with_cache", "save_checkpoint", "to_hf_state_dict", "to_str_tokens",
     "layer0", "HeadKernel", "KernelReport", "analyse_kernels", "read_corpus", "sample_corpus",
@@ -55,6 +60,7 @@ __all__ = [
     "SteerResult", "SurveyResult", "adjusted_rand_index", "analyse_head", "bilinear_form",
     "effective_embeddings", "explain_score", "frequent_tokens", "head_clusters", "load_categories",
     "position_independence", "qk_matrix", "save_steered", "steer", "steered_qk", "survey", "topk_targets",
+    "Atlas", "HeadRow", "atlas",
     "ReproduceResult", "reproduce",
     "ReportOptions", "ReportResult", "build_report",
 ]

@@ -1,18 +1,48 @@
-"""Deterministic JSON: sorted keys, floats rounded to 7 significant digits, no NaN."""
+"""Deterministic JSON: sorted keys, floats rounded to 7 significant digits, never NaN or inf.
+
+Policy for numbers that are not numbers
+---------------------------------------
+Every number headscope writes is finite. A NaN or ±inf reaching :func:`dumps` (or
+:func:`clean`) is a bug in the analysis that produced it, not something to paper over:
+it raises :class:`NonFiniteError`, naming where in the object it sits
+(``heads[3].tv_median``). Nothing is written silently as ``null``.
+
+When a quantity is undefined on its input, the analysis says so explicitly:
+
+- a scalar or list entry that is undefined (the correlation of a constant vector, the
+  attention a query pays to BOS at BOS itself) is ``None`` → ``null``, and only in
+  fields documented as nullable (``float | None``); each report stage lists those
+  fields in ``Stage.nullable``;
+- a whole analysis that does not apply to a model (no contextual heads, a vocabulary
+  without two categories of single-token words) raises
+  :class:`headscope.NotApplicable`; a report stage then saves
+  :func:`not_applicable` ``{"not_applicable": "<reason>"}`` as its data and renders
+  the reason.
+
+:func:`assert_finite_json` is the check the tests use: the object serialises with
+``allow_nan=False`` and every ``null`` sits at a path the caller declared nullable.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import math
+import re
+from typing import Iterable
 
 import numpy as np
 import torch
 
 SIG_DIGITS = 7
+NOT_APPLICABLE = "not_applicable"
 
 
-def _clean(x):
+class NonFiniteError(ValueError):
+    """A NaN or ±inf where headscope promises a number (a bug in the analysis that made it)."""
+
+
+def _clean(x, path: str):
     if isinstance(x, bool) or x is None or isinstance(x, str):
         return x
     if isinstance(x, (int, np.integer)):
@@ -20,27 +50,104 @@ def _clean(x):
     if isinstance(x, (float, np.floating)):
         x = float(x)
         if not math.isfinite(x):
-            return None
+            raise NonFiniteError(f"{x} at {path or 'the top level'}: every number written must be finite "
+                                 "(an undefined quantity is None in a nullable field, see headscope._json)")
         return float(f"{x:.{SIG_DIGITS}g}")
     if isinstance(x, torch.Tensor):
-        return _clean(x.detach().cpu().tolist())
+        return _clean(x.detach().cpu().tolist(), path)
     if isinstance(x, np.ndarray):
-        return _clean(x.tolist())
+        return _clean(x.tolist(), path)
     if isinstance(x, dict):
-        return {str(k): _clean(v) for k, v in x.items()}
+        return {str(k): _clean(v, f"{path}.{k}" if path else str(k)) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
+        return [_clean(v, f"{path}[{i}]") for i, v in enumerate(x)]
     if dataclasses.is_dataclass(x):
-        return _clean(x.to_dict() if hasattr(x, "to_dict") else dataclasses.asdict(x))
+        return _clean(x.to_dict() if hasattr(x, "to_dict") else dataclasses.asdict(x), path)
     if hasattr(x, "to_dict"):
-        return _clean(x.to_dict())
-    raise TypeError(f"not JSON-serialisable: {type(x).__name__}")
+        return _clean(x.to_dict(), path)
+    raise TypeError(f"not JSON-serialisable: {type(x).__name__} at {path or 'the top level'}")
 
 
 def clean(obj):
-    """The JSON-ready form of `obj` (what :func:`dumps` writes)."""
-    return _clean(obj)
+    """The JSON-ready form of `obj` (what :func:`dumps` writes); NaN/inf raise :class:`NonFiniteError`."""
+    return _clean(obj, "")
 
 
 def dumps(obj) -> str:
-    return json.dumps(_clean(obj), sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    return json.dumps(clean(obj), sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+# -- "not applicable" ---------------------------------------------------------------------
+
+
+def not_applicable(reason: str) -> dict:
+    """The data of an analysis that does not apply: ``{"not_applicable": reason}``."""
+    return {NOT_APPLICABLE: str(reason)}
+
+
+def is_not_applicable(data) -> bool:
+    return isinstance(data, dict) and isinstance(data.get(NOT_APPLICABLE), str)
+
+
+def finite_or_none(x) -> float | None:
+    """float(x) if it is a finite number, else None (for fields documented as nullable)."""
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+# -- the check the tests use ------------------------------------------------------------------
+
+
+def _walk(x, path: str, nulls: list[str], bad: list[str]) -> None:
+    if x is None:
+        nulls.append(path)
+    elif isinstance(x, bool) or isinstance(x, str):
+        return
+    elif isinstance(x, (int, float)):
+        if not math.isfinite(x):
+            bad.append(f"{path} = {x}")
+    elif isinstance(x, dict):
+        for k, v in x.items():
+            _walk(v, f"{path}.{k}" if path else str(k), nulls, bad)
+    elif isinstance(x, (list, tuple)):
+        for i, v in enumerate(x):
+            _walk(v, f"{path}[{i}]", nulls, bad)
+    else:
+        bad.append(f"{path}: not JSON ({type(x).__name__})")
+
+
+def generic_path(path: str) -> str:
+    """``heads[3].kernel[0]`` → ``heads[].kernel[]`` (the form :func:`assert_finite_json` matches)."""
+    return re.sub(r"\[\d+\]", "[]", path)
+
+
+def _pattern(p: str) -> re.Pattern:
+    """A nullable-path pattern: literal except ``*``, which matches within one key."""
+    return re.compile("[^.]*".join(re.escape(part) for part in p.split("*")))
+
+
+def assert_finite_json(obj, nullable: Iterable[str] = (), what: str = "JSON") -> None:
+    """Raise AssertionError unless `obj` (parsed JSON) holds only finite numbers and every
+    ``null`` sits at a declared nullable path.
+
+    `nullable` holds patterns over generic paths (list indices as ``[]``; ``*`` matches
+    within one key): ``"neurons[].correlation"``, ``"neurons[].true[][]"``, ``"median_*"``. Data of an
+    analysis that did not apply (:func:`not_applicable`) is accepted as it is.
+    """
+    if is_not_applicable(obj):
+        return
+    nulls: list[str] = []
+    bad: list[str] = []
+    _walk(obj, "", nulls, bad)
+    pats = [_pattern(p) for p in nullable]
+    stray = [p for p in nulls if not any(pat.fullmatch(generic_path(p)) for pat in pats)]
+    msgs = []
+    if bad:
+        msgs.append(f"non-finite numbers: {', '.join(bad[:8])}{' …' if len(bad) > 8 else ''}")
+    if stray:
+        msgs.append(f"null where a number is promised: {', '.join(stray[:8])}{' …' if len(stray) > 8 else ''}")
+    if msgs:
+        raise AssertionError(f"{what}: " + "; ".join(msgs))
+    json.dumps(obj, allow_nan=False)

@@ -15,6 +15,7 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
+from ._errors import NotApplicable
 from .forward import run_with_cache
 from .loading import Model
 from .shipped import Text
@@ -51,6 +52,8 @@ def activation_profile(model: Model, texts: Sequence[Text], *, neurons: Sequence
         cache = run_with_cache(W, t[None], ["blocks.0.mlp.hook_pre"], stop_at_layer=1)
         pres.append(cache["blocks.0.mlp.hook_pre"][0].double())                  # [p m]
     allp = torch.cat([p[1:] for p in pres])                                       # non-BOS tokens: [N m]
+    if allp.shape[0] < 2:   # a spread needs two tokens
+        raise NotApplicable(f"activation profile: the texts hold {allp.shape[0]} non-BOS token(s), expected at least 2")
     std = allp.std(0)                                                             # [m]
     if neurons is not None:
         chosen = list(dict.fromkeys(cfg.check_neuron(int(j)) for j in neurons))

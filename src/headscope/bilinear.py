@@ -100,6 +100,7 @@ def effective_embeddings_by_layer(
     attn_means: list[Tensor],
     upto: int | None = None,
     chunk: int = 4096,
+    scales: bool = False,
 ) -> Iterator[tuple[int, Float[Tensor, "n d_model"]]]:
     """(l, x̂_t for the heads of layer l) for l = 0..upto (default: every layer), variant ``full``.
 
@@ -107,6 +108,7 @@ def effective_embeddings_by_layer(
     x += mean attn_l, x += MLP_l(x); each layer's x̂ = LN1_l(x) is yielded before that
     layer's block is added. Every block is read once, whatever the number of tokens;
     rows are processed `chunk` at a time. Needs ``attn_means`` for blocks 0..upto−1.
+    With ``scales=True`` it yields (l, x̂, σ) with σ [n] LN1_l's scale of each residual.
     """
     cfg = weights.cfg
     upto = cfg.n_layers - 1 if upto is None else cfg.check_layer(upto)
@@ -116,7 +118,8 @@ def effective_embeddings_by_layer(
     x = weights.W_E[ids] + weights.W_pos.mean(0)                                       # [n d] residual
     for l in range(upto + 1):
         block = weights.blocks[l]
-        yield l, layer_norm(x, block.ln1_w, block.ln1_b, cfg.ln_eps)[0]
+        x_hat, sigma = layer_norm(x, block.ln1_w, block.ln1_b, cfg.ln_eps)
+        yield (l, x_hat, sigma) if scales else (l, x_hat)
         if l == upto:
             return
         for a in range(0, len(ids), chunk):
@@ -206,7 +209,8 @@ class BilinearForm:
             f"n_negative_top{self.top}": self.n_negative_top,
             "n_negative": self.n_negative, "n_positive": self.n_positive,
             "sigma_sym": self.sigma_sym.tolist(), "sigma_skew": self.sigma_skew.tolist(),
-            "skew_to_sym_ratio": float(self.sigma_skew[0] / self.sigma_sym[0]) if self.sigma_sym[0] > 0 else 0.0,
+            # None: S = 0 (σ_skew/0 is undefined, or infinite for a purely skew form)
+            "skew_to_sym_ratio": float(self.sigma_skew[0] / self.sigma_sym[0]) if self.sigma_sym[0] > 0 else None,
             "tolerance": self.tol,
         }
 

@@ -33,7 +33,7 @@ import torch
 from jaxtyping import Float
 
 from . import layer0
-from ._atomic import atomic_write_text
+from ._atomic import atomic_write_text, json_object_with
 from ._errors import HeadscopeError
 from ._json import dumps
 from .corpus import read_text_file, windows
@@ -46,6 +46,8 @@ Tensor = torch.Tensor
 
 FORMAT = "headscope.calibration"
 FORMAT_VERSION = 1
+#: recognises an earlier calibration file, which `save` may replace (headscope._atomic's output rule)
+OWNED = json_object_with(format=FORMAT)
 
 
 @dataclasses.dataclass
@@ -138,7 +140,8 @@ class Calibration:
         return self
 
     def save(self, path: str | Path) -> Path:
-        return atomic_write_text(Path(path), dumps(self.to_dict()))
+        """Write the calibration to `path` (new, or an earlier calibration file: the output rule)."""
+        return atomic_write_text(Path(path), dumps(self.to_dict()), owned=OWNED)
 
 
 def text_sha256(text: str) -> str:
@@ -204,6 +207,9 @@ def load_calibration(path: str | Path, model: Model | None = None, processing: P
     except json.JSONDecodeError as e:
         raise HeadscopeError(f"calibration file {path} is not valid JSON (line {e.lineno}: {e.msg}); "
                              "it may be truncated or corrupted — recreate it with `headscope calibrate`") from None
+    except RecursionError:
+        raise HeadscopeError(f"calibration file {path} is not a headscope calibration file "
+                             "(JSON nested too deeply)") from None
     cal = Calibration.from_dict(d, source=str(path))
     if model is not None:
         cal.check(model, processing, source=str(path))

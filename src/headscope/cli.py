@@ -12,6 +12,7 @@ import importlib
 import sys
 
 from ._errors import HeadscopeError
+from .corpus import DEFAULT_MAX_INPUT_MB, input_limit
 from ._version import __version__
 
 #: subcommand name → (module under headscope.commands, one-line help)
@@ -26,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "survey": ("survey", "rank heads as semantic heads (category prompts, seed 002)"),
     "head": ("head", "QK bilinear form, eigenvalues and token clusters of one head"),
     "steer": ("steer", "scale a head's QK eigenvalues and write the steered checkpoint"),
+    "atlas": ("atlas", "every head from its weights: QK symmetry, self score, OV copying, positional share"),
     "reproduce": ("reproduce", "measure the seed studies' claims on a model: published vs measured, pass/fail"),
     "report": ("report", "write a self-contained HTML report of a model (every analysis)"),
 }
@@ -42,7 +44,11 @@ def common_options() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:1, mps); default cpu")
     p.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16", "float16"],
                    help="dtype of the weights and activations; default float32")
+    p.add_argument("--revision", default=None, metavar="REV",
+                   help="hub branch, tag or commit of MODEL (e.g. a training checkpoint); hub ids only, default main")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    p.add_argument("--max-input-mb", type=float, default=DEFAULT_MAX_INPUT_MB, metavar="MB",
+                   help=f"size limit of each input text, corpus or config file, in MiB; default {DEFAULT_MAX_INPUT_MB}")
     return p
 
 
@@ -67,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     try:
-        return int(args._run(args) or 0)
+        with input_limit(args.max_input_mb):
+            return int(args._run(args) or 0)
     except HeadscopeError as e:
         print(f"headscope: error: {e}", file=sys.stderr)
         return 2

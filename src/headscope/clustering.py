@@ -208,7 +208,11 @@ def spectral(graph, n_clusters: int, *, seed: int = 0) -> np.ndarray:
     return np.asarray(labels)
 
 
-def modularity(graph, membership) -> float:
+def modularity(graph, membership) -> float | None:
+    """Weighted modularity; None for a graph without edge weight (0/0: no edge kept, e.g. a head
+    whose queries spread their attention evenly over the nodes)."""
+    if graph.ecount() == 0 or not sum(graph.es["weight"]) > 0:
+        return None
     return float(graph.modularity(list(map(int, membership)), weights="weight"))
 
 
@@ -224,6 +228,8 @@ def adjusted_rand_index(a, b) -> float:
     comb = lambda x: x * (x - 1) / 2  # noqa: E731
     index = comb(table).sum()
     sa, sb = comb(table.sum(1)).sum(), comb(table.sum(0)).sum()
+    if a.size < 2:                   # no pair to compare: the labelings trivially agree (sklearn's convention)
+        return 1.0
     expected = sa * sb / comb(a.size)
     top = (sa + sb) / 2
     return 1.0 if top == expected else float((index - expected) / (top - expected))
@@ -250,7 +256,7 @@ class Clustering:
     method: str
     clusters: list[Cluster]       # size ≥ min_size, largest first
     n_clusters: int
-    modularity: float
+    modularity: float | None      # None: the graph has no edges
     ari: float | None             # vs known categories, on their members
     n_nodes: int
 

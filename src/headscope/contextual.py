@@ -48,12 +48,13 @@ import torch
 from jaxtyping import Float, Int
 
 from . import layer0
-from ._errors import HeadscopeError
+from ._errors import HeadscopeError, NotApplicable
+from ._json import finite_or_none
 from .calibration import Calibration
 from .forward import run_with_cache
 from .layer0 import Frame
 from .loading import Model
-from .stats import correlation, fraction_unexplained, median
+from .stats import LOG_FLOAT64_MAX, correlation, fraction_unexplained, median
 from .weights import Processing, Weights
 
 Tensor = torch.Tensor
@@ -114,15 +115,33 @@ def select_heads(
         reason = "heads given by the user"
     else:
         if not groups:
-            raise HeadscopeError(
-                f"no layer-0 head has a broad kernel (width ≥ {th['min_width']}) and weak content dependence "
-                f"(content std ≤ {th['max_content_std']}) at position {n}; pass --heads")
+            raise NotApplicable(
+                f"no contextual circuit: no layer-0 head has a broad kernel (width ≥ {th['min_width']}) and weak "
+                f"content dependence (content std ≤ {th['max_content_std']}) at position {n}; pass --heads")
         chosen, auto = groups[0], True
         reason = (f"largest group of heads with width ≥ {th['min_width']:g} tokens, content std ≤ "
                   f"{th['max_content_std']:g} and kernels within TV {th['max_kernel_tv']:g} of each other "
                   f"at position {n} (widths {', '.join(f'{float(width[h]):.1f}' for h in chosen)})")
     return HeadChoice(heads=chosen, position=n, automatic=auto, width=width.tolist(),
                       content_std=cstd.tolist(), candidates=cand, groups=groups, thresholds=th, reason=reason)
+
+
+def check_log_weights(log_w: Tensor, heads: list[int], n: int) -> None:
+    """Refuse circuit token weights content/S̄ = exp(log_w) that float64 cannot hold."""
+    if log_w.numel() and not bool((log_w <= LOG_FLOAT64_MAX).all()):
+        k = int(log_w.amax(1).argmax())
+        raise NotApplicable(
+            f"contextual circuit: head {heads[k]}'s token weight content/S̄ at position {n} reaches "
+            f"e^{float(log_w[k].max()):.4g}, beyond float64 (e^{LOG_FLOAT64_MAX:.0f}); the linear circuit does "
+            "not apply to these heads")
+
+
+def finite_or_not_applicable(x: Tensor, what: str) -> Tensor:
+    """`x` if every entry is finite, else :class:`NotApplicable` (the circuit's sums overflow float64)."""
+    if not bool(torch.isfinite(x).all()):
+        raise NotApplicable(f"{what} overflows float64 (the chosen heads' value vectors times their token "
+                            "weights exceed its range); the linear circuit does not apply to these heads")
+    return x
 
 
 @dataclasses.dataclass
@@ -146,9 +165,15 @@ class Circuit:
         return layer0.frame(self.weights, self.token, n, self.calibration.c)
 
     def token_weights(self, fr: Frame, tokens: Int[Tensor, "t"]) -> Float[Tensor, "head t"]:
-        """content_h[n, t] / S̄_h[n] for the chosen heads."""
+        """content_h[n, t] / S̄_h[n] for the chosen heads.
+
+        Formed as exp(log content − log S̄); a weight beyond float64 (log weight > 709)
+        means the linear circuit does not apply to these heads: :class:`NotApplicable`.
+        """
         log_S = self.calibration.log_seed_denom[self.heads, fr.n].to(fr.q.dtype)
-        return (fr.content_logits(self.weights, tokens)[self.heads] - log_S[:, None]).exp()
+        log_w = fr.content_logits(self.weights, tokens)[self.heads] - log_S[:, None]          # [H t]
+        check_log_weights(log_w, self.heads, fr.n)
+        return log_w.exp()
 
     def shared_kernel(self, fr: Frame) -> Float[Tensor, "k"]:
         return fr.pos[self.heads].mean(0)
@@ -172,7 +197,7 @@ class Circuit:
         out = torch.zeros(len(tokens), w.cfg.d_model, dtype=X.dtype)
         for k, h in enumerate(self.heads):
             out += a[k][:, None] * ((X @ b.W_V[h] + b.b_V[h]) @ b.W_O[h])
-        return out
+        return finite_or_not_applicable(out, "the contextual circuit's token contributions")
 
     def predict(self, tokens: Int[Tensor, "p"], positions: list[int]) -> Float[Tensor, "n d"]:
         """Σ_i pos[n, i] · contribution[n, t_q, x_i] + off[n] for each n in `positions`."""
@@ -187,7 +212,7 @@ class Circuit:
             for k, h in enumerate(self.heads):
                 out = out + (u[k] @ b.W_V[h] + a[k].sum() * b.b_V[h]) @ b.W_O[h]
             rows.append(out)
-        return torch.stack(rows)
+        return finite_or_not_applicable(torch.stack(rows), "the contextual circuit's prediction")
 
     def true_output(self, tokens: Int[Tensor, "p"]) -> Float[Tensor, "p d"]:
         """Σ_{h ∈ H} out_h[n] for every n, with the fixed query token at each n."""
@@ -219,8 +244,8 @@ class Fidelity:
     query: str
     n_texts: int
     positions: list[int]
-    correlation: list[list[float]]   # [text position]
-    fvu: list[list[float]]
+    correlation: list[list[float | None]]   # [text position]; None where either side is constant
+    fvu: list[list[float | None]]           # None where the true output is constant
     median_correlation: float | None   # over the positions where both are defined
     median_fvu: float | None
     fingerprint: str
@@ -245,10 +270,10 @@ def circuit_fidelity(circuit: Circuit, texts: list[Tensor], positions: list[int]
             raise HeadscopeError(f"text of {len(tokens)} tokens has no evaluable position")
         true = circuit.true_output(tokens[:p])[pos]                         # [n d]
         pred = circuit.predict(tokens, pos)                                 # [n d]
-        corr.append(correlation(pred, true).tolist())
-        fvu.append(fraction_unexplained(true, pred).tolist())
+        corr.append([finite_or_none(r) for r in correlation(pred, true).tolist()])
+        fvu.append([finite_or_none(f) for f in fraction_unexplained(true, pred).tolist()])
         pos_used = pos_used or pos
-    flat = lambda xs: torch.tensor([v for row in xs for v in row])  # noqa: E731
+    flat = lambda xs: torch.tensor([v for row in xs for v in row if v is not None], dtype=torch.float64)  # noqa: E731
     cal = circuit.calibration
     return Fidelity(heads=circuit.heads, query=cal.query, n_texts=len(texts), positions=pos_used,
                     correlation=corr, fvu=fvu, median_correlation=median(flat(corr)),

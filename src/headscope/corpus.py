@@ -6,6 +6,14 @@ text: a NUL byte means binary and is refused, as is invalid UTF-8, with the file
 byte offset named. Whitespace-only files are skipped; a corpus with no text at all is
 an error.
 
+The input rule (every file a user names is read by :func:`read_input_bytes`): only
+regular files are read (a link to one is fine); a FIFO, socket or device is refused
+without being opened for a blocking read, so ``/dev/zero`` or a FIFO without a writer
+cannot hang headscope. A file, and a whole corpus, may hold at most
+:func:`max_input_bytes` (64 MiB unless raised with ``--max-input-mb`` or
+:func:`input_limit`). A directory is walked for regular files; links to directories
+are not followed, hidden files are skipped, and anything else is refused.
+
 Windows: each text is tokenised on its own (no BOS inside texts), cut into chunks of
 ``n_ctx − 1`` tokens, and every chunk becomes one window ``[BOS] + chunk`` of at most
 ``n_ctx`` tokens, so position 0 of every window is BOS, as in the seed.
@@ -13,28 +21,100 @@ Windows: each text is tokenised on its own (no BOS inside texts), cut into chunk
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import math
 import os
+import stat
 from pathlib import Path
 from typing import Iterable, Sequence
 
 import torch
 
+from ._atomic import kind_of
 from ._errors import HeadscopeError
 
-def read_text_file(path: str | os.PathLike, what: str = "corpus file", *, allow_empty: bool = True) -> str:
-    """The UTF-8 text of one file the user named, as `what` (e.g. "calibration text").
+#: the default size limit of one input file (and of one corpus), in MiB
+DEFAULT_MAX_INPUT_MB = 64
+_max_input = contextvars.ContextVar("headscope_max_input_bytes", default=DEFAULT_MAX_INPUT_MB * 2**20)
 
-    Every user-given text is read here: a missing file, a binary file (NUL bytes),
-    invalid UTF-8 (byte and offset named) and, unless `allow_empty`, a whitespace-only
-    file are a :class:`HeadscopeError`.
-    """
-    path = Path(path)
+
+def max_input_bytes() -> int:
+    """The size limit of one input file (and of one corpus) now in force, in bytes."""
+    return _max_input.get()
+
+
+@contextlib.contextmanager
+def input_limit(mb: float):
+    """Raise (or lower) the input size limit to `mb` MiB inside the ``with`` block."""
+    if isinstance(mb, bool) or not isinstance(mb, (int, float)) or not math.isfinite(mb) or mb <= 0:
+        raise HeadscopeError(f"--max-input-mb: expected a positive number of MiB, got {mb!r}")
+    token = _max_input.set(max(1, int(mb * 2**20)))
     try:
-        data = path.read_bytes()
+        yield
+    finally:
+        _max_input.reset(token)
+
+
+def _amount(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n} bytes"
+
+
+def _too_large(what: str, path, size: int | None, limit: int) -> HeadscopeError:
+    got = _amount(size) if size is not None else "more than that"
+    return HeadscopeError(f"{what} {path} is over the input size limit: expected at most "
+                          f"{_amount(limit)}, got {got} (raise the limit with --max-input-mb)")
+
+
+def read_input_bytes(path: str | os.PathLike, what: str = "input file", *, limit: int | None = None) -> bytes:
+    """The bytes of the regular file `path` that the user named as `what` (the input rule).
+
+    Refused with a one-line :class:`HeadscopeError`: a missing path, a directory, a FIFO,
+    socket or device (checked with stat before opening, and again on the opened file,
+    which is opened non-blocking so a FIFO swapped in cannot hang), and a file larger
+    than `limit` bytes (default :func:`max_input_bytes`).
+    """
+    limit = max_input_bytes() if limit is None else limit
+    try:
+        st = os.stat(path)
     except FileNotFoundError:
+        if os.path.islink(path):
+            raise HeadscopeError(f"{what} {path} is a symbolic link to a missing file") from None
         raise HeadscopeError(f"{what} not found: {path}") from None
     except OSError as e:
         raise HeadscopeError(f"cannot read {what} {path}: {e.strerror}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise HeadscopeError(f"{what} {path}: expected a file, got a directory")
+    if not stat.S_ISREG(st.st_mode):
+        raise HeadscopeError(f"{what} {path} is {kind_of(st.st_mode)}, not a regular file; "
+                             "headscope reads only regular files")
+    if st.st_size > limit:
+        raise _too_large(what, path, st.st_size, limit)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+                     | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise HeadscopeError(f"cannot read {what} {path}: {e.strerror}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise HeadscopeError(f"{what} {path} is {kind_of(mode)}, not a regular file; "
+                                 "headscope reads only regular files")
+        chunks, n = [], 0
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+            n += len(chunk)
+            if n > limit:               # it grew while being read
+                raise _too_large(what, path, None, limit)
+    except OSError as e:
+        raise HeadscopeError(f"cannot read {what} {path}: {e.strerror}") from None
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
+def decode_text(data: bytes, path, what: str, *, allow_empty: bool = True) -> str:
+    """`data` as UTF-8 text; NUL bytes (binary), invalid UTF-8 and, unless `allow_empty`, no text are refused."""
     if b"\x00" in data:
         raise HeadscopeError(f"{what} {path} is binary (contains NUL bytes), expected UTF-8 text")
     try:
@@ -48,27 +128,58 @@ def read_text_file(path: str | os.PathLike, what: str = "corpus file", *, allow_
     return text
 
 
+def read_text_file(path: str | os.PathLike, what: str = "corpus file", *, allow_empty: bool = True,
+                   limit: int | None = None) -> str:
+    """The UTF-8 text of one file the user named, as `what` (e.g. "calibration text").
+
+    Every user-given text is read here, under the input rule (:func:`read_input_bytes`):
+    a missing file, a directory, FIFO, socket or device, a file over the size limit, a
+    binary file (NUL bytes), invalid UTF-8 (byte and offset named) and, unless
+    `allow_empty`, a whitespace-only file are a :class:`HeadscopeError`.
+    """
+    return decode_text(read_input_bytes(path, what, limit=limit), path, what, allow_empty=allow_empty)
+
+
 def _files(path: Path) -> list[Path]:
-    if path.is_dir():
-        return sorted(p for p in path.rglob("*")
-                      if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts))
-    if path.exists():
-        return [path]
-    raise HeadscopeError(f"corpus path not found: {path}")
+    """The corpus files under `path`: itself if not a directory, else its non-hidden files, sorted."""
+    if not os.path.lexists(path):
+        raise HeadscopeError(f"corpus path not found: {path}")
+    if not path.is_dir():
+        return [path]                        # read_input_bytes refuses anything but a regular file
+    out = []
+    for dirpath, dirnames, filenames in os.walk(path):   # links to directories are not followed
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted(filenames):
+            if name.startswith("."):
+                continue
+            f = Path(dirpath) / name
+            if f.is_dir():                   # a link to a directory
+                continue
+            out.append(f)
+    return sorted(out)
 
 
-def read_corpus(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[tuple[str, str]]:
+def read_corpus(paths: str | os.PathLike | Sequence[str | os.PathLike], *,
+                limit: int | None = None) -> list[tuple[str, str]]:
     """``[(name, text)]`` for every file under `paths` (files or directories).
 
-    Raises HeadscopeError for a missing path, a binary or non-UTF-8 file, or a corpus
-    without any non-whitespace text.
+    Raises HeadscopeError for a missing path, a file that is not a regular file, a
+    binary or non-UTF-8 file, a file or a whole corpus over the size limit (`limit`
+    bytes, default :func:`max_input_bytes`), or a corpus without any non-whitespace text.
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    out = []
+    limit = max_input_bytes() if limit is None else limit
+    out, total = [], 0
     for p in paths:
         for f in _files(Path(p)):
-            text = read_text_file(f)
+            data = read_input_bytes(f, "corpus file", limit=limit)
+            total += len(data)
+            if total > limit:
+                shown = ", ".join(str(p) for p in paths)
+                raise HeadscopeError(f"corpus {shown} is over the input size limit: expected at most "
+                                     f"{_amount(limit)} in all (raise the limit with --max-input-mb)")
+            text = decode_text(data, f, "corpus file")
             if text.strip():
                 out.append((str(f), text))
     if not out:

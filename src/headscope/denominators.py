@@ -30,6 +30,17 @@ s₂ = Σ_{i ≥ 1} pos_h[n, i]²:
 Each is reported relative to E[S] beside the measured relative std and the measured
 (1 − δ)-quantile of |S − mean|/mean. Both bounds shrink with s₂, i.e. with the kernel's
 width, and with the content factor's spread.
+
+Numerics. Everything is computed from log S in float64 and stays finite on any finite
+weights: relative quantities are scale-free, so they are formed from
+S/mean = exp(log S − log mean S) (per head and position, the log-mean a log-sum-exp);
+the predictions from content factors shifted by their largest log per head
+(c' = exp(log c − max log c) ∈ (0, 1], so μ' ≥ min u > 0) and from pos_0, 1 − pos_0 and
+s₂ as log-sum-exps of the kernel's logits. Their relative forms are bounded (the
+predicted std/mean ≤ σ/μ ≤ sqrt(1/min u)). The absolute S itself — ``mean``,
+``traces``, ``predicted_mean`` — can exceed float64 on extreme weights (log S > 709);
+then those fields are None, ``absolute_overflow`` says why, and ``log_mean``,
+``log_traces``, ``log_predicted_mean`` (always given) carry them.
 """
 
 from __future__ import annotations
@@ -45,6 +56,7 @@ from .corpus import windows
 from .forward import run_with_cache
 from .layer0 import SEED_QUERY
 from .loading import Model
+from .stats import LOG_FLOAT64_MAX
 from .weights import Processing
 
 Tensor = torch.Tensor
@@ -62,9 +74,9 @@ class DenominatorStability:
     n_min: int
     delta: float
     positions: list[int]                  # positions with predictions
-    mean: list[list[float]]               # [head pos] over texts (trace, all positions)
+    mean: list[list[float]] | None        # [head pos] over texts (trace, all positions); None: overflow
     rel_spread: list[list[float]]         # [head pos] std/mean over texts
-    traces: list[list[list[float]]]       # [text head pos], first `n_traces` texts
+    traces: list[list[list[float]]] | None   # [text head pos], first `n_traces` texts; None: overflow
     trend_slope: list[float]              # per head, d log mean S / dn over n ≥ n_min
     median_rel_spread: list[float]        # per head over n ≥ n_min
     predicted_mean: list[list[float]] | None      # [head positions]
@@ -76,6 +88,10 @@ class DenominatorStability:
     sum_pos2: list[list[float]] | None            # s₂ per head, position
     fingerprint: str
     processing: dict
+    log_mean: list[list[float]] = dataclasses.field(default_factory=list)          # [head pos] log mean S
+    log_traces: list[list[list[float]]] = dataclasses.field(default_factory=list)  # [text head pos] log S
+    log_predicted_mean: list[list[float]] | None = None                            # [head positions] log E[S]
+    absolute_overflow: str | None = None   # why mean / traces / predicted_mean are None (else None)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -123,50 +139,68 @@ def denominator_stability(
         L = torch.logsumexp(layer0.fixed_query_scores(w, cache["blocks.0.attn.hook_k"], qid), -1)  # [b head p]
         frames = [layer0.frame(w, qid, n, c) for n in range(window)]
         log_Z = torch.stack([f.log_Z for f in frames], 1)                       # [head p]
-        S = (L - log_Z).exp()
+        logS = L - log_Z                                                         # [b head p] log S
         norm = "seed: S = sum_j pos[n,j]*content[n,x_j] = exp(logsumexp(scores) - log Z[n]), fixed query"
     else:
-        S = cache["blocks.0.attn.hook_denom"].exp()                              # [b head p]
+        logS = cache["blocks.0.attn.hook_denom"].double()                        # [b head p] log exp(L)
         norm = "model: exp(hook_denom) = sum_j exp(score[n,j]), the text's own query tokens"
-    mean = S.mean(0)                                                             # [head p]
-    rel = S.std(0) / mean
+    log_mean = torch.logsumexp(logS, 0) - math.log(logS.shape[0])                # [head p] log mean_texts S
+    R = (logS - log_mean).exp()                                                  # [b head p] S / mean, mean 1
+    rel = R.std(0)                                                               # std/mean
     ns = torch.arange(n_min, window, dtype=torch.float64)
-    y = mean[:, n_min:].log()
+    y = log_mean[:, n_min:]
     nc = ns - ns.mean()
     slope = ((y - y.mean(1, keepdim=True)) * nc).sum(1) / nc.pow(2).sum()
     positions = list(range(stride, window, stride))
-    dev = ((S - mean) / mean).abs()                                              # [b head p]
+    dev = (R - 1).abs()                                                          # [b head p] |S − mean|/mean
     meas_q = torch.quantile(dev[:, :, positions], 1 - delta, dim=0)              # [head P]
-    out = dict(pred_mean=None, pred_std=None, cheb=None, hoeff=None, s2=None)
+    out = dict(pred_std=None, cheb=None, hoeff=None, s2=None, log_pred=None)
     if query is not None:
         keys = X[:, 1:].reshape(-1)
         ids, counts = keys.unique(return_counts=True)
         u = counts.double() / counts.sum()                                       # unigram [support]
-        pm, ps, ch, ho, s2s = [], [], [], [], []
+        pl, ps, ch, ho, s2s = [], [], [], [], []
         for n in positions:
             fr = frames[n]
-            cfac = fr.content_logits(w, ids).exp()                               # [head support]
-            cbos = fr.content_logits(w, torch.tensor([model.bos_id])).exp()[:, 0]
-            mu = cfac @ u
-            var = (cfac.pow(2) @ u - mu.pow(2)).clamp_min(0)
-            R = cfac.amax(1) - cfac.amin(1)
-            p0 = fr.pos[:, 0]
-            s2 = fr.pos[:, 1:].pow(2).sum(1)
-            ES = p0 * cbos + (1 - p0) * mu
-            pm.append(ES)
-            ps.append((var * s2).sqrt() / ES)
-            ch.append((var * s2 / delta).sqrt() / ES)
-            ho.append(R * (s2 * math.log(2 / delta) / 2).sqrt() / ES)
-            s2s.append(s2)
-        st = lambda xs: torch.stack(xs, 1).tolist()                             # [head P]
-        out = dict(pred_mean=st(pm), pred_std=st(ps), cheb=st(ch), hoeff=st(ho), s2=st(s2s))
+            lc = fr.content_logits(w, ids)                                       # [head support] log c
+            lbos = fr.content_logits(w, torch.tensor([model.bos_id]))[:, 0]      # [head]
+            m = lc.amax(1)                                                       # [head] shift
+            cp = (lc - m[:, None]).exp()                                         # c' = c e^{-m} in (0, 1]
+            mu = cp @ u                                                          # μ' ≥ min u > 0
+            var = (cp - mu[:, None]).pow(2) @ u                                  # Var'[c]
+            R_ = 1 - cp.amin(1)                                                  # (max c − min c) e^{-m}
+            lp = fr.pos_logits                                                   # [head n+1]
+            log_p0 = lp[:, 0] - fr.log_Z
+            log_rest = torch.logsumexp(lp[:, 1:], 1) - fr.log_Z                  # log(1 − pos_0)
+            log_s2 = torch.logsumexp(2 * lp[:, 1:], 1) - 2 * fr.log_Z            # log Σ_{i≥1} pos_i²
+            log_ES = torch.logaddexp(log_p0 + lbos, log_rest + m + mu.log())     # log E[S]
+            unit = (m + 0.5 * log_s2 - log_ES).exp()                             # e^m sqrt(s₂) / E[S]
+            pl.append(log_ES)
+            ps.append(var.sqrt() * unit)
+            ch.append((var / delta).sqrt() * unit)
+            ho.append(R_ * math.sqrt(math.log(2 / delta) / 2) * unit)
+            s2s.append(log_s2.exp())
+        st = lambda xs: torch.stack(xs, 1)                                      # [head P]
+        out = dict(log_pred=st(pl), pred_std=st(ps).tolist(), cheb=st(ch).tolist(), hoeff=st(ho).tolist(),
+                   s2=st(s2s).tolist())
+    # absolute S where float64 holds it (log S ≤ 709); the logs are always given
+    logs = [logS[:n_traces], log_mean] + ([out["log_pred"]] if out["log_pred"] is not None else [])
+    top = max(float(x.max()) for x in logs)
+    overflow = None if top <= LOG_FLOAT64_MAX else (
+        f"S exceeds float64 (log S up to {top:.4g} > {LOG_FLOAT64_MAX:.1f}): see log_mean, log_traces, "
+        "log_predicted_mean")
+    absolute = (lambda t: None if overflow else t.exp().tolist())  # noqa: E731
     return DenominatorStability(
         heads=list(range(H)), query=query, normalisation=norm, n_texts=len(wins), window=window, n_min=n_min,
-        delta=delta, positions=positions, mean=mean.tolist(), rel_spread=rel.tolist(),
-        traces=S[:n_traces].tolist(), trend_slope=slope.tolist(),
+        delta=delta, positions=positions, mean=absolute(log_mean), rel_spread=rel.tolist(),
+        traces=absolute(logS[:n_traces]), trend_slope=slope.tolist(),
         median_rel_spread=rel[:, n_min:].median(1).values.tolist(),
-        predicted_mean=out["pred_mean"], predicted_rel_std=out["pred_std"], chebyshev_rel=out["cheb"],
+        predicted_mean=None if out["log_pred"] is None else absolute(out["log_pred"]),
+        predicted_rel_std=out["pred_std"], chebyshev_rel=out["cheb"],
         hoeffding_rel=out["hoeff"], measured_rel_std=rel[:, positions].tolist(),
         measured_rel_quantile=meas_q.tolist(), sum_pos2=out["s2"],
         fingerprint=model.fingerprint, processing=processing.to_dict(),
+        log_mean=log_mean.tolist(), log_traces=logS[:n_traces].tolist(),
+        log_predicted_mean=None if out["log_pred"] is None else out["log_pred"].tolist(),
+        absolute_overflow=overflow,
     )

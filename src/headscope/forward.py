@@ -17,7 +17,8 @@ blocks.l.hook_resid_pre          [b p d]         residual stream entering block 
 blocks.l.ln1.hook_scale          [b p]           σ = sqrt(var + eps) of LayerNorm 1
 blocks.l.ln1.hook_normalized     [b p d]         LN1 output
 blocks.l.attn.hook_q / _k / _v   [b p h e]       x @ W_Q[h] + b_Q[h] …
-blocks.l.attn.hook_attn_scores   [b h q k]       q·k / sqrt(e), −inf above the diagonal
+blocks.l.attn.hook_attn_scores   [b h q k]       q·k / attn_scale(l), −inf above the diagonal (float32
+                                                 for float16/bfloat16 weights with reorder_and_upcast_attn)
 blocks.l.attn.hook_denom         [b h q]         logsumexp_k of the scores
 blocks.l.attn.hook_pattern       [b h q k]       softmax_k of the scores
 blocks.l.attn.hook_z             [b p h e]       Σ_k pattern · v
@@ -38,6 +39,7 @@ logits                           [b p v]
 from __future__ import annotations
 
 import fnmatch
+import weakref
 from typing import Iterable
 
 import torch
@@ -124,21 +126,41 @@ class _Keeper:
             self.cache[name] = t
 
 
+#: Bytes of fused QKV matrices remembered between calls, all blocks together. Within the
+#: budget, blocks (the first ones used, typically the early layers) keep theirs; the others
+#: build theirs per call, so the memo never grows into a second copy of a large model's
+#: attention weights (GPT-2 XL's would be 1.5 GB). The values are the same either way.
+QKV_MEMO_BYTES = 256 * 2**20
+_memo_bytes = 0
+
+
+def _release_memo(n: int) -> None:
+    global _memo_bytes
+    _memo_bytes -= n
+
+
 def _fused_qkv(block: Block) -> tuple[Tensor, Tensor]:
     """W_Q, W_K, W_V [h d e] side by side as one [d 3·h·e] matrix (and the biases [3·h·e]).
 
-    Built once per block and remembered on it; rebuilt if any of the six tensors was
-    replaced or modified in place (tensor ``_version``), so edits to weights are seen.
+    Remembered on the block while :data:`QKV_MEMO_BYTES` allows; rebuilt if any of the six
+    tensors was replaced or modified in place (tensor ``_version``), so edits to weights
+    are seen.
     """
+    global _memo_bytes
     parts = (block.W_Q, block.W_K, block.W_V, block.b_Q, block.b_K, block.b_V)
     key = tuple((id(t), t._version) for t in parts)
     memo = block.__dict__.get("_qkv_memo")
     if memo is not None and memo[0] == key:
         return memo[1], memo[2]
+    block.__dict__.pop("_qkv_memo", None)  # a stale memo: its bytes return to the budget when freed
     h, d, e = block.W_Q.shape
     W_qkv = torch.cat([W.permute(1, 0, 2).reshape(d, h * e) for W in parts[:3]], 1)                       # [h d e] → [d 3he]
     b_qkv = torch.cat([bb.reshape(h * e) for bb in parts[3:]])                                              # [h e] → [3he]
-    block.__dict__["_qkv_memo"] = (key, W_qkv, b_qkv, parts)  # `parts` keeps the ids alive (no reuse)
+    n = W_qkv.numel() * W_qkv.element_size()
+    if _memo_bytes + n <= QKV_MEMO_BYTES:
+        _memo_bytes += n
+        weakref.finalize(W_qkv, _release_memo, n)
+        block.__dict__["_qkv_memo"] = (key, W_qkv, b_qkv, parts)  # `parts` keeps the ids alive (no reuse)
     return W_qkv, b_qkv
 
 
@@ -156,7 +178,10 @@ def _attention(block: Block, x: Tensor, l: int, w: Weights, k: _Keeper) -> Tenso
     k.put(pre + "attn.hook_q", q)
     k.put(pre + "attn.hook_k", key)
     k.put(pre + "attn.hook_v", v)
-    scores = torch.matmul(q.transpose(1, 2), key.permute(0, 2, 3, 1)).div_(cfg.attn_scale(l))              # [b h q k]
+    qs, ks = q, key
+    if cfg.reorder_and_upcast_attn and q.dtype in (torch.float16, torch.bfloat16):
+        qs, ks = q.float(), key.float()  # HF's upcast: scores and softmax in float32, pattern back in v's dtype
+    scores = torch.matmul(qs.transpose(1, 2), ks.permute(0, 2, 3, 1)).div_(cfg.attn_scale(l))              # [b h q k]
     above = torch.ones(p, p, dtype=torch.bool, device=x.device).triu_(1)
     scores.masked_fill_(above, float("-inf"))                                                               # in place: fresh tensor
     k.put(pre + "attn.hook_attn_scores", scores)
@@ -165,6 +190,7 @@ def _attention(block: Block, x: Tensor, l: int, w: Weights, k: _Keeper) -> Tenso
         # log Z = s_max − log p_max (p_max ≥ 1/n never underflows): no second exp pass
         s_max, at = scores.max(dim=-1, keepdim=True)                                                        # [b h q 1]
         k.put(pre + "attn.hook_denom", (s_max - pattern.gather(-1, at).log()).squeeze(-1))
+    pattern = pattern.to(v.dtype)
     k.put(pre + "attn.hook_pattern", pattern)
     z = torch.matmul(pattern, v.transpose(1, 2)).transpose(1, 2)                                             # [b q h e]
     k.put(pre + "attn.hook_z", z)

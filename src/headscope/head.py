@@ -26,6 +26,7 @@ import torch
 
 from . import bilinear, clustering
 from ._errors import HeadscopeError
+from ._html_repr import HtmlRepr
 from .bilinear import BilinearForm
 from .clustering import Clustering
 from .loading import Model
@@ -102,7 +103,7 @@ class SelfScore:
 
 
 @dataclasses.dataclass
-class HeadAnalysis:
+class HeadAnalysis(HtmlRepr):
     layer: int
     head: int
     fingerprint: str
@@ -136,8 +137,8 @@ class HeadAnalysis:
             f"negative eigenvalues: {f.n_negative_top} of the top {f.top}, {f.n_negative} overall; "
             f"positive: {f.n_positive}",
             f"σ_sym {float(f.sigma_sym[0]):.4g}   σ_skew {float(f.sigma_skew[0]):.4g}",
-            f"token-identity share of score variance: {self.position.identity_fraction:.3f}",
-            f"Leiden: {lei.n_clusters} clusters, modularity {lei.modularity:.3f}"
+            f"token-identity share of score variance: {_fmt(self.position.identity_fraction)}",
+            f"Leiden: {lei.n_clusters} clusters, modularity {_fmt(lei.modularity)}"
             + (f", ARI vs categories {lei.ari:.3f}" if lei.ari is not None else ""),
         ]
         for c in lei.clusters[:12]:
@@ -164,6 +165,10 @@ def _preset(preset: str, **given) -> dict:
         raise HeadscopeError(f"attention means: expected one of {', '.join(bilinear.ATTN_MEANS)}, "
                              f"got {out['attn_mean']!r}")
     return out
+
+
+def _fmt(x: float | None) -> str:
+    return "— (undefined)" if x is None else f"{x:.3f}"
 
 
 def _check_head_options(model: Model, layer: int, head: int, keys: str, k: int) -> None:

@@ -62,6 +62,7 @@ from jaxtyping import Float
 
 from . import layer0
 from ._errors import HeadscopeError
+from ._html_repr import HtmlRepr
 from .layer0 import SEED_QUERY
 from .loading import Model
 from .stats import quantile
@@ -76,7 +77,7 @@ UNIFORM_MIN_FRACTION = 0.5     #: width ≥ this · (n + 1) → uniform
 TRANSLATION_POSITIONS = (32, 64, 128, 255)   #: query positions compared for equivariance
 QUERY_SAMPLE = 64              #: other query tokens compared for query dependence
 QUERY_SAMPLE_SEED = 0
-CATEGORIES = ("local", "slowly_decaying", "uniform")
+CATEGORIES = ("local", "slowly_decaying", "uniform", "increasing")   #: the seed's three; "increasing": shape rule only
 SHAPE_POSITIONS = (128, 256, 512, 1023)      #: query positions of the shape rule (capped at n_ctx − 1)
 LOCAL_MAX_LENGTH = 2.0         #: fitted decay length ≤ this (tokens) at every n → local
 UNIFORM_MIN_RELATIVE = 1.0     #: fitted decay length ≥ this · n at every n → uniform
@@ -152,6 +153,39 @@ def categorise_shape(rates: dict[int, float]) -> str:
     return cats.pop() if len(cats) == 1 else "slowly_decaying"
 
 
+@dataclasses.dataclass
+class KernelCategories:
+    """Every head's category under both rules at once (:func:`kernel_categories`)."""
+
+    rule: str                         # the rule `categories` follows
+    n_ref: int                        # n of the width rule
+    widths: list[float]               # effective width 1/Σ pos² at n_ref, per head
+    positions: list[int]              # n of the shape rule
+    rates: list[list[float]]          # fitted κ_n per head and shape position
+    width: list[str]                  # the width rule's category per head
+    shape: list[str]                  # the shape rule's category per head
+
+    @property
+    def categories(self) -> list[str]:
+        return self.shape if self.rule == "shape" else self.width
+
+
+def kernel_categories(weights: Weights, q_id: int, c: float, n_ref: int, rule_name: str = DEFAULT_RULE,
+                      kern: Tensor | None = None) -> KernelCategories:
+    """Categories of every layer-0 head's kernel for query token `q_id` under both rules (module
+    docstring); the one place where a kernel gets its category (:func:`analyse_kernels`, the atlas).
+    `kern` may pass the kernels at n_ref [h n_ref+1] if already computed."""
+    check_rule(rule_name)
+    kern = layer0.positional_kernel(weights, q_id, n_ref, c) if kern is None else kern       # [h n+1]
+    widths = effective_width(kern).tolist()                                                 # [h]
+    s_pos = shape_positions(weights.cfg.n_ctx)
+    s_kern = {m: (kern if m == n_ref else layer0.positional_kernel(weights, q_id, m, c)) for m in s_pos}
+    rates = [[fit_decay_rate(s_kern[m][h]) for m in s_pos] for h in range(kern.shape[0])]   # [h n]
+    return KernelCategories(rule=rule_name, n_ref=n_ref, widths=widths, positions=s_pos, rates=rates,
+                            width=[categorise(w, n_ref) for w in widths],
+                            shape=[categorise_shape(dict(zip(s_pos, r))) for r in rates])
+
+
 # -- per-head measures ----------------------------------------------------------------------
 
 
@@ -172,15 +206,21 @@ def decay_rate(kernel: Float[Tensor, "i"]) -> float:
     return float((xc * (y - y.mean())).sum() / xc.pow(2).sum())
 
 
-def translation_tv(kernels: dict[int, Float[Tensor, "h i"]]) -> Float[Tensor, "h"]:
-    """Max over position pairs m < n of TV(pos_m by distance, pos_n by distance restricted to δ ≤ m)."""
+def translation_tv(kernels: dict[int, Float[Tensor, "h i"]], *, logits: bool = False) -> Float[Tensor, "h"]:
+    """Max over position pairs m < n of TV(pos_m by distance, pos_n by distance restricted to δ ≤ m).
+
+    With ``logits=True`` the dict holds the kernels' logits (q·P[n, i]/s) and the
+    restriction is renormalised as a softmax of the restricted logits: exact even where
+    the restricted mass underflows to 0 (all of pos_n beyond δ = m), where dividing the
+    probabilities by their sum would give 0/0.
+    """
     ns = sorted(kernels)
     worst = torch.zeros(next(iter(kernels.values())).shape[0], dtype=torch.float64)
+    norm = (lambda x: torch.softmax(x, -1)) if logits else (lambda x: x / x.sum(-1, keepdim=True))  # noqa: E731
     for a, m in enumerate(ns):
         for n in ns[a + 1:]:
-            km = kernels[m].flip(-1)                                              # [h δ] δ = 0..m
-            kn = kernels[n].flip(-1)[:, : m + 1]
-            kn = kn / kn.sum(-1, keepdim=True)
+            km = norm(kernels[m].flip(-1))                                        # [h δ] δ = 0..m
+            kn = norm(kernels[n].flip(-1)[:, : m + 1])
             worst = torch.maximum(worst, 0.5 * (km - kn).abs().sum(-1))
     return worst
 
@@ -218,7 +258,7 @@ KERNEL_SHOWN = 128                     #: distances kept in HeadKernel.kernel
 
 
 @dataclasses.dataclass
-class KernelReport:
+class KernelReport(HtmlRepr):
     """Kernels of every head of one layer, and what they depend on."""
 
     fingerprint: str
@@ -297,36 +337,32 @@ def analyse_kernels(
         raise HeadscopeError(f"n_ref: expected 1..{cfg.n_ctx - 1}, got {n}")
 
     kern = layer0.positional_kernel(weights, q_id, n, c_value)                   # [h n+1]
-    widths = effective_width(kern)                                               # [h]
-    trans = translation_tv({m: layer0.positional_kernel(weights, q_id, m, c_value)
-                            for m in sorted({min(m, n) for m in TRANSLATION_POSITIONS} | {n})})
+    cats = kernel_categories(weights, q_id, c_value, n, rule_name, kern=kern)
+    trans = translation_tv({m: layer0.positional_logits(weights, [q_id], m, c_value)[0].double()
+                            for m in sorted({min(m, n) for m in TRANSLATION_POSITIONS} | {n})}, logits=True)
     g = torch.Generator().manual_seed(QUERY_SAMPLE_SEED)
     others = torch.randint(0, cfg.d_vocab, (QUERY_SAMPLE,), generator=g).tolist()
     qtv = (0.5 * (layer0.positional_kernels(weights, others, n, c_value) - kern).abs().sum(-1)).mean(0)  # [h]
     logc = layer0.log_content_factors(weights, q_id, n)                          # [h v]
-    s_pos = shape_positions(cfg.n_ctx)
-    s_kern = {m: (kern if m == n else layer0.positional_kernel(weights, q_id, m, c_value)) for m in s_pos}
-    s_rates = [[fit_decay_rate(s_kern[m][h]) for m in s_pos] for h in range(cfg.n_heads)]   # [h n]
 
     tvs = None
     if windows is not None:
         tvs = corpus_tv(weights, windows, c_value, patterns)
     heads = []
     for h in range(cfg.n_heads):
-        cat_w = categorise(float(widths[h]), n)
-        cat_s = categorise_shape(dict(zip(s_pos, s_rates[h])))
         hk = HeadKernel(
-            head=h, category=cat_s if rule_name == "shape" else cat_w, width=float(widths[h]),
+            head=h, category=cats.categories[h], width=cats.widths[h],
             spread=float(kern[h].pow(2).sum()), decay_rate=decay_rate(kern[h]),
             translation_tv=float(trans[h]), query_tv=float(qtv[h]),
             content_std=float(logc[h].std()), content_boost=float(logc[h].max() - logc[h].median()),
             kernel=kern[h].flip(0)[:KERNEL_SHOWN].tolist(),
-            shape_positions=list(s_pos), shape_decay_rate=s_rates[h], category_width=cat_w, category_shape=cat_s,
+            shape_positions=list(cats.positions), shape_decay_rate=cats.rates[h], category_width=cats.width[h],
+            category_shape=cats.shape[h],
         )
         if tvs is not None:
             vals = torch.cat([t[h, 1:] for t in tvs])                            # n = 0 is trivially exact
             hk.tv_median, hk.tv_p90 = quantile(vals, 0.5), quantile(vals, 0.9)
-            hk.tv_mean = float(vals.mean())
+            hk.tv_mean = float(vals.mean()) if vals.numel() else None            # None: windows of BOS only
             p_max = max(len(t[h]) for t in tvs)
             sums, counts = torch.zeros(p_max, dtype=torch.float64), torch.zeros(p_max, dtype=torch.float64)
             for t in tvs:
@@ -342,7 +378,7 @@ def analyse_kernels(
                   "window_lengths": [len(t) for t in windows]}
     return KernelReport(
         fingerprint=model.fingerprint, processing=weights.processing.to_dict(), layer=layer,
-        c=c_value, c_source=c_source, query=query, query_id=q_id, n_ref=n, rule=rule(rule_name, s_pos),
+        c=c_value, c_source=c_source, query=query, query_id=q_id, n_ref=n, rule=rule(rule_name, cats.positions),
         heads=heads, corpus=corpus,
     )
 

@@ -153,7 +153,8 @@ def positional_term(w: Weights, n: int, c: float, k: int | None = None) -> Float
     k = n + 1 if k is None else k
     P = _centred(w.W_pos)                                                         # [n_ctx d]
     diff = P[:k] - P[n]                                                           # [k d]
-    scale = math.sqrt(w.cfg.d_model) / (P[:k].pow(2).sum(-1) + c * c).sqrt()      # [k]
+    # floored at d·eps, LayerNorm's own floor (|c(x)|² + d·eps): finite when c = 0 and W_pos[i] = 0
+    scale = math.sqrt(w.cfg.d_model) / (P[:k].pow(2).sum(-1) + c * c).clamp_min(w.cfg.d_model * w.cfg.ln_eps).sqrt()
     return diff * scale[:, None] * w.blocks[0].ln1_w
 
 
@@ -293,9 +294,10 @@ def split_scores(weights: Weights, tokens: Int[Tensor, "p"], c: float
     q_pK = Qh @ pK.transpose(1, 2)                                                # [h q k]  q_n · p_i W_K
     q_pnK = torch.diagonal(q_pK, dim1=1, dim2=2)                                  # [h q]    q_n · p_n W_K
     q_bK = torch.einsum("hqe,he->hq", Qh, b.b_K)                                  # [h q]
-    norm2 = (e_x.pow(2).sum(-1)[None, :] + p.pow(2).sum(-1)[:, None] + 2 * p @ e_x.T + d * cfg.ln_eps)  # [q k]
+    norm2 = (e_x.pow(2).sum(-1)[None, :] + p.pow(2).sum(-1)[:, None] + 2 * p @ e_x.T).clamp_min(0) + d * cfg.ln_eps
+    # [q k] = |c(W_E[x_k] + W_pos[q])|² + d·eps; clamped: rounding of the expansion must not go below d·eps
     content = (math.sqrt(d) * (q_eK + q_pnK[:, :, None]) / norm2.sqrt() + q_bK[:, :, None]) / s
-    pos_norm = (p.pow(2).sum(-1) + c ** 2).sqrt()                                 # [k]
+    pos_norm = (p.pow(2).sum(-1) + c ** 2).clamp_min(d * cfg.ln_eps).sqrt()      # [k] (floor: see positional_term)
     position = math.sqrt(d) * (q_pK - q_pnK[:, :, None]) / pos_norm[None, None, :] / s
     causal = torch.ones(P_len, P_len, dtype=torch.bool).tril()
     return content.masked_fill(~causal, -math.inf), position.masked_fill(~causal, -math.inf)

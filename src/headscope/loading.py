@@ -1,35 +1,76 @@
 """Checkpoints → canonical weights: hub ids, local directories, the offline HF cache.
 
-A checkpoint is a Hugging Face GPT-2 directory: ``config.json``, ``model.safetensors``
-and tokenizer files. Only safetensors are read; a directory holding only a pickle
-(``pytorch_model.bin``) is refused, since unpickling can run code. No remote code is
-ever trusted.
+Layouts
+-------
+A checkpoint is a Hugging Face GPT-2 directory: ``config.json``, the weights and the
+tokenizer files (``tokenizer.json``, or ``vocab.json`` + ``merges.txt``). The weights are
+read from the first of these that exists:
+
+1. ``model.safetensors``;
+2. ``model.safetensors.index.json`` and the shards its ``weight_map`` names;
+3. ``pytorch_model.bin``, read with ``torch.load(weights_only=True)``: plain tensors in a
+   dict, never arbitrary unpickling (a pickle that asks for anything else is refused).
+   A zip-format file (torch ≥ 1.6) is memory-mapped; a legacy one is read whole.
+
+Keys may carry the ``transformer.`` prefix (``save_pretrained``) or not (the hub's
+files); the causal-mask buffers ``h.{i}.attn.bias`` / ``h.{i}.attn.masked_bias`` are
+expected and ignored. Refused, each with one line: non-float weights (integers and
+bools are never cast), a tensor stored both with and without the prefix, tensors of
+layers beyond ``n_layer`` or of no GPT-2 weight, missing tensors, wrong shapes, NaN or
+Inf. Weights may be float16, bfloat16, float32 or float64 (stated casts: to float32 for
+processing, to ``dtype`` for the result). ``lm_head.weight``, when stored and different
+from ``wte.weight``, is the unembedding (transformers ≥ 5 does not tie it then); it is
+kept through processing and written back by :meth:`Model.save`, with
+``tie_word_embeddings: false``.
 
 HF's GPT-2 stores its linear layers as ``Conv1D`` with weight [in out], so
 ``y = x @ W + b`` already in headscope's right-multiplying convention; ``c_attn``
 holds Q, K and V side by side: [d_model 3·d_model] → three [d_model d_model] blocks,
 each reshaped to [head d_model d_head].
+
+Memory
+------
+:func:`load` reads the headers, streams once through the data to check it is finite
+(64 MB at a time, memory-mapped, released as it goes) and keeps no weights.
+:meth:`Model.weights` builds processed weights block by block straight from the files:
+a block's raw tensors are copied out of the memory map, processed, and released with
+the map, so raw and processed weights never coexist in full; ``model.raw`` is built
+only when asked for, and its tied W_U is a view ``W_E.T``, not a second copy.
+:meth:`Model.save` streams tensor by tensor into the safetensors file.
+
+Fingerprint
+-----------
+``Model.fingerprint`` identifies the weight files: the sha256 of the one weight file
+(``model.safetensors``, or ``pytorch_model.bin``); for sharded safetensors, the sha256
+of the text ``"<sha256 of shard>  <shard file name>\\n"`` for every shard in name order
+(the lines ``sha256sum model-*.safetensors`` prints).
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import dataclasses
 import functools
 import hashlib
-import json
+import math
 import os
+import pickle
+import re
 import shutil
+import zipfile
 from pathlib import Path
+from typing import Callable, Iterator
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors import SafetensorError, safe_open
 
 from ._errors import HeadscopeError, expected_got
-from .config import Config, read_config
+from ._safetensors import write_safetensors
+from .config import Config, read_hf_config, tie_word_embeddings
 from ._atomic import atomic_directory
 from .tokenizer import TOKENIZER_FILES, gpt2_bpe_files, load_tokenizer, to_str_tokens
-from .weights import Block, Processing, Weights, process
+from .weights import Block, Processing, Weights, process_block, process_embed, process_unembed
 
 #: hub ids that are GPT-2 family checkpoints with safetensors on the hub.
 KNOWN_HUB_IDS = (
@@ -39,51 +80,87 @@ KNOWN_HUB_IDS = (
     "distilbert/distilgpt2",
 )
 WEIGHTS_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+BIN_FILE = "pytorch_model.bin"
+
+#: dtypes a weight may be stored in, and the dtypes a model may be loaded in.
+FLOAT_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
+                "float64": torch.float64}
+_ST_DTYPE_NAMES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "BOOL": "bool",
+                   "I8": "int8", "I16": "int16", "I32": "int32", "I64": "int64",
+                   "U8": "uint8", "U16": "uint16", "U32": "uint32", "U64": "uint64",
+                   "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
+_READ_BATCH_BYTES = 1 << 26   # the value check maps at most this much of the files at a time
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)
 class Model:
-    """A loaded checkpoint: config, raw weights, tokenizer, and where it came from."""
+    """A loaded checkpoint: config, its weight files, tokenizer, and where it came from.
+
+    Weights are built on demand: :meth:`weights` (processed, cached per processing),
+    :attr:`raw` (unprocessed, built on first access), :meth:`raw_block` (one block).
+    """
 
     cfg: Config
-    raw: Weights
-    tokenizer: object
-    source: str
-    directory: Path
+    checkpoint: "Checkpoint" = dataclasses.field(repr=False)
+    tokenizer: object = dataclasses.field(repr=False)
+    source: str = ""
+    directory: Path = Path(".")
+    device: torch.device = torch.device("cpu")
+    dtype: torch.dtype = torch.float32
     _processed: dict = dataclasses.field(default_factory=dict, repr=False)
+    _raw: Weights | None = dataclasses.field(default=None, repr=False)
 
     @functools.cached_property
     def fingerprint(self) -> str:
-        """sha256 of model.safetensors: identifies the weights in every result."""
-        return file_sha256(self.directory / WEIGHTS_FILE)
+        """sha256 of the weight files (module docstring): identifies the weights in every result."""
+        return self.checkpoint.fingerprint()
+
+    @property
+    def raw(self) -> Weights:
+        """The unprocessed weights (built from the files on first access, then kept)."""
+        if self._raw is None:
+            self._raw = self.checkpoint.raw(self.dtype, self.device)
+        return self._raw
 
     def weights(self, processing: Processing | None = None) -> Weights:
-        """Weights under `processing` (default: the seed studies' processing), cached."""
+        """Weights under `processing` (default: the seed studies' processing), cached.
+
+        Built block by block from the files in float32 (float64 for a float64 model),
+        then cast to the model's dtype and moved to its device.
+        """
         processing = Processing.default() if processing is None else processing
         if processing == Processing.none():
             return self.raw
         if processing not in self._processed:
-            self._processed[processing] = process(self.raw, processing)
+            self._processed[processing] = self.checkpoint.processed(processing, self.dtype, self.device)
         return self._processed[processing]
 
     def raw_block(self, layer: int) -> Block:
         """The raw (unprocessed) weights of block `layer`, a copy the caller may modify."""
-        b = self.raw.blocks[self.cfg.check_layer(layer)]
-        return Block(**{k: getattr(b, k).clone() for k in b.shapes(self.cfg)})
+        return self.checkpoint.raw_block(self.cfg.check_layer(layer), self.dtype, self.device)
 
     def save(self, out: str | os.PathLike, *, blocks: dict[int, Block] | None = None,
              extra_files: dict[str, str] | None = None) -> Path:
         """Write this checkpoint to `out` with the raw blocks in `blocks` replacing the model's.
 
         The tokenizer files are copied from the model's directory; `extra_files` (name →
-        text) are added. The rest of the weights are the model's own.
+        text) are added. The rest of the weights are the model's own, copied tensor by
+        tensor from its files (float32, ``transformer.`` keys, ``lm_head.weight`` when
+        untied), so the model is never held twice.
         """
-        replaced = list(self.raw.blocks)
-        for l, b in (blocks or {}).items():
-            replaced[self.cfg.check_layer(l)] = b
-        w = dataclasses.replace(self.raw, blocks=replaced)
-        return save_checkpoint(w.to(dtype=torch.float32), Path(out), tokenizer_from=self.directory,
-                               extra_files=extra_files)
+        replaced = {self.cfg.check_layer(l): b for l, b in (blocks or {}).items()}
+        ckpt = self.checkpoint
+
+        def tensor(key: str) -> torch.Tensor:
+            name = _strip(key)
+            layer = _layer_of(name)
+            if layer in replaced:
+                return _hf_from_block(replaced[layer], name.split(".", 2)[2], self.cfg)
+            return ckpt.read([name], torch.float32)[name]
+
+        return _write_checkpoint(Path(out), self.cfg, untied=ckpt.untied, tensor=tensor,
+                                 tokenizer_from=self.directory, extra_files=extra_files)
 
     def to_tokens(self, text: str, prepend_bos: bool = True) -> torch.Tensor:
         """Token ids [pos] of `text`, with BOS (``<|endoftext|>``) prepended."""
@@ -100,6 +177,11 @@ class Model:
         bos = getattr(self.tokenizer, "bos_token_id", None)
         return int(bos) if bos is not None else self.cfg.d_vocab - 1
 
+    @property
+    def n_parameters(self) -> int:
+        """Parameters of the GPT-2 (W_U counted once when tied to W_E; mask buffers not)."""
+        return self.checkpoint.n_parameters
+
     def describe(self) -> dict:
         c = self.cfg
         return {
@@ -107,8 +189,8 @@ class Model:
             "directory": str(self.directory),
             "fingerprint": self.fingerprint,
             "config": c.to_dict(),
-            "n_parameters": self.raw.n_parameters,
-            "dtype": str(self.raw.dtype).replace("torch.", ""),
+            "n_parameters": self.n_parameters,
+            "dtype": str(self.dtype).replace("torch.", ""),
             "tokenizer_vocab": len(self.tokenizer),
             "processing_default": Processing.default().to_dict(),
         }
@@ -122,66 +204,522 @@ def file_sha256(path: Path, chunk: int = 1 << 24) -> str:
     return h.hexdigest()
 
 
+# -- where the stored tensors live ------------------------------------------------------
+
+
+class _Source:
+    """Stored tensors: ``infos`` (stored key → (dtype name, shape)) and :meth:`open`.
+
+    ``open()`` is a context yielding ``get(key) -> Tensor``; the tensors it returns may
+    be views of a memory map, valid after the context closes but keeping the map's
+    touched pages resident while referenced: callers copy what they keep.
+    """
+
+    layout: str
+    files: tuple[Path, ...] = ()
+    in_memory: bool = False          # tensors are owned by the caller's state dict, not mapped files
+    infos: dict[str, tuple[str, tuple[int, ...]]]
+
+    def open(self) -> contextlib.AbstractContextManager[Callable[[str], torch.Tensor]]:
+        raise NotImplementedError
+
+
+def _corrupt(path: Path, e: Exception) -> HeadscopeError:
+    return HeadscopeError(f"{path} is truncated or corrupt: {(str(e).splitlines() or [type(e).__name__])[0]}")
+
+
+class _SafetensorsSource(_Source):
+    def __init__(self, directory: Path, names: list[str], weight_map: dict[str, str] | None = None):
+        self.directory = directory
+        self.layout = "safetensors" if weight_map is None else "sharded"
+        self.files = tuple(directory / n for n in sorted(names))
+        self.infos, self.key_file = {}, {}
+        for path in self.files:
+            try:
+                with safe_open(str(path), "pt") as f:
+                    for key in f.keys():
+                        sl = f.get_slice(key)
+                        dtype = _ST_DTYPE_NAMES.get(sl.get_dtype(), sl.get_dtype().lower())
+                        if key in self.key_file:
+                            raise HeadscopeError(
+                                f"{directory}: {key!r} is stored twice, in {self.key_file[key]} and {path.name}")
+                        self.infos[key] = (dtype, tuple(sl.get_shape()))
+                        self.key_file[key] = path.name
+            except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+                raise _corrupt(path, e) from None
+        if weight_map is not None:
+            for key, name in sorted(weight_map.items()):
+                if self.key_file.get(key) != name:
+                    raise HeadscopeError(f"{directory / INDEX_FILE} lists {key!r} in {name}, which does not hold it")
+            for key, name in sorted(self.key_file.items()):
+                if key not in weight_map:
+                    raise HeadscopeError(f"{directory / name} holds {key!r}, which {INDEX_FILE} does not list")
+
+    @contextlib.contextmanager
+    def open(self) -> Iterator[Callable[[str], torch.Tensor]]:
+        with contextlib.ExitStack() as stack:
+            handles = {}
+
+            def get(key: str) -> torch.Tensor:
+                name = self.key_file[key]
+                try:
+                    if name not in handles:
+                        handles[name] = stack.enter_context(safe_open(str(self.directory / name), "pt"))
+                    return handles[name].get_tensor(key)
+                except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+                    raise _corrupt(self.directory / name, e) from None
+
+            yield get
+
+
+def _torch_load(path: Path, mmap: bool) -> dict:
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except pickle.UnpicklingError as e:
+        raise HeadscopeError(
+            f"{path} holds more than plain tensors and is refused (torch.load(weights_only=True): "
+            f"{(str(e).splitlines() or ['refused'])[0]})") from None
+    except (RuntimeError, OSError, EOFError, ValueError, zipfile.BadZipFile) as e:
+        raise _corrupt(path, e) from None
+    if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
+                                              for k, v in state.items()):
+        raise HeadscopeError(f"{path} is not a state dict (expected a dict of name → tensor)")
+    return state
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+class _BinSource(_Source):
+    """``pytorch_model.bin``: memory-mapped per read (zip format) or held whole (legacy format)."""
+
+    layout = "bin"
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.files = (path,)
+        self.zip = zipfile.is_zipfile(path)
+        state = _torch_load(path, mmap=self.zip)
+        self.infos = {k: (_dtype_name(v.dtype), tuple(v.shape)) for k, v in state.items()}
+        self._state = None if self.zip else state
+
+    @contextlib.contextmanager
+    def open(self) -> Iterator[Callable[[str], torch.Tensor]]:
+        state = self._state if self._state is not None else _torch_load(self.path, mmap=True)
+        yield state.__getitem__
+
+
+class _DictSource(_Source):
+    layout = "state_dict"
+    in_memory = True
+
+    def __init__(self, state: dict[str, torch.Tensor]):
+        state = {k: v.detach() for k, v in state.items()}
+        lm, wte = state.get("lm_head.weight"), state.get("wte.weight", state.get(PREFIX + "wte.weight"))
+        if lm is not None and wte is not None and lm.shape == wte.shape and torch.equal(lm, wte):
+            del state["lm_head.weight"]              # transformers' state_dict() lists a tied lm_head too
+        self.state = state
+        self.infos = {k: (_dtype_name(v.dtype), tuple(v.shape)) for k, v in state.items()}
+
+    @contextlib.contextmanager
+    def open(self) -> Iterator[Callable[[str], torch.Tensor]]:
+        yield self.state.__getitem__
+
+
+def _weight_map(directory: Path) -> dict[str, str]:
+    """``weight_map`` of model.safetensors.index.json: key → shard file name (checked)."""
+    path = directory / INDEX_FILE
+    import json
+
+    try:
+        index = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise HeadscopeError(f"cannot read {path}: {e}") from None
+    except json.JSONDecodeError as e:
+        raise HeadscopeError(f"{path} is not valid JSON: {e.msg} (line {e.lineno})") from None
+    wm = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(wm, dict) or not wm or not all(isinstance(k, str) and isinstance(v, str) for k, v in wm.items()):
+        raise HeadscopeError(f"{path}: expected a 'weight_map' object of tensor name → shard file")
+    for name in sorted(set(wm.values())):
+        if Path(name).name != name or name in (".", "..") or "\\" in name or not name.endswith(".safetensors"):
+            raise HeadscopeError(f"{path}: shard {name!r} is not a .safetensors file name in the checkpoint directory")
+    return wm
+
+
+def _open_source(directory: Path) -> _Source:
+    d = Path(directory)
+    if (d / WEIGHTS_FILE).is_file():
+        return _SafetensorsSource(d, [WEIGHTS_FILE])
+    if (d / INDEX_FILE).is_file():
+        wm = _weight_map(d)
+        for name in sorted(set(wm.values())):
+            if not (d / name).is_file():
+                raise HeadscopeError(f"{d}: missing shard {name} (listed in {INDEX_FILE})")
+        return _SafetensorsSource(d, sorted(set(wm.values())), wm)
+    if (d / BIN_FILE).is_file():
+        return _BinSource(d / BIN_FILE)
+    if (d / (BIN_FILE + ".index.json")).exists():
+        raise HeadscopeError(f"{d}: sharded pytorch_model.bin files are not supported (convert them to safetensors)")
+    pickles = [n for n in ("model.pt", "model.ckpt") if (d / n).exists()]
+    if pickles:
+        raise HeadscopeError(
+            f"{d} holds only a pickle checkpoint ({pickles[0]}); headscope reads model.safetensors, "
+            f"sharded safetensors or {BIN_FILE} (convert with transformers' save_pretrained(safe_serialization=True))")
+    raise HeadscopeError(f"missing {WEIGHTS_FILE} in {d} (nor {INDEX_FILE} or {BIN_FILE})")
+
+
+# -- names, shapes and the validated checkpoint -------------------------------------------
+
+_TOP = ("wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias")
+_LEAVES = ("ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
+           "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
+           "mlp.c_proj.weight", "mlp.c_proj.bias")
+_BUFFERS = ("attn.bias", "attn.masked_bias")
+_LAYER_RE = re.compile(r"h\.(0|[1-9][0-9]*)\.(.+)")
+PREFIX = "transformer."
+
+
+def _strip(key: str) -> str:
+    return key[len(PREFIX):] if key.startswith(PREFIX) else key
+
+
+def _layer_of(name: str) -> int | None:
+    m = _LAYER_RE.fullmatch(name)
+    return int(m.group(1)) if m else None
+
+
+def _shapes(cfg: Config) -> dict[str, tuple[int, ...]]:
+    """Canonical (unprefixed) name → shape of every GPT-2 weight but lm_head, in model order."""
+    d, m, V = cfg.d_model, cfg.d_mlp, cfg.d_vocab
+    out = {"wte.weight": (V, d), "wpe.weight": (cfg.n_ctx, d)}
+    leaf = {"ln_1.weight": (d,), "ln_1.bias": (d,), "attn.c_attn.weight": (d, 3 * d), "attn.c_attn.bias": (3 * d,),
+            "attn.c_proj.weight": (d, d), "attn.c_proj.bias": (d,), "ln_2.weight": (d,), "ln_2.bias": (d,),
+            "mlp.c_fc.weight": (d, m), "mlp.c_fc.bias": (m,), "mlp.c_proj.weight": (m, d), "mlp.c_proj.bias": (d,)}
+    for l in range(cfg.n_layers):
+        out.update({f"h.{l}.{k}": s for k, s in leaf.items()})
+    out.update({"ln_f.weight": (d,), "ln_f.bias": (d,)})
+    return out
+
+
+def _all_finite(t: torch.Tensor, chunk: int = 1 << 22) -> bool:
+    """Every entry finite, in bounded temporaries: a finite sum proves it (NaN and ±Inf
+    propagate); only an overflowing sum needs the elementwise test."""
+    acc = torch.float32 if t.dtype in (torch.float16, torch.bfloat16) else None
+    for c in t.reshape(-1).split(chunk):
+        if not math.isfinite(float(c.sum(dtype=acc))) and not bool(torch.isfinite(c).all()):
+            return False
+    return True
+
+
+@functools.lru_cache(maxsize=1)
+def _malloc_trim():
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc: nothing to do
+        return None
+
+
+def _return_free_memory() -> None:
+    """Hand freed heap pages back to the OS (glibc's ``malloc_trim``).
+
+    A block's temporaries are freed chunks of a few MB scattered between the tensors that
+    are kept; glibc keeps them mapped, which would add ~20 % to the resident size of the
+    weights built block by block.
+    """
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+def _fresh(t: torch.Tensor, dtype: torch.dtype, device=None) -> torch.Tensor:
+    """A new contiguous tensor holding `t` in `dtype` (never a view of a memory map)."""
+    return torch.empty(t.shape, dtype=dtype, device=device).copy_(t)
+
+
+class Checkpoint:
+    """The validated weight files of a checkpoint; tensors are read on demand.
+
+    ``names`` maps each canonical (unprefixed) name to its stored key; ``untied`` says
+    whether ``lm_head.weight`` is a separate unembedding.
+    """
+
+    def __init__(self, source: _Source, cfg: Config, *, tie_word_embeddings: bool = True, where: str = "checkpoint"):
+        self.source, self.cfg, self.where = source, cfg, where
+        self.names: dict[str, str] = {}
+        for key in sorted(source.infos):
+            name = _strip(key)
+            layer = _layer_of(name)
+            leaf = name.split(".", 2)[2] if layer is not None else None
+            known = (name in _TOP or leaf in _LEAVES or leaf in _BUFFERS
+                     or (name == "lm_head.weight" and key == name))
+            if not known:
+                raise HeadscopeError(f"{where} holds an unexpected tensor {key!r} (not a weight of GPT2LMHeadModel)")
+            if layer is not None and layer >= cfg.n_layers:
+                raise HeadscopeError(f"{where} holds {key!r} for layer {layer}, but config.json has n_layer "
+                                     f"{cfg.n_layers} (layers 0..{cfg.n_layers - 1})")
+            if name in self.names:
+                raise HeadscopeError(f"{where} holds both {self.names[name]!r} and {key!r} (one tensor stored twice)")
+            self.names[name] = key
+            dtype = source.infos[key][0]
+            if leaf not in _BUFFERS and dtype not in FLOAT_DTYPES:
+                raise HeadscopeError(f"{where}: tensor {key!r} has dtype {dtype}; headscope reads floating-point "
+                                     f"weights only ({', '.join(FLOAT_DTYPES)}) and never casts {dtype} to float")
+        self.shapes = _shapes(cfg)
+        for name, shape in self.shapes.items():
+            if name not in self.names:
+                raise HeadscopeError(f"checkpoint is missing tensor {name!r}")
+            got = source.infos[self.names[name]][1]
+            if got != shape:
+                raise HeadscopeError(expected_got(f"shape of {name}", list(shape), list(got)))
+        self.untied = "lm_head.weight" in self.names
+        if self.untied:
+            shape, got = (cfg.d_vocab, cfg.d_model), source.infos["lm_head.weight"][1]
+            if got != shape:
+                raise HeadscopeError(expected_got("shape of lm_head.weight", list(shape), list(got)))
+            self.shapes["lm_head.weight"] = shape
+        elif not tie_word_embeddings:
+            raise HeadscopeError(f"{where}: config.json sets tie_word_embeddings false but there is no lm_head.weight")
+
+    @classmethod
+    def open(cls, directory: Path, cfg: Config, *, tie_word_embeddings: bool = True) -> "Checkpoint":
+        return cls(_open_source(directory), cfg, tie_word_embeddings=tie_word_embeddings, where=str(directory))
+
+    # -- facts --------------------------------------------------------------------------
+
+    @property
+    def layout(self) -> str:
+        return self.source.layout
+
+    @property
+    def n_parameters(self) -> int:
+        return sum(math.prod(s) for s in self.shapes.values())   # lm_head is in shapes only when untied
+
+    @property
+    def working_dtype(self) -> torch.dtype:
+        """float64 when every weight is stored in float64, else float32."""
+        dtypes = {self.source.infos[self.names[n]][0] for n in self.shapes}
+        return torch.float64 if dtypes == {"float64"} else torch.float32
+
+    def fingerprint(self) -> str:
+        """sha256 of the weight file; for shards, of their ``sha256sum`` lines in name order."""
+        files = self.source.files
+        if not files:
+            raise HeadscopeError("weights held in memory have no file fingerprint")
+        if len(files) == 1:
+            return file_sha256(files[0])
+        lines = "".join(f"{file_sha256(p)}  {p.name}\n" for p in sorted(files, key=lambda p: p.name))
+        return hashlib.sha256(lines.encode("utf-8")).hexdigest()
+
+    def check_values(self) -> None:
+        """Stream once through the weights: every value finite; an lm_head equal to wte is a tie.
+
+        Reads at most ``_READ_BATCH_BYTES`` of mapped file per open, so the pages it
+        touches are released as it goes.
+        """
+        batch, size = [], 0
+        itemsize = {n: torch.empty((), dtype=dt).element_size() for n, dt in FLOAT_DTYPES.items()}
+        groups = []
+        for name, shape in self.shapes.items():
+            nb = math.prod(shape) * itemsize[self.source.infos[self.names[name]][0]]
+            if batch and size + nb > _READ_BATCH_BYTES:
+                groups.append(batch)
+                batch, size = [], 0
+            batch.append(name)
+            size += nb
+        groups.append(batch)
+        for group in groups:
+            with self.source.open() as get:
+                for name in group:
+                    t = get(self.names[name])
+                    if not _all_finite(t):
+                        raise HeadscopeError(f"weight {self.names[name]} contains NaN or Inf values")
+                    del t
+        if self.untied:
+            with self.source.open() as get:
+                a, b = get(self.names["lm_head.weight"]), get(self.names["wte.weight"])
+                rows = max(1, (1 << 22) // self.cfg.d_model)
+                same = a.dtype == b.dtype and all(torch.equal(a[i:i + rows], b[i:i + rows])
+                                                  for i in range(0, self.cfg.d_vocab, rows))
+                del a, b
+            if same:
+                self.untied = False
+                del self.shapes["lm_head.weight"]
+
+    # -- reading ------------------------------------------------------------------------
+
+    def read(self, names: list[str], dtype: torch.dtype, device=None, *, share: bool = False
+             ) -> dict[str, torch.Tensor]:
+        """Fresh copies of the canonical tensors `names` in `dtype` (the files are released after).
+
+        With `share`, a tensor held in memory (a state dict, not a file) that already has
+        `dtype` and `device` is returned itself, not copied: for read-only use.
+        """
+        where = torch.device("cpu") if device is None else torch.device(device)
+        with self.source.open() as get:
+            out = {}
+            for n in names:
+                t = get(self.names[n])
+                keep = share and self.source.in_memory and t.dtype == dtype and t.device == where
+                out[n] = t if keep else _fresh(t, dtype, device)
+                del t
+        return out
+
+    def raw_block(self, layer: int, dtype: torch.dtype, device=None, *, share: bool = False) -> Block:
+        p = f"h.{layer}."
+        t = self.read([p + k for k in _LEAVES], dtype, device, share=share)
+        return _block_from_hf({k: t[p + k] for k in _LEAVES}, self.cfg)
+
+    def _top(self, dtype, device=None, *, share: bool = False) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        names = list(_TOP) + (["lm_head.weight"] if self.untied else [])
+        top = self.read(names, dtype, device, share=share)
+        W_U = (top.pop("lm_head.weight") if self.untied else top["wte.weight"]).T   # [d_vocab d] → [d d_vocab]
+        return top, W_U
+
+    def raw(self, dtype: torch.dtype, device=None) -> Weights:
+        """Unprocessed weights in `dtype` on `device`; a tied W_U is the view ``W_E.T``.
+
+        Tensors of a state dict in memory are shared when no cast or move is needed."""
+        top, W_U = self._top(dtype, device, share=True)
+        blocks = []
+        for l in range(self.cfg.n_layers):
+            blocks.append(self.raw_block(l, dtype, device, share=True))
+            _return_free_memory()
+        return Weights(cfg=self.cfg, W_E=top["wte.weight"], W_pos=top["wpe.weight"], blocks=blocks,
+                       ln_final_w=top["ln_f.weight"], ln_final_b=top["ln_f.bias"], W_U=W_U,
+                       b_U=torch.zeros(self.cfg.d_vocab, dtype=dtype, device=device))
+
+    def processed(self, processing: Processing, dtype: torch.dtype, device=None) -> Weights:
+        """Processed weights, built block by block on the CPU in float32 (float64 for a float64
+        model), each block cast to `dtype` and moved to `device` as soon as it is done."""
+        work = torch.float64 if dtype == torch.float64 else torch.float32
+        move = lambda t: t.to(device=device, dtype=dtype)  # noqa: E731 - no copy when nothing changes
+        top, W_U = self._top(work)
+        # W_U first: a tied W_U reads the raw W_E, which is then centred in place (no second copy)
+        W_U, b_U, ln_w, ln_b = process_unembed(W_U, torch.zeros(self.cfg.d_vocab, dtype=work),
+                                               top["ln_f.weight"], top["ln_f.bias"], processing)
+        if not W_U.is_contiguous() or W_U.data_ptr() == top["wte.weight"].data_ptr():
+            W_U = W_U.clone(memory_format=torch.contiguous_format)   # processing left W_U alone: a dense raw copy
+        W_E, W_pos = process_embed(top["wte.weight"], top["wpe.weight"], processing, inplace=True)
+        del top
+        W_E, W_pos, W_U, b_U, ln_w, ln_b = map(move, (W_E, W_pos, W_U, b_U, ln_w, ln_b))
+        blocks = []
+        for l in range(self.cfg.n_layers):
+            b = process_block(self.raw_block(l, work), processing)
+            blocks.append(Block(**{k: move(getattr(b, k)) for k in _BLOCK_FIELDS}))
+            del b
+            _return_free_memory()
+        return Weights(cfg=self.cfg, W_E=W_E, W_pos=W_pos, blocks=blocks, ln_final_w=ln_w, ln_final_b=ln_b,
+                       W_U=W_U, b_U=b_U, processing=processing)
+
+
+_BLOCK_FIELDS = tuple(f.name for f in dataclasses.fields(Block))
+
+
+def _block_from_hf(t: dict[str, torch.Tensor], cfg: Config) -> Block:
+    """A block from its HF tensors (keyed by leaf name: ``attn.c_attn.weight`` …)."""
+    d, h, e = cfg.d_model, cfg.n_heads, cfg.d_head
+    W_Q, W_K, W_V = (w.reshape(d, h, e).permute(1, 0, 2).contiguous()                       # [d h*e] → [h d e]
+                     for w in t["attn.c_attn.weight"].split(d, dim=1))                      # Conv1D: [in out]
+    b_Q, b_K, b_V = (b.reshape(h, e).contiguous() for b in t["attn.c_attn.bias"].split(d))   # [h*e] → [h e]
+    return Block(
+        ln1_w=t["ln_1.weight"], ln1_b=t["ln_1.bias"], W_Q=W_Q, W_K=W_K, W_V=W_V, b_Q=b_Q, b_K=b_K, b_V=b_V,
+        W_O=t["attn.c_proj.weight"].reshape(h, e, d), b_O=t["attn.c_proj.bias"],            # [h*e d] → [h e d]
+        ln2_w=t["ln_2.weight"], ln2_b=t["ln_2.bias"],
+        W_in=t["mlp.c_fc.weight"], b_in=t["mlp.c_fc.bias"], W_out=t["mlp.c_proj.weight"], b_out=t["mlp.c_proj.bias"],
+    )
+
+
+def _hf_from_block(b: Block, leaf: str, cfg: Config) -> torch.Tensor:
+    """One HF tensor (``attn.c_attn.weight`` …) of block `b`, float32 on the CPU."""
+    d = cfg.d_model
+    if leaf == "attn.c_attn.weight":
+        t = torch.cat([W.permute(1, 0, 2).reshape(d, d) for W in (b.W_Q, b.W_K, b.W_V)], dim=1)  # [h d e] → [d h*e]
+    elif leaf == "attn.c_attn.bias":
+        t = torch.cat([x.reshape(d) for x in (b.b_Q, b.b_K, b.b_V)])
+    elif leaf == "attn.c_proj.weight":
+        t = b.W_O.reshape(d, d)                                                                    # [h e d] → [h*e d]
+    else:
+        t = getattr(b, {"attn.c_proj.bias": "b_O", "ln_1.weight": "ln1_w", "ln_1.bias": "ln1_b",
+                        "ln_2.weight": "ln2_w", "ln_2.bias": "ln2_b", "mlp.c_fc.weight": "W_in",
+                        "mlp.c_fc.bias": "b_in", "mlp.c_proj.weight": "W_out", "mlp.c_proj.bias": "b_out"}[leaf])
+    return t.detach().to("cpu", torch.float32).contiguous()
+
+
 # -- resolving a model argument to a directory ----------------------------------------
 
 
-def resolve(model: str | os.PathLike) -> tuple[Path, str]:
+def resolve(model: str | os.PathLike, revision: str | None = None) -> tuple[Path, str]:
     """Return (directory, source description) for a hub id or a local directory.
 
     A path that exists is used as it is and nothing touches the network. Anything
     else is treated as a hub id and fetched through huggingface_hub (its cache, its
-    progress bars); with ``HF_HUB_OFFLINE=1`` only the local cache is consulted.
+    progress bars) at `revision` (a branch, tag or commit; default main); with
+    ``HF_HUB_OFFLINE=1`` only the local cache is consulted.
     """
     p = Path(model).expanduser()
+    if revision is not None and (not isinstance(revision, str) or not revision.strip()):
+        raise HeadscopeError(f"--revision: expected a branch, tag or commit name, got {revision!r}")
     if p.exists():
         if not p.is_dir():
             raise HeadscopeError(f"{p} is not a checkpoint directory (expected a folder with config.json)")
+        if revision is not None:
+            raise HeadscopeError(f"--revision {revision} applies to hub ids, but {p} is a local directory")
         return p.resolve(), f"local:{p.resolve()}"
     s = str(model)
     if s.startswith((".", "/", "~")) or s.count("/") > 1 or not s.strip():
         raise HeadscopeError(f"no such checkpoint directory: {s}")
-    return _download(s), f"hub:{s}"
+    return _download(s, revision), f"hub:{s}" + (f"@{revision}" if revision is not None else "")
 
 
-def _download(repo_id: str) -> Path:
+def _download(repo_id: str, revision: str | None = None) -> Path:
+    """Fetch what the repo's layout needs: config, the weights (model.safetensors; else the
+    index and its shards; else pytorch_model.bin), the tokenizer files."""
     import huggingface_hub
+    from huggingface_hub import constants as hf_constants
     from huggingface_hub import errors as hf_errors
 
-    from huggingface_hub import constants as hf_constants
-
     offline = hf_constants.HF_HUB_OFFLINE
+    what = repr(repo_id) + (f" at revision {revision!r}" if revision is not None else "")
 
     def fetch(filename: str, required: bool) -> Path | None:
         try:
-            return Path(huggingface_hub.hf_hub_download(repo_id, filename))
+            return Path(huggingface_hub.hf_hub_download(repo_id, filename, revision=revision))
         except hf_errors.LocalEntryNotFoundError:
             if not required:
                 return None
             if offline:
                 raise HeadscopeError(
-                    f"{repo_id!r} is not in the local Hugging Face cache ({filename} missing) "
+                    f"{what} is not in the local Hugging Face cache ({filename} missing) "
                     "and HF_HUB_OFFLINE=1 forbids downloading it"
                 ) from None
             raise HeadscopeError(
-                f"cannot download {repo_id!r}: the hub is unreachable and it is not cached"
+                f"cannot download {what}: the hub is unreachable and it is not cached"
             ) from None
         except hf_errors.EntryNotFoundError:
             if required:
-                raise HeadscopeError(f"hub model {repo_id!r} has no {filename}") from None
+                raise HeadscopeError(f"hub model {what} has no {filename}") from None
             return None
+        except hf_errors.RevisionNotFoundError:
+            raise HeadscopeError(f"hub model {repo_id!r} has no revision {revision!r}") from None
         except (hf_errors.RepositoryNotFoundError, hf_errors.GatedRepoError):
             raise HeadscopeError(f"unknown hub model id {repo_id!r}") from None
         except hf_errors.HfHubHTTPError as e:
-            raise HeadscopeError(f"cannot download {repo_id!r}: {str(e).splitlines()[0]}") from None
-        except ValueError as e:  # malformed repo id
-            raise HeadscopeError(f"not a hub model id or a directory: {repo_id!r} ({e})") from None
+            raise HeadscopeError(f"cannot download {what}: {str(e).splitlines()[0]}") from None
+        except ValueError as e:  # malformed repo id or revision
+            raise HeadscopeError(f"not a hub model id or a directory: {repo_id!r} ({str(e).splitlines()[0]})") from None
 
     config = fetch("config.json", required=True)
     if fetch(WEIGHTS_FILE, required=False) is None:
-        raise HeadscopeError(
-            f"{repo_id!r} has no {WEIGHTS_FILE} (headscope reads safetensors only)"
-            + ("; it is not in the local cache" if offline else "")
-        )
+        index = fetch(INDEX_FILE, required=False)
+        if index is not None:
+            for name in sorted(set(_weight_map(index.parent).values())):
+                fetch(name, required=True)
+        elif fetch(BIN_FILE, required=False) is None:
+            raise HeadscopeError(
+                f"{what} has no {WEIGHTS_FILE}, {INDEX_FILE} or {BIN_FILE}"
+                + (" in the local cache (HF_HUB_OFFLINE=1)" if offline else "")
+            )
     if fetch("tokenizer.json", required=False) is None:
         fetch("vocab.json", required=True)
         fetch("merges.txt", required=True)
@@ -196,23 +734,38 @@ def load(
     *,
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float32,
+    revision: str | None = None,
+    tokenizer=None,
 ) -> Model:
-    """Load a GPT-2-family checkpoint by hub id or directory.
+    """Load a GPT-2-family checkpoint by hub id (at `revision`) or directory, or a transformers
+    GPT-2 model object already in memory (then `tokenizer` may be given).
+
+    Reads config.json, the weight files' headers and the tokenizer, and checks every
+    weight is finite; the weights themselves are built on demand (:class:`Model`).
 
     >>> model = headscope.load("gpt2")              # doctest: +SKIP
     >>> W = model.weights()                         # processed, TransformerLens names
     """
+    if not isinstance(model, (str, os.PathLike)):   # in memory: headscope.in_memory (tokenizer= is for it)
+        from .in_memory import from_transformers
+        return from_transformers(model, device=device, dtype=dtype, tokenizer=tokenizer)
+    if tokenizer is not None:
+        raise HeadscopeError("tokenizer= is for a model in memory; a checkpoint brings its own tokenizer")
     check_device(device)
-    directory, source = resolve(model)
-    cfg = read_config(directory / "config.json")
-    state = read_safetensors(directory)
-    raw = from_hf_state_dict(state, cfg).to(device=device, dtype=dtype).validate()
+    if dtype not in FLOAT_DTYPES.values():
+        raise HeadscopeError(f"dtype: expected one of {', '.join(FLOAT_DTYPES)}, got {dtype}")
+    directory, source = resolve(model, revision)
+    hf = read_hf_config(directory / "config.json")
+    cfg = Config.from_hf_dict(hf)
+    ckpt = Checkpoint.open(directory, cfg, tie_word_embeddings=tie_word_embeddings(hf))
     tokenizer = load_tokenizer(directory)
     if len(tokenizer) != cfg.d_vocab:
         raise HeadscopeError(
             expected_got("tokenizer vocabulary size (W_E rows)", cfg.d_vocab, len(tokenizer))
         )
-    return Model(cfg=cfg, raw=raw, tokenizer=tokenizer, source=source, directory=directory)
+    ckpt.check_values()
+    return Model(cfg=cfg, checkpoint=ckpt, tokenizer=tokenizer, source=source, directory=directory,
+                 device=torch.device(device), dtype=dtype)
 
 
 def check_device(device) -> None:
@@ -227,120 +780,76 @@ def check_device(device) -> None:
 
 
 def read_safetensors(directory: Path) -> dict[str, torch.Tensor]:
-    path = Path(directory) / WEIGHTS_FILE
-    if not path.is_file():
-        pickles = [n for n in ("pytorch_model.bin", "model.pt", "model.ckpt") if (Path(directory) / n).exists()]
-        if pickles:
-            raise HeadscopeError(
-                f"{directory} holds only a pickle checkpoint ({pickles[0]}); headscope reads "
-                "model.safetensors only (convert with transformers' save_pretrained(safe_serialization=True))"
-            )
-        if (Path(directory) / "model.safetensors.index.json").exists():
-            raise HeadscopeError(f"{directory}: sharded safetensors are not supported yet")
-        raise HeadscopeError(f"missing {WEIGHTS_FILE} in {directory}")
-    try:
-        return load_file(str(path))
-    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
-        raise HeadscopeError(f"{path} is truncated or corrupt: {str(e).splitlines()[0]}") from None
-
-
-def _strip_prefix(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    out = {}
-    for k, v in state.items():
-        out[k[len("transformer."):] if k.startswith("transformer.") else k] = v
-    return out
+    """Every stored tensor of a checkpoint directory (any layout), by stored key, in memory."""
+    source = _open_source(Path(directory))
+    with source.open() as get:
+        return {k: get(k) for k in source.infos}
 
 
 def from_hf_state_dict(state: dict[str, torch.Tensor], cfg: Config) -> Weights:
-    """HF GPT-2 state dict → canonical :class:`Weights`, every shape asserted."""
-    s = _strip_prefix(state)
-    d, h, e, m = cfg.d_model, cfg.n_heads, cfg.d_head, cfg.d_mlp
+    """HF GPT-2 state dict → canonical :class:`Weights`, every key, dtype and shape checked.
 
-    def get(name: str, shape: tuple[int, ...]) -> torch.Tensor:
-        if name not in s:
-            raise HeadscopeError(f"checkpoint is missing tensor {name!r}")
-        t = s[name]
-        if tuple(t.shape) != shape:
-            raise HeadscopeError(expected_got(f"shape of {name}", list(shape), list(t.shape)))
-        return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+    Weights come out in float32 (float64 if the state dict's are float64); a stored
+    ``lm_head.weight`` is the unembedding (W_U = lm_head.weightᵀ), else W_U is the view
+    ``W_E.T``.
+    """
+    ckpt = state_dict_checkpoint(state, cfg)
+    return ckpt.raw(ckpt.working_dtype)
 
-    blocks = []
-    for l in range(cfg.n_layers):
-        p = f"h.{l}."
-        c_attn_w = get(p + "attn.c_attn.weight", (d, 3 * d))  # Conv1D: [in out]
-        c_attn_b = get(p + "attn.c_attn.bias", (3 * d,))
-        W_Q, W_K, W_V = (w.reshape(d, h, e).permute(1, 0, 2) for w in c_attn_w.split(d, dim=1))  # [d h*e] → [h d e]
-        b_Q, b_K, b_V = (b.reshape(h, e) for b in c_attn_b.split(d))                            # [h*e] → [h e]
-        W_O = get(p + "attn.c_proj.weight", (d, d)).reshape(h, e, d)                            # [h*e d] → [h e d]
-        blocks.append(Block(
-            ln1_w=get(p + "ln_1.weight", (d,)), ln1_b=get(p + "ln_1.bias", (d,)),
-            W_Q=W_Q.contiguous(), W_K=W_K.contiguous(), W_V=W_V.contiguous(),
-            b_Q=b_Q.contiguous(), b_K=b_K.contiguous(), b_V=b_V.contiguous(),
-            W_O=W_O.contiguous(), b_O=get(p + "attn.c_proj.bias", (d,)),
-            ln2_w=get(p + "ln_2.weight", (d,)), ln2_b=get(p + "ln_2.bias", (d,)),
-            W_in=get(p + "mlp.c_fc.weight", (d, m)), b_in=get(p + "mlp.c_fc.bias", (m,)),
-            W_out=get(p + "mlp.c_proj.weight", (m, d)), b_out=get(p + "mlp.c_proj.bias", (d,)),
-        ))
-    W_E = get("wte.weight", (cfg.d_vocab, d))
-    if "lm_head.weight" in state:
-        W_U = state["lm_head.weight"]
-        if tuple(W_U.shape) != (cfg.d_vocab, d):
-            raise HeadscopeError(expected_got("shape of lm_head.weight", [cfg.d_vocab, d], list(W_U.shape)))
-        W_U = W_U.float().T.contiguous()
-    else:
-        W_U = W_E.T.contiguous()  # tied: logits = x @ W_E.T
-    return Weights(
-        cfg=cfg, W_E=W_E, W_pos=get("wpe.weight", (cfg.n_ctx, d)), blocks=blocks,
-        ln_final_w=get("ln_f.weight", (d,)), ln_final_b=get("ln_f.bias", (d,)),
-        W_U=W_U, b_U=torch.zeros(cfg.d_vocab, dtype=W_E.dtype),
-    )
+
+def state_dict_checkpoint(state: dict[str, torch.Tensor], cfg: Config, *, tie_word_embeddings: bool = True,
+                          where: str = "state dict") -> "Checkpoint":
+    """A :class:`Checkpoint` over a GPT-2 state dict in memory (``transformer.`` prefix optional;
+    a ``lm_head.weight`` equal to ``wte.weight`` is the tied unembedding, not a second one)."""
+    return Checkpoint(_DictSource(state), cfg, tie_word_embeddings=tie_word_embeddings, where=where)
+
+
+# -- writing ----------------------------------------------------------------------------
+
+
+def _hf_keys(cfg: Config, untied: bool) -> list[tuple[str, tuple[int, ...]]]:
+    """(key, shape) of a checkpoint as headscope writes it: ``transformer.`` keys, lm_head when untied."""
+    out = [(PREFIX + n, s) for n, s in _shapes(cfg).items()]
+    return out + ([("lm_head.weight", (cfg.d_vocab, cfg.d_model))] if untied else [])
+
+
+def _hf_from_weights(w: Weights, key: str) -> torch.Tensor:
+    name = _strip(key)
+    layer = _layer_of(name)
+    if layer is not None:
+        return _hf_from_block(w.blocks[layer], name.split(".", 2)[2], w.cfg)
+    t = {"wte.weight": w.W_E, "wpe.weight": w.W_pos, "ln_f.weight": w.ln_final_w, "ln_f.bias": w.ln_final_b,
+         "lm_head.weight": w.W_U.T}[name]
+    return t.detach().to("cpu", torch.float32).contiguous()
+
+
+def _check_writable(w: Weights) -> bool:
+    """Whether `w` is untied; refuses what a GPT-2 checkpoint cannot hold."""
+    if w.processing != Processing.none():
+        raise HeadscopeError("only raw weights can be written as a GPT-2 checkpoint")
+    if bool(w.b_U.abs().max() > 0):
+        raise HeadscopeError("GPT-2 checkpoints have no b_U (unembedding bias)")
+    return not w.tied
 
 
 def to_hf_state_dict(w: Weights) -> dict[str, torch.Tensor]:
-    """Canonical raw weights → HF GPT-2 state dict (``transformer.`` prefix, tied head).
-
-    Only raw (unprocessed) weights can be written: HF's architecture has no b_U and
-    ties W_U to W_E.
-    """
-    if w.processing != Processing.none():
-        raise HeadscopeError("only raw weights can be written as a GPT-2 checkpoint")
-    cfg = w.cfg
-    d = cfg.d_model
-    if not torch.equal(w.W_U, w.W_E.T) or bool(w.b_U.abs().max() > 0):
-        raise HeadscopeError("GPT-2 checkpoints tie W_U to W_E and have no b_U")
-    out = {"transformer.wte.weight": w.W_E, "transformer.wpe.weight": w.W_pos}
-    for l, b in enumerate(w.blocks):
-        p = f"transformer.h.{l}."
-        qkv = [W.permute(1, 0, 2).reshape(d, d) for W in (b.W_Q, b.W_K, b.W_V)]  # [h d e] → [d h*e]
-        out[p + "attn.c_attn.weight"] = torch.cat(qkv, dim=1)
-        out[p + "attn.c_attn.bias"] = torch.cat([x.reshape(d) for x in (b.b_Q, b.b_K, b.b_V)])
-        out[p + "attn.c_proj.weight"] = b.W_O.reshape(d, d)                       # [h e d] → [h*e d]
-        out[p + "attn.c_proj.bias"] = b.b_O
-        out[p + "ln_1.weight"], out[p + "ln_1.bias"] = b.ln1_w, b.ln1_b
-        out[p + "ln_2.weight"], out[p + "ln_2.bias"] = b.ln2_w, b.ln2_b
-        out[p + "mlp.c_fc.weight"], out[p + "mlp.c_fc.bias"] = b.W_in, b.b_in
-        out[p + "mlp.c_proj.weight"], out[p + "mlp.c_proj.bias"] = b.W_out, b.b_out
-    out["transformer.ln_f.weight"], out["transformer.ln_f.bias"] = w.ln_final_w, w.ln_final_b
-    return {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in out.items()}
+    """Canonical raw weights → HF GPT-2 state dict (``transformer.`` prefix; ``lm_head.weight``
+    only when W_U is not W_Eᵀ), float32 on the CPU."""
+    untied = _check_writable(w)
+    return {k: _hf_from_weights(w, k) for k, _ in _hf_keys(w.cfg, untied)}
 
 
-def save_checkpoint(
-    w: Weights,
-    out: Path,
-    *,
-    tokenizer_from: Path | None = None,
-    extra_files: dict[str, str] | None = None,
-) -> Path:
-    """Write a complete HF GPT-2 checkpoint directory atomically.
+def _write_checkpoint(out: Path, cfg: Config, *, untied: bool, tensor: Callable[[str], torch.Tensor],
+                      tokenizer_from: Path | None, extra_files: dict[str, str] | None) -> Path:
+    import json
 
-    Files are written into a temporary sibling directory that is renamed into place,
-    so a crash leaves no half-written checkpoint. Tokenizer files are copied from
-    `tokenizer_from` (a checkpoint directory) or, by default, are GPT-2's BPE.
-    """
-    out = Path(out)
+    hf = cfg.to_hf_dict()
+    if untied:
+        hf["tie_word_embeddings"] = False
     with atomic_directory(out) as tmp:
-        (tmp / "config.json").write_text(json.dumps(w.cfg.to_hf_dict(), indent=2, sort_keys=True) + "\n")
-        save_file(to_hf_state_dict(w), str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
+        (tmp / "config.json").write_text(json.dumps(hf, indent=2, sort_keys=True) + "\n")
+        write_safetensors(tmp / WEIGHTS_FILE, [(k, torch.float32, s) for k, s in _hf_keys(cfg, untied)], tensor,
+                          metadata={"format": "pt"})
         copied = False
         if tokenizer_from is not None:
             for name in TOKENIZER_FILES:
@@ -355,3 +864,24 @@ def save_checkpoint(
         for name, text in (extra_files or {}).items():
             (tmp / name).write_text(text, encoding="utf-8")
     return out
+
+
+def save_checkpoint(
+    w: Weights,
+    out: Path,
+    *,
+    tokenizer_from: Path | None = None,
+    extra_files: dict[str, str] | None = None,
+) -> Path:
+    """Write a complete HF GPT-2 checkpoint directory atomically.
+
+    Files are staged and committed under headscope's output rule (:mod:`headscope._atomic`):
+    `out` must be new, empty or an earlier headscope output; other files in it are kept,
+    and a crash leaves no half-written checkpoint (the next write finishes or drops it).
+    The weights are streamed tensor by tensor (float32, ``transformer.`` keys; ``lm_head.weight`` and
+    ``tie_word_embeddings: false`` when W_U is not W_Eᵀ). Tokenizer files are copied
+    from `tokenizer_from` (a checkpoint directory) or, by default, are GPT-2's BPE.
+    """
+    untied = _check_writable(w)
+    return _write_checkpoint(Path(out), w.cfg, untied=untied, tensor=lambda k: _hf_from_weights(w, k),
+                             tokenizer_from=tokenizer_from, extra_files=extra_files)

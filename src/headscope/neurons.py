@@ -62,8 +62,9 @@ import math
 import torch
 from jaxtyping import Float, Int
 
-from ._errors import HeadscopeError
-from .contextual import Circuit, HeadChoice
+from ._errors import HeadscopeError, NotApplicable
+from ._html_repr import HtmlRepr
+from .contextual import Circuit, HeadChoice, check_log_weights
 from .corpus import read_text_file
 from .forward import run_with_cache
 from .stats import pearson, robust_z
@@ -263,6 +264,23 @@ def token_values(circuit: Circuit, n: int, dtype=torch.float32, chunk: int = CHU
     return Y
 
 
+def _scan_overflow(circuit: Circuit, n: int) -> None:
+    """Raise :class:`NotApplicable` for a float64 scan whose scores overflow, naming the head if its
+    token weights content/S̄ are what passes float64's range."""
+    check_log_weights(_log_token_weights(circuit, n), circuit.heads, n)
+    raise NotApplicable("contextual circuit: neuron scores of the scan overflow float64 (the chosen heads' "
+                        "token weights times their value read-outs exceed its range)")
+
+
+def _log_token_weights(circuit: Circuit, n: int, chunk: int = CHUNK) -> Tensor:
+    """log content_h[n, t] − log S̄_h[n] for the chosen heads over the vocabulary [H V] (float64)."""
+    fr = circuit.frame(n)
+    log_S = circuit.calibration.log_seed_denom[circuit.heads, n].to(fr.q.dtype)
+    V = circuit.weights.cfg.d_vocab
+    return torch.cat([fr.content_logits(circuit.weights, torch.arange(s, min(s + chunk, V)))[circuit.heads]
+                      for s in range(0, V, chunk)], dim=1) - log_S[:, None]
+
+
 def _running_topk(Y: Tensor, Ms: Tensor, k: int, chunk: int) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:
     """((top values, ids), (bottom values, ids)), each [k s], of Y @ Ms over the vocabulary,
     chunk by chunk: [d_vocab s] is never formed."""
@@ -279,7 +297,7 @@ def _running_topk(Y: Tensor, Ms: Tensor, k: int, chunk: int) -> tuple[tuple[Tens
 
 
 @dataclasses.dataclass
-class NeuronScan:
+class NeuronScan(HtmlRepr):
     """Contextual neurons: max token contribution of every MLP0 neuron, and the top ones."""
 
     heads: list[int]
@@ -347,6 +365,12 @@ def scan_neurons(
         score = Y[s:s + chunk] @ M                                        # [c m]
         torch.maximum(hi, score.amax(0), out=hi)
         torch.minimum(lo, score.amin(0), out=lo)
+    if not bool(torch.isfinite(hi).all() and torch.isfinite(lo).all()):
+        # scores beyond float32 (e^88: a token's content/S̄ that large): redo in float64; beyond that, n/a
+        if dtype != torch.float64:
+            return scan_neurons(circuit, choice, tokenizer, threshold=threshold, top=top, position=position,
+                                chunk=chunk, dtype=torch.float64, variant=variant)
+        _scan_overflow(circuit, n)
     key = hi if v.max == "signed" else torch.maximum(hi, -lo)
     sel = (key >= threshold).nonzero().squeeze(1)
     sel = sel[torch.argsort(key[sel], descending=True, stable=True)]
@@ -448,6 +472,11 @@ def rank_neurons(circuit: Circuit, choice: HeadChoice, tokenizer=None, *, varian
     G = G / G.norm(dim=0, keepdim=True)                                      # [d r] unit, ⟂ 1
     M = torch.cat([W_Ocat @ m, W_Ocat @ G], dim=1).to(dtype)                 # [H*e m+r]
     (tv, _), (bv, _) = _running_topk(Y, M, k, chunk)                         # [k m+r] each, sorted
+    if not bool(torch.isfinite(tv).all() and torch.isfinite(bv).all()):     # as scan_neurons: float64, then n/a
+        if dtype != torch.float64:
+            return rank_neurons(circuit, choice, tokenizer, variant=v, k=k, n_random=n_random, seed=seed,
+                                chunk=chunk, dtype=torch.float64)
+        _scan_overflow(circuit, n)
     if v.max == "abs":
         tv = torch.cat([tv, -bv]).topk(k, dim=0).values                      # k largest |score|
     tv = tv.double()
@@ -457,6 +486,9 @@ def rank_neurons(circuit: Circuit, choice: HeadChoice, tokenizer=None, *, varian
     null_max = norms * mx[n_m:].median()
     null_kth = norms * kth[n_m:].median()
     robust = torch.where(null_kth > 0, kth[:n_m] / null_kth.clamp_min(1e-300), torch.zeros_like(null_kth))
+    if not bool(torch.isfinite(robust).all()):
+        raise NotApplicable("robust neuron ranking: a neuron's k-th score over its null passes float64's range "
+                            "(the null of random readouts is that close to 0)")
     order = lambda x: torch.argsort(x, descending=True, stable=True).tolist()   # noqa: E731
     return NeuronRanking(heads=circuit.heads, position=n, variant=v.to_dict(), k=k, n_random=n_random, seed=seed,
                          max=mx[:n_m].tolist(), kth=kth[:n_m].tolist(), topk_mean=tk[:n_m].tolist(),

@@ -9,10 +9,12 @@ For head h of layer l and text s with pattern A_s[q, k] (softmax over k ≤ q, f
   self = A[q, q], previous = A[q, q−1], mean distance Σ_k (q − k) A[q, k],
   entropy −Σ_k A log A (nats);
 * offset profile: A[q, q − d] against the offset d < D, mean and 10–90 % range over the
-  queries that reach back that far (None where none does);
+  queries q ≥ max(d, 1) that reach back that far; D = min(max_positions, longest text),
+  so every offset shown is reached by at least one query (no undefined entries);
 * the pattern of the first text, positions < max_positions.
 
-Texts are ``[BOS] + tokens`` truncated to n_ctx.
+Texts are ``[BOS] + tokens`` truncated to n_ctx; texts that are BOS alone have no query q ≥ 1
+and the summary does not apply (:class:`~headscope.NotApplicable`) when every text is one.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
+from ._errors import NotApplicable
 from .forward import run_with_cache
 from .loading import Model
 from .shipped import Text
@@ -78,11 +81,15 @@ def attention_summary(model: Model, texts: Sequence[Text], layers: Sequence[int]
                       progress: Callable[[list], Iterable] | None = None) -> AttentionSummary:
     """The module docstring's statistics for every head of `layers` (those the model has) on `texts`."""
     cfg = model.cfg
-    layers = [l for l in layers if 0 <= l < cfg.n_layers]
+    asked, layers = list(layers), [l for l in layers if 0 <= l < cfg.n_layers]
+    if not layers:
+        raise NotApplicable(f"attention summary: the model has layers 0..{cfg.n_layers - 1}, none of {asked}")
     W = model.weights(processing)
     toks = [model.to_tokens(t.text)[: cfg.n_ctx] for t in texts]
     P = min(max_positions, min(len(t) for t in toks))
-    D = max_positions
+    D = min(max_positions, max(len(t) for t in toks))                              # every offset d < D is reached
+    if D < 2:
+        raise NotApplicable("attention summary: every text is BOS alone (no query position q ≥ 1)")
     H_ = cfg.n_heads
     mean = torch.zeros(len(layers), H_, P, P, dtype=torch.float64)
     rate = {k: torch.zeros(len(layers), H_, dtype=torch.float64) for k in RATES}

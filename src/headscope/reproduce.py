@@ -40,7 +40,8 @@ from pathlib import Path
 import torch
 
 from . import bilinear, shipped
-from ._errors import HeadscopeError
+from ._errors import HeadscopeError, NotApplicable
+from ._html_repr import HtmlRepr
 from .calibration import calibrate
 from .contextual import HEAD_SETS, build_circuit, circuit_fidelity
 from .corpus import windows
@@ -87,7 +88,7 @@ class ClaimRow:
 
 
 @dataclasses.dataclass
-class ReproduceResult:
+class ReproduceResult(HtmlRepr):
     rows: list[ClaimRow]
     source: str
     fingerprint: str
@@ -198,7 +199,7 @@ def planted_reference(manifest: dict) -> Reference:
 
 
 def reference_for(model: Model) -> Reference:
-    if (Path(model.directory) / MANIFEST).is_file():
+    if model.directory is not None and (Path(model.directory) / MANIFEST).is_file():   # None: a model in memory
         return planted_reference(read_manifest(model.directory))
     return seed_reference(seed_claims())
 
@@ -432,7 +433,7 @@ def _fidelity(c, ref, w):
     f = w.fidelity
     r, fvu = f.median_correlation, f.median_fvu
     if r is None or fvu is None:
-        raise HeadscopeError("circuit fidelity undefined (constant outputs)")
+        raise NotApplicable("circuit fidelity undefined (constant outputs)")
     note = (f"heads {f.heads}; over the {w.model.cfg.d_model} d_model coordinates at {len(f.positions)} positions "
             f"per text (every {FIDELITY_STRIDE}th), {f.n_texts} sample texts; medians over positions and texts")
     if ref.planted:
@@ -494,8 +495,15 @@ def _survey_outlier(c, ref, w):
     return c["published_text"], f"z = {zs}", c["tolerance"], z <= c["max_z"], note
 
 
+def _defined(what: str, *values):
+    """Refuse a verdict on an undefined rate (None: no query of the prompts it applies to)."""
+    if any(v is None for v in values):
+        raise NotApplicable(f"{what} is undefined on this model's prompts (no query it applies to)")
+
+
 def _self_suppression(c, ref, w):
     r = w.survey_row()
+    _defined("copy or same-category attention", r.copy_attention, r.same_category)
     ok = r.self_attention <= c["max"] and r.copy_attention <= c["max"] and \
         max(r.self_attention, r.copy_attention) < r.same_category
     measured = f"self {r.self_attention:.3f}, copy {r.copy_attention:.3f}, same-category {r.same_category:.3f}"
@@ -504,11 +512,13 @@ def _self_suppression(c, ref, w):
 
 def _bos(c, ref, w):
     r = w.survey_row()
+    _defined("BOS fallback", r.bos_fallback)
     return c["published_text"], round(r.bos_fallback, 6), c["tolerance"], r.bos_fallback >= c["min"], ""
 
 
 def _position(c, ref, w):
     p = w.position
+    _defined("the token-identity share (the head's scores are constant)", p.identity_fraction)
     return c["published_text"], round(p.identity_fraction, 6), c["tolerance"], p.identity_fraction >= c["min"], \
         f"mean within-pair score std {p.within_pair_std:.3g} over {p.n_pairs} pairs"
 

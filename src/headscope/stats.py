@@ -15,6 +15,9 @@ from jaxtyping import Float
 
 Tensor = torch.Tensor
 
+#: log of the largest float64: exp overflows above it (≈ 709.78)
+LOG_FLOAT64_MAX = math.log(torch.finfo(torch.float64).max)
+
 
 def correlation(a: Float[Tensor, "... n"], b: Float[Tensor, "... n"]) -> Float[Tensor, "..."]:
     """Pearson correlation of `a` and `b` along the last dimension (NaN where either is constant).

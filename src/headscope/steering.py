@@ -39,6 +39,7 @@ import torch
 
 from ._atomic import refuse_foreign_dir
 from ._errors import HeadscopeError
+from ._html_repr import HtmlRepr
 from ._json import dumps
 from .bilinear import bilinear_form, key_bias_vector, qk_matrix
 from .loading import WEIGHTS_FILE, Model, file_sha256
@@ -88,9 +89,9 @@ def steered_qk(weights: Weights, layer: int, head: int, alpha: float, *, select:
         if bad:
             raise HeadscopeError(f"eigenvalue index {bad[0]} out of range (the form has {len(lam)} non-zero eigenvalues)")
     Vs, ls = V[:, sel], lam[sel]
-    W_new = form.sym + (Vs * ((alpha - 1.0) * ls)) @ Vs.T
-    if keep_skew:
-        W_new = W_new + form.skew
+    # from W itself, not from form.sym + form.skew: the form drops eigenvalues below its tolerance
+    # (|λ| ≤ 1e-6 max|λ|), which would make even α = 1 inexact
+    W_new = (W if keep_skew else (W + W.T) / 2) + (Vs * ((alpha - 1.0) * ls)) @ Vs.T
     U, sig, Vh = torch.linalg.svd(W_new)
     # ranks and errors on the scale of the unsteered head: a steered form that vanishes
     # (α = 0 on every eigenvalue) is rank 0, not rank d_head of rounding noise
@@ -163,7 +164,7 @@ def self_attention_stats(weights: Weights, tokens: Tensor, layer: int, head: int
 
 
 @dataclasses.dataclass
-class SteerResult:
+class SteerResult(HtmlRepr):
     layer: int
     head: int
     alpha: float

@@ -7,7 +7,8 @@ query q (q ≥ 1) the target mask is::
     M[q, k] = 1  if k < q, cat(k) = cat(q) and tok(k) ≠ tok(q)    (earlier partner)
     M[q, 0] = 1  if q has no earlier partner                        (BOS fallback)
 
-and the seed's loss is ``L = mean_q −log Σ_k (M ⊙ A)[q, k]`` for the head's pattern A.
+and the seed's loss is ``L = mean_q −log Σ_k (M ⊙ A)[q, k]`` for the head's pattern A
+(a query's term is capped at −log 1e-30 ≈ 69 nats where its target mass underflows).
 
 Categories that overlap in meaning (days and months, colours and metals: " silver" is
 a colour too) are declared in the categories file under ``"_related"`` (pairs of names);
@@ -29,15 +30,22 @@ Further rates (means over the queries they apply to):
 - ``same_category``   Σ A[q, k] over earlier partners, queries with a partner
 - ``bos_fallback``    A[q, 0], queries without a partner
 
+A rate whose set of queries is empty (no query has an earlier copy, say) is undefined
+and reported as None, not as 0.
+
 Position independence: the same tokens are shown in shuffled orders; the score of
 every (query token, key token) pair is grouped over the orders, and the fraction of
 score variance explained by token identity is ``1 − E[within-pair variance] / Var``.
+Both variances are taken about their means (two passes, float64), so scores with a
+large common offset do not cancel catastrophically; when every score is the same
+(e.g. W_Q or W_K zero) the fraction is 0/0 and reported as None.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -45,7 +53,9 @@ import torch
 from jaxtyping import Float, Int
 
 from . import shipped
-from ._errors import HeadscopeError
+from ._errors import HeadscopeError, NotApplicable
+from ._html_repr import HtmlRepr
+from ._json import finite_or_none
 from .corpus import read_text_file
 from .forward import run_with_cache
 from .loading import Model
@@ -68,6 +78,9 @@ def _read_categories(path: str | Path | None) -> dict:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise HeadscopeError(f"categories file {path}: not valid JSON ({e.msg}, line {e.lineno})") from None
+    except RecursionError:
+        raise HeadscopeError(f"categories file {path}: expected an object of name → list of words, "
+                             "got JSON nested too deeply") from None
     if not isinstance(data, dict) or not all(
         isinstance(v, list) and all(isinstance(w, str) for w in v) for k, v in data.items() if k != RELATED
     ):
@@ -209,8 +222,9 @@ def pattern_metrics(pattern: Float[Tensor, "batch head q k"], masks: dict[str, T
     has_copy = masks["copy"].any(-1)[:, None, q].double()
     has_partner = masks["has_partner"][:, None, q].double()
 
-    def masked_mean(x, w):
-        return (x * w).sum(dim=(0, 2)) / w.sum(dim=(0, 2)).clamp_min(1)
+    def masked_mean(x, w):                                     # NaN where no query applies (→ None)
+        n = w.sum(dim=(0, 2))
+        return torch.where(n > 0, (x * w).sum(dim=(0, 2)) / n.clamp_min(1), torch.full_like(n, math.nan))
     return {
         "semantic_loss": loss,
         "self_attention": diag.mean(dim=(0, 2)),
@@ -222,6 +236,9 @@ def pattern_metrics(pattern: Float[Tensor, "batch head q k"], masks: dict[str, T
 
 # -- survey ------------------------------------------------------------------------------------
 
+#: rates over a subset of the queries, undefined (None) when that subset is empty
+OPTIONAL_RATES = ("copy_attention", "same_category", "bos_fallback")
+
 
 @dataclasses.dataclass
 class HeadScore:
@@ -229,9 +246,9 @@ class HeadScore:
     head: int
     semantic_loss: float
     self_attention: float
-    copy_attention: float
-    same_category: float
-    bos_fallback: float
+    copy_attention: float | None      # None: no query of the prompts has an earlier copy
+    same_category: float | None       # None: no query has an earlier partner
+    bos_fallback: float | None        # None: every query has a partner
     rank: int = 0
 
     def to_dict(self) -> dict:
@@ -239,7 +256,7 @@ class HeadScore:
 
 
 @dataclasses.dataclass
-class SurveyResult:
+class SurveyResult(HtmlRepr):
     rows: list[HeadScore]                 # ranked by semantic_loss, best first
     fingerprint: str
     processing: dict
@@ -252,9 +269,11 @@ class SurveyResult:
 
     def render(self, top: int | None = None) -> str:
         lines = [f"{'rank':>4}  {'head':>5}  {'loss':>7}  {'self':>6}  {'copy':>6}  {'same_cat':>8}  {'bos_fb':>6}"]
+        def f(x, w):
+            return f"{'—':>{w}}" if x is None else f"{x:{w}.3f}"
         for r in self.rows[:top]:
             lines.append(f"{r.rank:>4}  {r.layer:>2}.{r.head:<2}  {r.semantic_loss:7.3f}  {r.self_attention:6.3f}  "
-                         f"{r.copy_attention:6.3f}  {r.same_category:8.3f}  {r.bos_fallback:6.3f}")
+                         f"{f(r.copy_attention, 6)}  {f(r.same_category, 8)}  {f(r.bos_fallback, 6)}")
         return "\n".join(lines)
 
 
@@ -268,7 +287,7 @@ def prompts_for(model: Model, categories=None, *, n_prompts=64, length=16, seed=
     rel_names = load_relations(data)
     ids = category_tokens(model.tokenizer, cats)
     if length + 1 > model.cfg.n_ctx:
-        raise HeadscopeError(f"prompt length {length} + BOS exceeds n_ctx {model.cfg.n_ctx}")
+        raise NotApplicable(f"prompt length {length} + BOS exceeds n_ctx {model.cfg.n_ctx}")
     k = len(ids) if cats_per_prompt is None else cats_per_prompt
     prompts = make_prompts(ids, model.bos_id, n_prompts=n_prompts, length=length, seed=seed, cats_per_prompt=k)
     index = {name: i for i, name in enumerate(prompts.names)}
@@ -304,7 +323,8 @@ def survey(model: Model, layers: list[int] | None = None, *, categories=None, n_
     for l in layers:
         met = pattern_metrics(cache[f"blocks.{l}.attn.hook_pattern"], masks, include_bos_query=bos_query)
         for h in range(cfg.n_heads):
-            rows.append(HeadScore(l, h, **{k: float(v[h]) for k, v in met.items()}))
+            rows.append(HeadScore(l, h, **{k: finite_or_none(v[h]) if k in OPTIONAL_RATES else float(v[h])
+                                           for k, v in met.items()}))
     rows.sort(key=lambda r: (r.semantic_loss, r.layer, r.head))
     for i, r in enumerate(rows):
         r.rank = i + 1
@@ -324,8 +344,8 @@ def survey(model: Model, layers: list[int] | None = None, *, categories=None, n_
 class PositionIndependence:
     layer: int
     head: int
-    identity_fraction: float      # share of score variance explained by (query token, key token)
-    position_fraction: float      # 1 − identity_fraction
+    identity_fraction: float | None   # share of score variance explained by (query token, key token);
+    position_fraction: float | None   # 1 − identity_fraction; both None when the scores are constant
     within_pair_std: float        # mean std of a pair's score across orders
     n_pairs: int
 
@@ -343,28 +363,25 @@ def position_independence(model: Model, layer: int, head: int, *, categories=Non
     W = model.weights(processing)
     b, p = prompts.tokens.shape
     perms = [np.arange(p)] + [np.concatenate([[0], 1 + rng.permutation(p - 1)]) for _ in range(n_shuffles)]
-    sums = torch.zeros(b, p, p, dtype=torch.float64)         # indexed by original positions (i query, j key)
-    sq = torch.zeros_like(sums)
-    cnt = torch.zeros_like(sums)
+    scores = torch.empty(len(perms), b, p, p, dtype=torch.float64)  # by original positions (i query, j key)
     name = f"blocks.{layer}.attn.hook_attn_scores"
-    for perm in perms:
+    for r, perm in enumerate(perms):
         perm_t = torch.from_numpy(perm)
         toks = prompts.tokens[:, perm_t]                      # new position n holds original token perm[n]
         S = run_with_cache(W, toks, names=[name], stop_at_layer=layer + 1)[name][:, head].double()  # [b q k]
         inv = torch.empty_like(perm_t)
         inv[perm_t] = torch.arange(p)
-        S = S[:, inv][:, :, inv]                              # back to original indices [b i j]
-        ok = torch.isfinite(S)
-        S = torch.where(ok, S, torch.zeros_like(S))
-        sums += S
-        sq += S * S
-        cnt += ok.double()
+        scores[r] = S[:, inv][:, :, inv]                      # back to original indices [b i j]
+    ok = torch.isfinite(scores)                               # causal: a pair is seen in the orders that keep i ≥ j
+    cnt = ok.sum(0).double()                                  # [b i j]
     keep = cnt >= 2
+    S0 = torch.where(ok, scores, torch.zeros_like(scores))
+    mean = S0.sum(0) / cnt.clamp_min(1)                       # per pair [b i j]
+    within = (torch.where(ok, scores - mean, torch.zeros_like(scores)).pow(2).sum(0) / cnt.clamp_min(1))[keep]
     n = cnt[keep]
-    mean = sums[keep] / n
-    within = (sq[keep] / n - mean**2).clamp_min(0)
-    total_mean = sums[keep].sum() / n.sum()
-    total_var = (sq[keep].sum() / n.sum() - total_mean**2).clamp_min(1e-30)
+    total_mean = (mean[keep] * n).sum() / n.sum()
+    total_var = (torch.where(ok, scores - total_mean, torch.zeros_like(scores)).pow(2).sum(0)[keep]).sum() / n.sum()
     within_var = (within * n).sum() / n.sum()
-    frac = float(1 - within_var / total_var)
-    return PositionIndependence(layer, head, frac, 1 - frac, float(within.sqrt().mean()), int(keep.sum()))
+    frac = float(1 - within_var / total_var) if total_var > 0 else None
+    return PositionIndependence(layer, head, frac, None if frac is None else 1 - frac, float(within.sqrt().mean()),
+                                int(keep.sum()))

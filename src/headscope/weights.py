@@ -103,6 +103,17 @@ class Block:
         }
 
 
+_BLOCK_FIELDS = tuple(f.name for f in dataclasses.fields(Block))
+
+
+def is_transposed_view(W_U: Tensor, W_E: Tensor) -> bool:
+    """W_U is literally ``W_E.T`` (same memory, transposed strides): GPT-2's tie, held once."""
+    return (
+        W_U.dim() == W_E.dim() == 2 and W_U.shape == W_E.T.shape and W_U.stride() == W_E.T.stride()
+        and W_U.device == W_E.device and W_U.dtype == W_E.dtype and W_U.data_ptr() == W_E.data_ptr()
+    )
+
+
 @dataclasses.dataclass
 class Weights:
     """All weights of a GPT-2 model plus the processing that produced them."""
@@ -151,9 +162,15 @@ class Weights:
     # -- conversions ----------------------------------------------------------------
 
     def map(self, fn) -> "Weights":
-        """Apply `fn` to every tensor (e.g. a dtype or device move)."""
+        """Apply `fn` to every tensor (e.g. a dtype or device move).
+
+        A tied W_U held as a view of W_E (``W_E.T``) stays a view of the new W_E.
+        """
         blocks = [Block(**{k: fn(getattr(b, k)) for k in b.shapes(self.cfg)}) for b in self.blocks]
-        top = {k: fn(getattr(self, k)) for k in self.shapes()}
+        view = is_transposed_view(self.W_U, self.W_E)
+        top = {k: fn(getattr(self, k)) for k in self.shapes() if not (view and k == "W_U")}
+        if view:
+            top["W_U"] = top["W_E"].T
         return Weights(cfg=self.cfg, blocks=blocks, processing=self.processing, **top)
 
     def to(self, device=None, dtype=None) -> "Weights":
@@ -172,6 +189,8 @@ class Weights:
     @property
     def tied(self) -> bool:
         """W_U is W_Eᵀ (GPT-2's tied unembedding; raw weights only, processing changes W_U)."""
+        if is_transposed_view(self.W_U, self.W_E):
+            return True
         return self.W_U.shape == self.W_E.T.shape and bool(torch.equal(self.W_U, self.W_E.T))
 
     def embedding_norms(self, chunk: int = 8192) -> tuple[Tensor, Tensor]:
@@ -191,6 +210,69 @@ def _center(t: Tensor, dim: int = -1) -> Tensor:
     return t - t.mean(dim=dim, keepdim=True)
 
 
+def process_block(block: Block, processing: Processing) -> Block:
+    """One raw block under `processing` (fold_ln, centring of W_O/W_out/b_O/b_out, value biases).
+
+    Returns a new :class:`Block`; `block` is left untouched. Blocks are independent of
+    one another, so processing them one at a time equals processing the whole model.
+    """
+    b = Block(**{k: getattr(block, k) for k in _BLOCK_FIELDS})
+    if processing.fold_ln:
+        # Q/K/V read LN1: b_X += ln1_b @ W_X[h] ; W_X[h] = diag(ln1_w) W_X[h]
+        for X in ("Q", "K", "V"):
+            W = getattr(b, f"W_{X}")                     # [head d_model d_head]
+            bias = getattr(b, f"b_{X}")                  # [head d_head]
+            setattr(b, f"b_{X}", bias + torch.einsum("d,hde->he", b.ln1_b, W))
+            setattr(b, f"W_{X}", W * b.ln1_w[None, :, None])
+        b.b_in = b.b_in + b.ln2_b @ b.W_in
+        b.W_in = b.W_in * b.ln2_w[:, None]
+        b.ln1_w, b.ln1_b = torch.ones_like(b.ln1_w), torch.zeros_like(b.ln1_b)
+        b.ln2_w, b.ln2_b = torch.ones_like(b.ln2_w), torch.zeros_like(b.ln2_b)
+    if processing.center_writing_weights:
+        b.W_O = _center(b.W_O)
+        b.b_O = _center(b.b_O)
+        b.W_out = _center(b.W_out)
+        b.b_out = _center(b.b_out)
+    if processing.fold_value_biases:
+        b.b_O = b.b_O + torch.einsum("he,hed->d", b.b_V, b.W_O)
+        b.b_V = torch.zeros_like(b.b_V)
+    return b
+
+
+def process_embed(W_E: Tensor, W_pos: Tensor, processing: Processing, *,
+                  inplace: bool = False) -> tuple[Tensor, Tensor]:
+    """(W_E, W_pos) under `processing`: centred over d_model with center_writing_weights.
+
+    ``inplace`` lets it overwrite the inputs instead of allocating new ones.
+    """
+    if processing.center_writing_weights:
+        if inplace:
+            return W_E.sub_(W_E.mean(dim=-1, keepdim=True)), W_pos.sub_(W_pos.mean(dim=-1, keepdim=True))
+        return _center(W_E), _center(W_pos)
+    return W_E, W_pos
+
+
+def process_unembed(
+    W_U: Tensor, b_U: Tensor, ln_final_w: Tensor, ln_final_b: Tensor, processing: Processing,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(W_U, b_U, ln_final_w, ln_final_b) under `processing` (fold_ln of ln_final, center_unembed).
+
+    ``W_U`` may be a transposed view of ``W_E`` (GPT-2's tie); it is read, never
+    written: the processed W_U is one new dense [d_model d_vocab] tensor, rewritten in
+    place (a vocabulary-sized matrix is copied once, not once per rewrite).
+    """
+    if processing.fold_ln or processing.center_unembed:
+        W_U = W_U.clone() if W_U.is_contiguous() else W_U.contiguous()
+    if processing.fold_ln:
+        b_U = b_U + ln_final_b @ W_U
+        W_U.mul_(ln_final_w[:, None])
+        ln_final_w, ln_final_b = torch.ones_like(ln_final_w), torch.zeros_like(ln_final_b)
+    if processing.center_unembed:
+        W_U.sub_(W_U.mean(dim=-1, keepdim=True))
+        b_U = _center(b_U)
+    return W_U, b_U, ln_final_w, ln_final_b
+
+
 def process(
     weights: Weights,
     processing: Processing | None = None,
@@ -198,44 +280,28 @@ def process(
     """Return processed weights; the raw ones are left untouched.
 
     Rewrites are applied to the raw weights in the fixed order fold_ln,
-    center_writing_weights, center_unembed, fold_value_biases. Asking for processing
-    of already-processed weights is refused (results would record the wrong thing).
+    center_writing_weights, center_unembed, fold_value_biases (block by block:
+    :func:`process_block`, :func:`process_embed`, :func:`process_unembed`). Asking for
+    processing of already-processed weights is refused (results would record the
+    wrong thing).
     """
     processing = processing or Processing.default()
     if weights.processing != Processing.none():
         raise HeadscopeError(
             f"weights are already processed ({weights.processing.label()}); process raw weights"
         )
-    w = weights.map(lambda t: t.clone())
-    if processing.fold_ln:
-        for b in w.blocks:
-            # Q/K/V read LN1: b_X += ln1_b @ W_X[h] ; W_X[h] = diag(ln1_w) W_X[h]
-            for X in ("Q", "K", "V"):
-                W = getattr(b, f"W_{X}")                     # [head d_model d_head]
-                bias = getattr(b, f"b_{X}")                  # [head d_head]
-                setattr(b, f"b_{X}", bias + torch.einsum("d,hde->he", b.ln1_b, W))
-                setattr(b, f"W_{X}", W * b.ln1_w[None, :, None])
-            b.b_in = b.b_in + b.ln2_b @ b.W_in
-            b.W_in = b.W_in * b.ln2_w[:, None]
-            b.ln1_w, b.ln1_b = torch.ones_like(b.ln1_w), torch.zeros_like(b.ln1_b)
-            b.ln2_w, b.ln2_b = torch.ones_like(b.ln2_w), torch.zeros_like(b.ln2_b)
-        w.b_U = w.b_U + w.ln_final_b @ w.W_U
-        w.W_U = w.W_U * w.ln_final_w[:, None]
-        w.ln_final_w, w.ln_final_b = torch.ones_like(w.ln_final_w), torch.zeros_like(w.ln_final_b)
-    if processing.center_writing_weights:
-        w.W_E = _center(w.W_E)
-        w.W_pos = _center(w.W_pos)
-        for b in w.blocks:
-            b.W_O = _center(b.W_O)
-            b.b_O = _center(b.b_O)
-            b.W_out = _center(b.W_out)
-            b.b_out = _center(b.b_out)
-    if processing.center_unembed:
-        w.W_U = _center(w.W_U, dim=-1)
-        w.b_U = _center(w.b_U)
-    if processing.fold_value_biases:
-        for b in w.blocks:
-            b.b_O = b.b_O + torch.einsum("he,hed->d", b.b_V, b.W_O)
-            b.b_V = torch.zeros_like(b.b_V)
-    w.processing = processing
-    return w
+    W_E, W_pos = process_embed(weights.W_E, weights.W_pos, processing)
+    W_U, b_U, ln_w, ln_b = process_unembed(weights.W_U, weights.b_U, weights.ln_final_w, weights.ln_final_b,
+                                           processing)
+    blocks = [process_block(b, processing) for b in weights.blocks]
+    # every tensor is a new one, as before: callers may modify the result in place
+    fresh = lambda t, old: t.clone() if any(t is o for o in old) else t  # noqa: E731
+    originals = [weights.W_E, weights.W_pos, weights.W_U, weights.b_U, weights.ln_final_w, weights.ln_final_b]
+    for nb, ob in zip(blocks, weights.blocks):
+        for k in _BLOCK_FIELDS:
+            setattr(nb, k, fresh(getattr(nb, k), [getattr(ob, k)]))
+    return Weights(
+        cfg=weights.cfg, W_E=fresh(W_E, originals), W_pos=fresh(W_pos, originals), blocks=blocks,
+        ln_final_w=fresh(ln_w, originals), ln_final_b=fresh(ln_b, originals),
+        W_U=fresh(W_U, originals), b_U=fresh(b_U, originals), processing=processing,
+    )

@@ -14,11 +14,13 @@ no file may appear (no temp files, no half-written output), change or vanish.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -36,6 +38,7 @@ class Ctx:
 
     root: Path
     tiny: Path
+    keep: list = dataclasses.field(default_factory=list)   # objects to keep alive during the case (sockets)
 
     def ckpt(self, mutate: Callable[[Path], None] | None = None, name: str = "ckpt") -> str:
         """A copy of the tiny checkpoint under root, broken by `mutate(dir)`."""
@@ -64,6 +67,7 @@ class Case:
     expect: str
     env: dict[str, str] | None = None
     skip_if: Callable[[], str | None] | None = None
+    may_hang: bool = False          # run under an alarm: a regression fails instead of hanging the suite
 
 
 # -- checkpoint breakers --------------------------------------------------------------
@@ -249,14 +253,14 @@ CASES: list[Case] = [
     Case("config n_head does not divide n_embd", lambda c: ["info", c.ckpt(edit_config(n_head=5))],
          "not divisible by n_heads"),
     Case("config n_layer not an integer", lambda c: ["info", c.ckpt(edit_config(n_layer="two"))],
-         "n_layers must be a positive integer"),
+         "n_layer must be a positive integer"),
     Case("unsupported activation", lambda c: ["info", c.ckpt(edit_config(activation_function="swish"))],
          "activation_function 'swish'"),
     Case("config shapes disagree with weights", lambda c: ["info", c.ckpt(edit_config(n_inner=24))],
          "expected [12, 24], got [12, 20]"),
     Case("missing model.safetensors", lambda c: ["info", c.ckpt(remove("model.safetensors"))],
          "missing model.safetensors"),
-    Case("pickle-only checkpoint", lambda c: ["info", c.ckpt(pickle_only)], "pickle checkpoint"),
+    Case("pickle-only checkpoint", lambda c: ["info", c.ckpt(pickle_only)], "unexpected tensor 'x'"),
     Case("truncated safetensors", lambda c: ["info", c.ckpt(truncate)], "truncated or corrupt"),
     Case("corrupt safetensors header", lambda c: ["info", c.ckpt(corrupt_header)], "truncated or corrupt"),
     Case("safetensors header length absurd", lambda c: ["info", c.ckpt(huge_header_length)], "truncated or corrupt"),
@@ -310,7 +314,7 @@ CASES: list[Case] = [
     Case("calibrate --text model.safetensors",
          lambda c: ["calibrate", c.model(), "--text", weights_file(c), "--out", "cal.json"], "is binary (contains NUL bytes)"),
     Case("calibrate --text a directory", lambda c: ["calibrate", c.model(), "--text", empty_dir(c), "--out", "cal.json"],
-         "Is a directory"),
+         "expected a file, got a directory"),
     Case("neuron --text empty", lambda c: ["neuron", c.model(), "3", "--text", empty(c)], "expected some text, got an empty file"),
     Case("neuron --text not UTF-8", lambda c: ["neuron", c.model(), "3", "--text", text(c), not_utf8(c)],
          "is not UTF-8: invalid byte 0xff"),
@@ -518,21 +522,385 @@ CASES: list[Case] = [
 ]
 
 
+# -- issue 18: the output rule, the input rule, config values (the safety helper's block) ------
+# Cases marked may_hang=True would block forever if the input/output rule broke (a FIFO opened,
+# /dev/zero read): they run under an alarm, so a regression fails in seconds instead of hanging.
+
+
+def fifo(c: Ctx, name: str = "pipe") -> str:
+    """A FIFO with no writer (opening it for reading, or for writing, blocks)."""
+    p = c.root / name
+    p.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(p)
+    return str(p)
+
+
+def unix_socket(c: Ctx, rel: str) -> str:
+    """A bound Unix socket at root/rel (bound through a relative path: socket paths are short)."""
+    import socket
+
+    (c.root / rel).parent.mkdir(parents=True, exist_ok=True)
+    s = socket.socket(socket.AF_UNIX)
+    cwd = os.getcwd()
+    os.chdir((c.root / rel).parent)
+    try:
+        s.bind(Path(rel).name)
+    finally:
+        os.chdir(cwd)
+    c.keep.append(s)
+    return str(c.root / rel)
+
+
+def corpus_dir_with(make: Callable[[Ctx, str], str]) -> Callable[[Ctx], str]:
+    """A corpus directory holding a good text and, beside it, what `make` puts there."""
+    def build(c: Ctx) -> str:
+        c.file("corp/a.txt", TEXT)
+        make(c, "corp/b")
+        return str(c.root / "corp")
+    return build
+
+
+def dangling(c: Ctx, name: str = "link.txt") -> str:
+    p = c.root / name
+    p.parent.mkdir(parents=True, exist_ok=True)
+    os.symlink("no-such-target.txt", p)
+    return str(p)
+
+
+def deep_json(c: Ctx, name: str) -> str:
+    return str(c.file(name, "[" * 100_000 + "]" * 100_000))
+
+
+def replace_with(name: str, make: Callable[[Path], None]):
+    """A checkpoint breaker: `name` replaced by what `make(path)` creates."""
+    def mutate(d: Path):
+        (d / name).unlink()
+        make(d / name)
+    return mutate
+
+
+def earlier_steer(c: Ctx, break_it: Callable[[Path], None] | None = None) -> str:
+    """An earlier `steer --out` output (made before the snapshot), then broken by `break_it(dir)`."""
+    out = c.root / "steered"
+    assert main(steer0(c)) == 0
+    if break_it:
+        break_it(out)
+    return str(out)
+
+
+def earlier_report(c: Ctx, break_it: Callable[[Path], None] | None = None) -> str:
+    out = c.root / "rep"
+    assert main(["report", c.model(), "--out", str(out), "--stages", "model", "--no-progress"]) == 0
+    if break_it:
+        break_it(out)
+    return str(out)
+
+
+def own_dir_of_other_kind(c: Ctx) -> str:
+    """A directory headscope wrote for another command (its manifest lists planted.json, not kernels.json)."""
+    c.file("other/planted.json", "{}")
+    c.file("other/.headscope-manifest.json",
+           json.dumps({"format": "headscope-output", "version": 1, "files": ["planted.json"]}))
+    return str(c.root / "other")
+
+
+def report_marker_without_manifest(c: Ctx) -> str:
+    c.file("old/.headscope-report", '{"format": "headscope-report", "version": 1}')
+    c.file("old/index.html", "<p>mine</p>")
+    return str(c.root / "old")
+
+
+def link_to_foreign_dir(c: Ctx) -> str:
+    os.symlink(foreign_dir(c), c.root / "link")
+    return str(c.root / "link")
+
+
+def over(c: Ctx, name: str, n_bytes: int) -> str:
+    return str(c.file(name, ("lorem ipsum dolor sit amet " * (n_bytes // 27 + 1))[:n_bytes]))
+
+
+CASES += [
+    # -- class 1: outputs (single files) ------------------------------------------------
+    Case("calibrate --out a user's file", lambda c: ["calibrate", c.model(), "--text", text(c), "--out",
+                                                     str(c.file("notes.json", '{"mine": 1}'))],
+         "already exists and was not written by headscope"),
+    Case("calibrate --out a FIFO", lambda c: ["calibrate", c.model(), "--text", text(c), "--out", fifo(c)],
+         "is a FIFO; headscope writes only regular files", may_hang=True),
+    Case("calibrate --out /dev/null", lambda c: ["calibrate", c.model(), "--text", text(c), "--out", "/dev/null"],
+         "is a character device; headscope writes only regular files"),
+    Case("calibrate --out a dangling symlink", lambda c: ["calibrate", c.model(), "--text", text(c), "--out",
+                                                          dangling(c, "cal.json")], "which does not exist"),
+    Case("neuron --out a user's page", lambda c: ["neuron", c.model(), "3", "--text", text(c), "--out",
+                                                  str(c.file("page.html", "<!DOCTYPE html>\n<p>mine</p>"))],
+         "already exists and was not written by headscope"),
+    Case("neuron --out a FIFO", lambda c: ["neuron", c.model(), "3", "--text", text(c), "--out", fifo(c)],
+         "is a FIFO", may_hang=True),
+    Case("reproduce --out a FIFO", lambda c: ["reproduce", c.model(), "--out", fifo(c)], "is a FIFO", may_hang=True),
+    Case("reproduce --out a user's JSON", lambda c: ["reproduce", c.model(), "--out",
+                                                     str(c.file("claims.json", '{"rows": []}'))],
+         "already exists and was not written by headscope"),
+    # -- class 1: outputs (directories) ----------------------------------------------
+    Case("plant --out a FIFO", lambda c: ["plant", "--out", fifo(c)], "not a directory (a FIFO)", may_hang=True),
+    Case("steer --out a dangling symlink", lambda c: steer0(c)[:-1] + [dangling(c, "steered")], "which does not exist"),
+    Case("report --out a symlink to a user's directory", lambda c: ["report", c.model(), "--out", link_to_foreign_dir(c)],
+         "already holds other files"),
+    Case("kernels --out a headscope directory of another kind", lambda c: ["kernels", c.model(), "--out",
+                                                                          own_dir_of_other_kind(c)],
+         "no kernels.json listed in headscope's .headscope-manifest.json"),
+    Case("report --out a marker without a manifest", lambda c: ["report", c.model(), "--out",
+                                                               report_marker_without_manifest(c)],
+         "already holds other files"),
+    Case("steer --out earlier output, config.json now a user's symlink",
+         lambda c: steer0(c)[:-1] + [earlier_steer(c, lambda d: (
+             (d / "config.json").unlink(), os.symlink(c.file("mine.json", "{}"), d / "config.json")))],
+         "config.json is a symbolic link"),
+    Case("steer --out earlier output, steering.json now a FIFO",
+         lambda c: steer0(c)[:-1] + [earlier_steer(c, lambda d: ((d / "steering.json").unlink(),
+                                                                  os.mkfifo(d / "steering.json")))],
+         "steering.json is a FIFO", may_hang=True),
+    Case("steer --out earlier output with a user's file where headscope writes",
+         lambda c: steer0(c)[:-1] + [earlier_steer(c, lambda d: (
+             d / ".headscope-manifest.json").write_text(json.dumps(
+                 {"format": "headscope-output", "version": 1, "files": ["steering.json"]})))],
+         "already exists and was not written by headscope"),
+    Case("report --out earlier report, data/model.json now a FIFO",
+         lambda c: ["report", c.model(), "--out", earlier_report(c, lambda d: (
+             (d / "data/model.json").unlink(), os.mkfifo(d / "data/model.json"))), "--stages", "model",
+                    "--no-progress"], "data/model.json is a FIFO", may_hang=True),
+    # -- class 2: inputs that never end, and sizes --------------------------------------
+    Case("calibrate --text /dev/zero", lambda c: ["calibrate", c.model(), "--text", "/dev/zero", "--out", "cal.json"],
+         "/dev/zero is a character device, not a regular file", may_hang=True),
+    Case("calibrate --text a FIFO", lambda c: ["calibrate", c.model(), "--text", fifo(c), "--out", "cal.json"],
+         "is a FIFO, not a regular file", may_hang=True),
+    Case("neuron --text a FIFO", lambda c: ["neuron", c.model(), "3", "--text", text(c), fifo(c)], "is a FIFO",
+         may_hang=True),
+    Case("neurons --calibration-text /dev/zero", lambda c: ["neurons", c.model(), "--calibration-text", "/dev/zero"],
+         "is a character device", may_hang=True),
+    Case("neurons --calibration a FIFO", lambda c: ["neurons", c.model(), "--calibration", fifo(c)], "is a FIFO",
+         may_hang=True),
+    Case("kernels --corpus /dev/zero", lambda c: ["kernels", c.model(), "--corpus", "/dev/zero"],
+         "is a character device", may_hang=True),
+    Case("denominators --corpus a FIFO", lambda c: ["denominators", c.model(), "--corpus", fifo(c)], "is a FIFO",
+         may_hang=True),
+    Case("denominators --corpus a directory holding a FIFO",
+         lambda c: ["denominators", c.model(), "--corpus", corpus_dir_with(fifo)(c)], "corp/b is a FIFO", may_hang=True),
+    Case("kernels --corpus a directory holding a socket",
+         lambda c: ["kernels", c.model(), "--corpus", corpus_dir_with(unix_socket)(c)], "corp/b is a socket"),
+    Case("kernels --corpus a directory holding a dangling link",
+         lambda c: ["kernels", c.model(), "--corpus", corpus_dir_with(dangling)(c)], "symbolic link to a missing file"),
+    Case("head --corpus /dev/zero", lambda c: ["head", c.model(), "1.2", "--corpus", "/dev/zero"],
+         "is a character device", may_hang=True),
+    Case("survey --categories a FIFO", lambda c: ["survey", c.model(), "--categories", fifo(c)], "is a FIFO",
+         may_hang=True),
+    Case("report --samples a FIFO", lambda c: ["report", c.model(), "--out", "rep", "--samples", fifo(c)], "is a FIFO",
+         may_hang=True),
+    Case("report --calibration-text /dev/zero",
+         lambda c: ["report", c.model(), "--out", "rep", "--calibration-text", "/dev/zero"], "is a character device",
+         may_hang=True),
+    Case("calibrate --text a dangling symlink",
+         lambda c: ["calibrate", c.model(), "--text", dangling(c), "--out", "cal.json"], "symbolic link to a missing file"),
+    Case("calibrate --text over --max-input-mb",
+         lambda c: ["calibrate", c.model(), "--text", over(c, "big.txt", 2000), "--out", "cal.json",
+                    "--max-input-mb", "0.001"], "over the input size limit: expected at most 1048 bytes, got 2000 bytes"),
+    Case("kernels --corpus over --max-input-mb in all",
+         lambda c: ["kernels", c.model(), "--corpus", over(c, "c/a.txt", 700), over(c, "c/b.txt", 700),
+                    "--max-input-mb", "0.001"], "expected at most 1048 bytes in all"),
+    Case("--max-input-mb 0", lambda c: ["kernels", c.model(), "--max-input-mb", "0"],
+         "--max-input-mb: expected a positive number of MiB, got 0.0"),
+    Case("--max-input-mb nan", lambda c: ["kernels", c.model(), "--max-input-mb", "nan"],
+         "--max-input-mb: expected a positive number of MiB, got nan"),
+    Case("--max-input-mb abc", lambda c: ["kernels", c.model(), "--max-input-mb", "abc"], "invalid float value: 'abc'"),
+    Case("neurons --calibration nested too deeply",
+         lambda c: ["neurons", c.model(), "--calibration", deep_json(c, "deep.json")], "nested too deeply"),
+    Case("survey --categories nested too deeply",
+         lambda c: ["survey", c.model(), "--categories", deep_json(c, "deep.json")], "nested too deeply"),
+    Case("config.json a FIFO", lambda c: ["info", c.ckpt(replace_with("config.json", os.mkfifo))],
+         "config.json is a FIFO, not a regular file", may_hang=True),
+    Case("config.json a link to /dev/zero",
+         lambda c: ["info", c.ckpt(replace_with("config.json", lambda p: os.symlink("/dev/zero", p)))],
+         "config.json is a character device", may_hang=True),
+    # -- class 3 and the config half of class 4: config values ----------------------------
+    Case("config layer_norm_epsilon 'abc'", lambda c: ["info", c.ckpt(edit_config(layer_norm_epsilon="abc"))],
+         "layer_norm_epsilon must be a finite positive number, got 'abc'"),
+    Case("config layer_norm_epsilon NaN", lambda c: ["info", c.ckpt(edit_config(layer_norm_epsilon=float("nan")))],
+         "layer_norm_epsilon must be a finite positive number, got nan"),
+    Case("config layer_norm_epsilon inf", lambda c: ["info", c.ckpt(edit_config(layer_norm_epsilon=float("inf")))],
+         "layer_norm_epsilon must be a finite positive number, got inf"),
+    Case("config layer_norm_epsilon negative", lambda c: ["info", c.ckpt(edit_config(layer_norm_epsilon=-1e-5))],
+         "layer_norm_epsilon must be a finite positive number, got -1e-05"),
+    Case("config layer_norm_epsilon 0", lambda c: ["info", c.ckpt(edit_config(layer_norm_epsilon=0))],
+         "layer_norm_epsilon must be a finite positive number, got 0"),
+    Case("config layer_norm_epsilon 10^400", lambda c: ["info", c.ckpt(edit_config(layer_norm_epsilon=10**400))],
+         "layer_norm_epsilon must be a finite positive number, got 1000000000"),
+    Case("config layer_norm_epsilon true", lambda c: ["info", c.ckpt(edit_config(layer_norm_epsilon=True))],
+         "layer_norm_epsilon must be a finite positive number, got True"),
+    Case("config scale_attn_weights 'false'", lambda c: ["info", c.ckpt(edit_config(scale_attn_weights="false"))],
+         "scale_attn_weights must be true or false, got 'false' (a string)"),
+    Case("config scale_attn_by_inverse_layer_idx 'true'",
+         lambda c: ["info", c.ckpt(edit_config(scale_attn_by_inverse_layer_idx="true"))],
+         "scale_attn_by_inverse_layer_idx must be true or false, got 'true'"),
+    Case("config scale_attn_weights 0", lambda c: ["info", c.ckpt(edit_config(scale_attn_weights=0))],
+         "scale_attn_weights must be true or false, got 0"),
+    Case("config add_cross_attention 'no'", lambda c: ["info", c.ckpt(edit_config(add_cross_attention="no"))],
+         "add_cross_attention must be true or false, got 'no'"),
+    Case("config tie_word_embeddings 'false'", lambda c: ["info", c.ckpt(edit_config(tie_word_embeddings="false"))],
+         "tie_word_embeddings must be true or false"),
+    Case("config.json nested too deeply", lambda c: ["info", c.ckpt(write("config.json", "[" * 100_000 + "]" * 100_000))],
+         "JSON nested too deeply"),
+    Case("config.json with a key twice", lambda c: ["info", c.ckpt(write("config.json", '{"model_type": "gpt2", '
+                                                                      '"n_layer": 2, "n_layer": 3}'))],
+         "key 'n_layer' appears twice"),
+    Case("config n_positions 10^12", lambda c: ["info", c.ckpt(edit_config(n_positions=10**12))],
+         "n_positions must be a positive integer (at most 2147483647), got 1000000000000"),
+    Case("config n_embd 12.0", lambda c: ["info", c.ckpt(edit_config(n_embd=12.0))],
+         "n_embd must be a positive integer (at most 2147483647), got 12.0"),
+    Case("config vocab_size negative", lambda c: ["info", c.ckpt(edit_config(vocab_size=-5))],
+         "vocab_size must be a positive integer (at most 2147483647), got -5"),
+    Case("config n_inner a string", lambda c: ["info", c.ckpt(edit_config(n_inner="20"))],
+         "n_inner must be a positive integer (at most 2147483647), got '20'"),
+    Case("config n_layer true", lambda c: ["info", c.ckpt(edit_config(n_layer=True))],
+         "n_layer must be a positive integer"),
+    Case("config n_embd missing", lambda c: ["info", c.ckpt(edit_config(n_embd=None))], "missing key 'n_embd'"),
+    Case("config activation_function a number", lambda c: ["info", c.ckpt(edit_config(activation_function=3))],
+         "activation_function must be a string, got 3"),
+]
+
+
+# -- weights: dtypes, keys, tying, layouts, revisions (store) ---------------------------
+
+
+def edit_state(fn: Callable[[dict], None]):
+    """Rewrite model.safetensors after `fn(state)` edits its tensors in place."""
+    def mutate(d: Path):
+        from safetensors.torch import load_file, save_file
+
+        state = dict(load_file(str(d / "model.safetensors")))
+        fn(state)
+        save_file(state, str(d / "model.safetensors"))
+    return mutate
+
+
+def shard(d: Path, index_edit: Callable[[dict], None] | None = None, drop: str | None = None):
+    """model.safetensors → two shards + model.safetensors.index.json, then `index_edit` / remove `drop`."""
+    from safetensors.torch import load_file, save_file
+
+    state = load_file(str(d / "model.safetensors"))
+    keys = sorted(state)
+    parts = {"model-00001-of-00002.safetensors": keys[::2], "model-00002-of-00002.safetensors": keys[1::2]}
+    for name, ks in parts.items():
+        save_file({k: state[k] for k in ks}, str(d / name), metadata={"format": "pt"})
+    index = {"metadata": {}, "weight_map": {k: n for n, ks in parts.items() for k in ks}}
+    if index_edit:
+        index_edit(index)
+    (d / "model.safetensors").unlink()
+    (d / "model.safetensors.index.json").write_text(json.dumps(index))
+    if drop:
+        (d / drop).unlink()
+
+
+class _Hostile:
+    """Unpickling it would call print(...): torch.load(weights_only=True) must refuse it."""
+
+    def __reduce__(self):
+        return (print, ("unpickled",))
+
+
+def hostile_bin(d: Path):
+    from safetensors.torch import load_file
+
+    state = dict(load_file(str(d / "model.safetensors")))
+    state["transformer.h.0.ln_1.weight"] = _Hostile()
+    (d / "model.safetensors").unlink()
+    torch.save(state, d / "pytorch_model.bin")
+
+
+def truncated_bin(d: Path):
+    from safetensors.torch import load_file
+
+    torch.save(dict(load_file(str(d / "model.safetensors"))), d / "pytorch_model.bin")
+    (d / "model.safetensors").unlink()
+    data = (d / "pytorch_model.bin").read_bytes()
+    (d / "pytorch_model.bin").write_bytes(data[: len(data) // 2])
+
+
+C_FC = "transformer.h.0.mlp.c_fc.weight"
+
+CASES += [
+    Case("integer weight tensor", lambda c: ["info", c.ckpt(edit_state(lambda s: s.update({C_FC: s[C_FC].to(torch.int32)})))],
+         "has dtype int32; headscope reads floating-point weights only"),
+    Case("bool weight tensor",
+         lambda c: ["info", c.ckpt(edit_state(lambda s: s.update({"transformer.ln_f.weight": s["transformer.ln_f.weight"] > 0})))],
+         "'transformer.ln_f.weight' has dtype bool"),
+    Case("X and transformer.X both stored",
+         lambda c: ["info", c.ckpt(edit_state(lambda s: s.update({"h.0.mlp.c_fc.weight": s[C_FC].clone()})))],
+         "holds both 'h.0.mlp.c_fc.weight' and 'transformer.h.0.mlp.c_fc.weight'"),
+    Case("tensor of a layer beyond n_layer",
+         lambda c: ["info", c.ckpt(edit_state(lambda s: s.update({"transformer.h.2.mlp.c_fc.weight": s[C_FC].clone()})))],
+         "for layer 2, but config.json has n_layer 2"),
+    Case("tensor of no GPT-2 weight",
+         lambda c: ["info", c.ckpt(edit_state(lambda s: s.update({"score.weight": torch.zeros(2, 12)})))],
+         "unexpected tensor 'score.weight'"),
+    Case("tie_word_embeddings false without lm_head.weight",
+         lambda c: ["info", c.ckpt(edit_config(tie_word_embeddings=False))], "there is no lm_head.weight"),
+    Case("tie_word_embeddings not a boolean",
+         lambda c: ["info", c.ckpt(edit_config(tie_word_embeddings="no"))], "tie_word_embeddings must be true or false"),
+    Case("lm_head.weight of the wrong shape",
+         lambda c: ["info", c.ckpt(edit_state(lambda s: s.update({"lm_head.weight": torch.zeros(50257, 11)})))],
+         "shape of lm_head.weight: expected [50257, 12], got [50257, 11]"),
+    Case("sharded: index names a shard outside the checkpoint",
+         lambda c: ["info", c.ckpt(lambda d: shard(d, lambda i: i["weight_map"].update({C_FC: "../model.safetensors"})))],
+         "is not a .safetensors file name in the checkpoint directory"),
+    Case("sharded: a shard is missing",
+         lambda c: ["info", c.ckpt(lambda d: shard(d, drop="model-00002-of-00002.safetensors"))],
+         "missing shard model-00002-of-00002.safetensors"),
+    Case("sharded: index lists a tensor in the wrong shard",
+         lambda c: ["info", c.ckpt(lambda d: shard(d, lambda i: i["weight_map"].update(
+             {k: "model-00001-of-00002.safetensors" for k in i["weight_map"]})))],
+         "which does not hold it"),
+    Case("pytorch_model.bin that unpickles code", lambda c: ["info", c.ckpt(hostile_bin)],
+         "holds more than plain tensors and is refused"),
+    Case("pytorch_model.bin truncated", lambda c: ["info", c.ckpt(truncated_bin)], "truncated or corrupt"),
+    Case("--revision with a local directory", lambda c: ["info", c.model(), "--revision", "step-1"],
+         "--revision step-1 applies to hub ids"),
+    Case("--revision not in the offline cache", lambda c: ["info", "gpt2", "--revision", "step-1"],
+         "'gpt2' at revision 'step-1' is not in the local Hugging Face cache", env=offline()),
+]
+
+
 # -- running a case -------------------------------------------------------------------
 
 
 def snapshot(root: Path) -> dict[str, str]:
-    """Every path under root → a digest of its content (or 'dir')."""
+    """Every path under root → a digest of its content ('dir', 'link:…', or the kind of a FIFO/socket)."""
+    import stat
+
     out = {}
     for p in sorted(root.rglob("*")):
         rel = str(p.relative_to(root))
-        if p.is_symlink():
+        mode = os.lstat(p).st_mode
+        if stat.S_ISLNK(mode):
             out[rel] = "link:" + os.readlink(p)
-        elif p.is_dir():
+        elif stat.S_ISDIR(mode):
             out[rel] = "dir"
+        elif not stat.S_ISREG(mode):   # never opened: a FIFO would block
+            out[rel] = f"special:{stat.S_IFMT(mode)}"
         else:
             out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
     return out
+
+
+@contextlib.contextmanager
+def alarm(seconds: int, what: str):
+    """Fail with TimeoutError (instead of hanging) if the block runs longer than `seconds`."""
+    def fire(signum, frame):
+        raise TimeoutError(f"{what}: still running after {seconds} s (it hangs)")
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
 
 
 def run_headscope(argv: list[str], env: dict[str, str] | None, root: Path, capsys) -> tuple[int, str]:
@@ -540,6 +908,8 @@ def run_headscope(argv: list[str], env: dict[str, str] | None, root: Path, capsy
     if env is not None:
         full = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_"))}
         full.update({k: v.format(root=root) for k, v in env.items()})
+        src = str(Path(__import__("headscope").__file__).resolve().parent.parent)   # the package under test
+        full["PYTHONPATH"] = os.pathsep.join([src, *filter(None, [os.environ.get("PYTHONPATH")])])
         r = subprocess.run([sys.executable, "-m", "headscope", *argv], env=full, capture_output=True,
                            text=True, timeout=120, cwd=root)
         return r.returncode, r.stderr
@@ -569,7 +939,8 @@ def test_bad_input(case: Case, ctx: Ctx, capsys, monkeypatch):
     argv = case.argv(ctx)
     capsys.readouterr()
     before = snapshot(ctx.root)
-    code, err = run_headscope(argv, case.env, ctx.root, capsys)
+    with alarm(60, case.name) if case.may_hang else contextlib.nullcontext():
+        code, err = run_headscope(argv, case.env, ctx.root, capsys)
     assert code == 2, f"exit {code}, stderr: {err}"
     assert "Traceback" not in err, err
     lines = err.strip().splitlines()

@@ -97,11 +97,29 @@ def test_missing_weights(tiny_hf_dir, tmp_path, capsys):
     assert_one_line_error(*run_cli(capsys, "info", str(d))[::2], "missing model.safetensors")
 
 
-def test_pickle_only_checkpoint_refused(tiny_hf_dir, tmp_path, capsys):
+class _RunsCode:
+    """Unpickling this calls open(MARKER, "w"): what a hostile pytorch_model.bin would do."""
+
+    marker = ""
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_pickle_bin_that_runs_code_is_refused(tiny_hf_dir, tmp_path, capsys):
+    d = copy_ckpt(tiny_hf_dir, tmp_path / "c")
+    (d / "model.safetensors").unlink()
+    _RunsCode.marker = str(tmp_path / "pwned")
+    torch.save({"wte.weight": torch.zeros(1), "evil": _RunsCode()}, d / "pytorch_model.bin")
+    assert_one_line_error(*run_cli(capsys, "info", str(d))[::2], "holds more than plain tensors and is refused")
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_bin_with_a_foreign_tensor_is_refused(tiny_hf_dir, tmp_path, capsys):
     d = copy_ckpt(tiny_hf_dir, tmp_path / "c")
     (d / "model.safetensors").unlink()
     torch.save({"x": torch.zeros(1)}, d / "pytorch_model.bin")
-    assert_one_line_error(*run_cli(capsys, "info", str(d))[::2], "pickle checkpoint")
+    assert_one_line_error(*run_cli(capsys, "info", str(d))[::2], "unexpected tensor 'x'")
 
 
 def test_truncated_safetensors(tiny_hf_dir, tmp_path, capsys):

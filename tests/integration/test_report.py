@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import re
 from html.parser import HTMLParser
@@ -24,6 +26,7 @@ ALLOWED_TAGS = {
     "html", "head", "meta", "title", "style", "body", "header", "nav", "main", "footer", "section", "div",
     "span", "p", "a", "h1", "h2", "h3", "table", "caption", "thead", "tbody", "tr", "th", "td", "figure",
     "figcaption", "code", "svg", "rect", "line", "polyline", "polygon", "circle", "text",
+    "script", "input", "ul",   # the report's one hashed script, its JSON data blocks, the search box
 }
 
 
@@ -43,7 +46,7 @@ def samples(tmp_path_factory) -> list[Path]:
 
 
 CALIBRATION: list[Path] = []
-FAST = dict(progress=False, n_neurons=4, deep_dives=1, semantic_tokens=1500, kernel_windows=4)
+FAST = dict(progress=False, n_neurons=4, deep_dives=1, semantic_tokens=1500, kernel_windows=4, atlas_tokens=500)
 
 
 def _options(samples, **kw) -> ReportOptions:
@@ -64,14 +67,29 @@ def _html_files(out: Path) -> list[Path]:
 class _Tags(HTMLParser):
     def __init__(self):
         super().__init__(convert_charrefs=True)
-        self.tags, self.hrefs, self.text = set(), [], []
+        self.tags, self.hrefs, self.text, self.scripts = set(), [], [], []
+        self._script = None
 
     def handle_starttag(self, tag, attrs):
         self.tags.add(tag)
         self.hrefs += [v for k, v in attrs if k in ("href", "src")]
+        if tag == "script":
+            self._script = (dict(attrs), [])
+
+    def handle_endtag(self, tag):
+        if tag == "script" and self._script is not None:
+            self.scripts.append((self._script[0], "".join(self._script[1])))
+            self._script = None
 
     def handle_data(self, data):
-        self.text.append(data)
+        if self._script is not None:
+            self._script[1].append(data)
+        else:
+            self.text.append(data)
+
+
+#: our own script elements: the hashed inline script and JSON data blocks (removed before looking for markup)
+OWN_SCRIPTS = re.compile(r'<script>.*?</script>|<script type="application/json" id="hs-[a-z-]+">[^<]*</script>', re.S)
 
 
 def _parse(path: Path) -> _Tags:
@@ -131,7 +149,16 @@ def test_every_link_is_local_and_resolves(report):
         p = _parse(page)
         assert p.tags <= ALLOWED_TAGS, f"{page.name}: unexpected elements {p.tags - ALLOWED_TAGS}"
         text = page.read_text()
-        assert "default-src 'none'" in text  # CSP: no scripts, no fetches
+        assert "default-src 'none'" in text  # CSP: no fetches; the one script allowed by its hash
+        from headscope.report.html import CSP, SCRIPT, SCRIPT_HASH
+        assert f'content="{CSP}"' in text and "unsafe-inline" not in CSP.split("script-src")[1]
+        for attrs, body in p.scripts:   # only the hashed script and JSON data, which parses and holds no markup
+            if attrs.get("type") == "application/json":
+                assert not set(body) & set("<>&") and json.loads(body) is not None
+            else:
+                assert attrs == {} and body == SCRIPT
+                assert SCRIPT_HASH == "sha256-" + base64.b64encode(hashlib.sha256(body.encode()).digest()).decode()
+        assert text.count("<script>") == 1, f"{page.name}: the script once per page"
         for href in p.hrefs:
             assert not re.match(r"^[a-z]+:", href), f"{page.name}: non-local link {href}"
             target = href.split("#")[0]
@@ -146,7 +173,7 @@ def test_every_token_string_is_escaped(report, planted_model, samples):
     markup = [t for t in toks if set(t) & set("<>&\"")]
     assert "<|endoftext|>" in markup and any("<" in t for t in markup[1:])  # the planted markup did tokenise
     pages = {p: p.read_text() for p in _html_files(out)}
-    everything = "\n".join(pages.values())
+    everything = "\n".join(OWN_SCRIPTS.sub("", t) for t in pages.values())
     for t in ["<script", "<img", "<b>", "<i>", "<|endoftext|>"]:
         assert t not in everything, f"raw {t!r} in the report"
     neuron_page = next(iter(sorted((out / "neurons").glob("*.html"))))
@@ -220,7 +247,8 @@ def test_interrupt_and_resume(report, planted_model, samples, tmp_path, monkeypa
         for f in ("model", "attention"):
             (nc / "data").mkdir(exist_ok=True)
             (nc / f"data/{f}.json").write_bytes((out / f"data/{f}.json").read_bytes())
-        (nc / ".headscope-report").write_bytes((out / ".headscope-report").read_bytes())
+        for f in (".headscope-report", ".headscope-manifest.json"):   # an earlier report's marker and manifest
+            (nc / f).write_bytes((out / f).read_bytes())
         build_report(planted_model, nc, _options(samples, use_cache=False, stages=["model", "attention"]))
         assert calls == {"model": 1, "attention": 1}                              # --no-cache recomputes them
     assert _snapshot(out) == reference

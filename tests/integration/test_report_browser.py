@@ -195,3 +195,96 @@ def test_report_in_chromium(browser, report_dir, tmp_path):
 
     errors = browser.errors()
     assert not errors, f"console errors: {errors[:3]}"
+
+
+def _centre(browser, selector: str) -> tuple[float, float]:
+    """Scroll the element into view and return its centre in viewport coordinates."""
+    x, y = browser.evaluate(f"""(() => {{ const e = document.querySelector({json.dumps(selector)});
+      e.scrollIntoView({{block: 'center'}}); const r = e.getBoundingClientRect();
+      return [r.x + r.width / 2, r.y + r.height / 2]; }})()""")
+    return x, y
+
+
+def _hover(browser, x: float, y: float) -> None:
+    browser.page("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": x, "y": y})
+
+
+def _tooltip(browser) -> tuple[str, bool, list[float]]:
+    return browser.evaluate("""(() => { const t = document.getElementById('hs-tip'); const r = t.getBoundingClientRect();
+      return [t.textContent, t.hidden, [r.width, r.height]]; })()""")
+
+
+def test_atlas_hover_click_sort_search(browser, report_dir, tmp_path):
+    atlas = json.loads((report_dir / "data/atlas.json").read_text())["data"]
+    rows = {(r["layer"], r["head"]): r for r in atlas["rows"]}
+    lowest = min(atlas["rows"], key=lambda r: r["qk_self"])
+    name = f"L{lowest['layer']}H{lowest['head']}"
+    page = report_dir / "atlas.html"
+    browser.navigate(page.as_uri())
+    sizes = browser.evaluate("""Array.from(document.querySelectorAll('table.hgrid .cell')).map(c => {
+      const r = c.getBoundingClientRect(); return [r.width, r.height]; })""")
+    assert len(sizes) == page.read_text().count('class="cell"') == len(rows) * 6 + 12   # 6 metrics + layer-0 kernels
+    assert all(w >= 10 and h >= 10 for w, h in sizes)
+
+    # hover a grid cell: the tooltip shows every figure of that head
+    cell = f'#grid-qk_self a.cell[data-head="{name}"]'
+    _hover(browser, *_centre(browser, cell))
+    text, hidden, (w, h) = _tooltip(browser)
+    assert not hidden and w > 50 and h > 30
+    assert text.startswith(f"{name} (layer {lowest['layer']}, head {lowest['head']})")
+    for line in (f"self score z: {lowest['qk_self']:.4g}", f"OV copying: {lowest['ov_copying']:.4g}",
+                 "QK symmetry: ", "negative λ: ", "positional share: ", "semantic loss: "):
+        assert line in text, (line, text)
+    category = json.loads((report_dir / "data/kernels.json").read_text())["data"]["heads"][0]["category"]
+    _hover(browser, *_centre(browser, '#grid-ov_copying a.cell[data-head="L0H0"]'))
+    text = _tooltip(browser)[0]                                           # the kernels stage's category merged in
+    assert text.startswith("L0H0 (layer 0, head 0)") and f"kernel: {category.replace('_', ' ')}" in text
+    _hover(browser, 2, 2)                                                 # away from every cell: hidden
+    assert _tooltip(browser)[1] is True
+
+    # sort the table of every head by the self score, then reverse it
+    col = browser.evaluate("""Array.from(document.querySelectorAll('table.data thead th'))
+      .findIndex(th => th.textContent.startsWith('self score z'))""")
+    assert col > 0
+    first = f"document.querySelector('table.data tbody tr').cells[0].textContent"
+    browser.evaluate(f"document.querySelectorAll('table.data thead th')[{col}].click()")
+    assert browser.evaluate(first) == name
+    browser.evaluate(f"document.querySelectorAll('table.data thead th')[{col}].click()")
+    highest = max(atlas["rows"], key=lambda r: r["qk_self"])
+    assert browser.evaluate(first) == f"L{highest['layer']}H{highest['head']}"
+
+    # search: a head and a token of the semantic deep dive's clusters
+    sem = json.loads((report_dir / "data/semantic.json").read_text())["data"]["heads"][0]
+    token = sem["clusters"][0]["tokens"][0]
+    for query, href in ((name, f"heads/{name}.html"), (token.strip(), f"heads/L{sem['layer']}H{sem['head']}.html")):
+        browser.evaluate(f"""(() => {{ const s = document.getElementById('hs-search'); s.value = {json.dumps(query)};
+          s.dispatchEvent(new Event('input')); }})()""")
+        links = browser.evaluate("Array.from(document.querySelectorAll('#hs-results a')).map(a => a.getAttribute('href'))")
+        assert href in links, (query, links)
+    shot = browser.page("Page.captureScreenshot", {"format": "png"})
+    keep = Path(os.environ.get("HEADSCOPE_SCREENSHOT_DIR", tmp_path))
+    keep.mkdir(parents=True, exist_ok=True)
+    (keep / "report-atlas.png").write_bytes(base64.b64decode(shot["data"]))
+
+    # click the cell: its head's page opens
+    x, y = _centre(browser, cell)
+    mark = len(browser.events)
+    for kind in ("mousePressed", "mouseReleased"):
+        browser.page("Input.dispatchMouseEvent", {"type": kind, "x": x, "y": y, "button": "left", "clickCount": 1})
+    browser.wait_event("Page.loadEventFired", since=mark)
+    assert browser.evaluate("location.href").endswith(f"heads/{name}.html")
+    assert "Atlas: the head from its weights" in browser.evaluate("document.body.textContent")
+    _check_figures(browser, report_dir / "heads" / f"{name}.html")
+
+    # token heatmaps show their value on hover too
+    neuron = sorted((report_dir / "neurons").glob("*.html"))[0]
+    browser.navigate(neuron.as_uri())
+    tok = ".tokens .tok[data-tip]"
+    want = browser.evaluate(f"document.querySelector({json.dumps(tok)}).getAttribute('data-tip')")
+    assert browser.evaluate(f"document.querySelector({json.dumps(tok)}).hasAttribute('title')") is False
+    _hover(browser, *_centre(browser, tok))
+    text, hidden, _ = _tooltip(browser)
+    assert not hidden and text == want and " = " in text
+
+    errors = browser.errors()
+    assert not errors, f"console errors: {errors[:3]}"

@@ -86,8 +86,8 @@ def test_config_and_side_files_are_the_hubs(plain):
         "summary_use_proj": True, "task_specific_params": {"text-generation": {"do_sample": True, "max_length": 50}},
         "vocab_size": 50257,
     }
-    assert sorted(p.name for p in plain.iterdir()) == [
-        "config.json", "generation_config.json", "merges.txt", "model.safetensors",
+    assert sorted(p.name for p in plain.iterdir()) == [  # + headscope's manifest (the output rule)
+        ".headscope-manifest.json", "config.json", "generation_config.json", "merges.txt", "model.safetensors",
         "tokenizer.json", "tokenizer_config.json", "vocab.json",
     ]
     gen = json.loads((plain / "generation_config.json").read_text())

@@ -15,8 +15,8 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.
 
 
 def load_model(args) -> Model:
-    """Load ``args.model`` with ``--device`` and ``--dtype``."""
-    return load(args.model, device=args.device, dtype=DTYPES[args.dtype])
+    """Load ``args.model`` with ``--device``, ``--dtype`` and ``--revision``."""
+    return load(args.model, device=args.device, dtype=DTYPES[args.dtype], revision=getattr(args, "revision", None))
 
 
 def emit(args, result, text: str | None = None) -> None:

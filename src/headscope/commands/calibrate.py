@@ -11,7 +11,8 @@ file records the model's sha256, the processing, the query and the text's sha256
 
 from __future__ import annotations
 
-from ..calibration import calibrate
+from .._atomic import check_output_file
+from ..calibration import OWNED, calibrate
 from ..corpus import read_text_file
 from ..layer0 import SEED_QUERY
 from .args import emit, load_model
@@ -26,6 +27,7 @@ def add_arguments(p):
 
 
 def run(args) -> int:
+    check_output_file(args.out, owned=OWNED)            # before any work
     model = load_model(args)
     cal = calibrate(model, read_text_file(args.text, "calibration text"), query=args.query, window=args.window)
     cal.save(args.out)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .._atomic import atomic_write_text, ensure_writable_dir, refuse_foreign_dir
+from .._atomic import atomic_directory, refuse_foreign_dir
 from .._json import dumps
 from ..corpus import read_corpus, windows
 from ..denominators import DenominatorStability, denominator_stability
@@ -52,10 +52,13 @@ def render(r) -> str:
 def traces_svg(r: DenominatorStability) -> str:
     """One panel per head: S_h[n] of the sampled texts (thin) and their mean (thick), against n."""
     figs = []
+    log = r.mean is None                 # S beyond float64: plot log S (r.absolute_overflow says why)
+    mean, traces = (r.log_mean, r.log_traces) if log else (r.mean, r.traces)
     for h in r.heads:
-        n = list(range(len(r.mean[h])))
-        series = [F.Series(n, t[h], "") for t in r.traces] + [F.Series(n, r.mean[h], "mean over texts")]
-        figs.append(F.line_plot(series, width=300, height=210, xlabel="query position n", ylabel="S[n]",
+        n = list(range(len(mean[h])))
+        series = [F.Series(n, t[h], "") for t in traces] + [F.Series(n, mean[h], "mean over texts")]
+        figs.append(F.line_plot(series, width=300, height=210, xlabel="query position n",
+                                ylabel="log S[n]" if log else "S[n]",
                                 title=f"head {h}: spread {r.median_rel_spread[h]:.3g}"))
     return F.panels(figs, cols=4, title=f"softmax denominators per head ({r.normalisation.split(':')[0]} "
                                         f"normalisation, query {r.query!r}, {r.n_texts} texts)") + "\n"
@@ -70,11 +73,9 @@ def run(args) -> int:
     r = denominator_stability(model, wins, query=None if args.own_query else args.query, window=window,
                               n_min=min(32, window // 4), stride=max(1, min(16, window // 4)),
                               delta=parse_float(args.delta, "--delta"))
-    if args.out:
-        out = Path(args.out)
-        refuse_foreign_dir(out, "denominators.json")
-        ensure_writable_dir(out)
-        atomic_write_text(out / "denominators.json", dumps(r.to_dict()))
-        atomic_write_text(out / "denominators.svg", traces_svg(r))
+    if args.out:  # staged, then committed together (headscope._atomic's output rule)
+        with atomic_directory(Path(args.out), marker="denominators.json") as staging:
+            (staging / "denominators.json").write_text(dumps(r.to_dict()), encoding="utf-8")
+            (staging / "denominators.svg").write_text(traces_svg(r), encoding="utf-8")
     emit(args, r, render(r))
     return 0

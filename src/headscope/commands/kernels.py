@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .._atomic import atomic_write_text, ensure_writable_dir, refuse_foreign_dir
+from .._atomic import atomic_directory, refuse_foreign_dir
 from .._errors import HeadscopeError
 from .._json import dumps
 from ..corpus import read_corpus, windows
@@ -67,9 +67,10 @@ def render(report) -> str:
 
 
 def write_figures(report, out: Path) -> list[Path]:
-    """kernels.svg and, with a corpus, tv_hist.svg and tv_position.svg: one panel per head."""
+    """kernels.svg and, with a corpus, tv_hist.svg and tv_position.svg: one panel per head (into `out`)."""
     def save(name, figs, title):
-        return atomic_write_text(out / name, F.panels(figs, cols=4, title=title) + "\n")
+        (out / name).write_text(F.panels(figs, cols=4, title=title) + "\n", encoding="utf-8")
+        return out / name
 
     files = []
     kern = [F.line_plot([F.Series(list(range(len(h.kernel))), h.kernel, "")], log_y=True, width=300, height=210,
@@ -105,9 +106,9 @@ def run(args) -> int:
     wins = windows(model, texts, n_ctx=args.window, max_windows=args.max_windows) if texts else None
     report = analyse_kernels(model, layer=args.layer, query=args.query, c=args.c, windows=wins, n_ref=args.n_ref,
                              rule_name=args.rule)
-    if args.out:
-        out = ensure_writable_dir(Path(args.out))
-        atomic_write_text(out / OUT_MARKER, dumps(report.to_dict()))
-        write_figures(report, out)
+    if args.out:  # staged, then committed together (headscope._atomic's output rule)
+        with atomic_directory(Path(args.out), marker=OUT_MARKER) as staging:
+            (staging / OUT_MARKER).write_text(dumps(report.to_dict()), encoding="utf-8")
+            write_figures(report, staging)
     emit(args, report, render(report))
     return 0

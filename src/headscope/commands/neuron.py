@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from .._atomic import atomic_write_text
+from .._atomic import atomic_write_text, check_output_file, starts_with
 from ..corpus import read_text_file, windows
 from ..neurons import NeuronTrace, neuron_trace
 from ..report import figures as F
@@ -51,7 +51,13 @@ def render_html(trace: NeuronTrace, names: list[str]) -> str:
     return H.page(f"MLP0 neuron {trace.neuron}", H.join(parts), path="neuron.html")
 
 
+#: recognises an earlier page of this command, which a rerun may replace (the output rule)
+OWNED = starts_with(b"<!DOCTYPE html>\n", f'<meta http-equiv="Content-Security-Policy" content="{H.CSP}">'.encode())
+
+
 def run(args) -> int:
+    if args.out:                                        # before any work
+        check_output_file(args.out, owned=OWNED)
     model = load_model(args)
     circuit, _ = circuit_from_args(args, model)
     # a text longer than the calibrated window is cut into windows, each traced on its own
@@ -65,7 +71,7 @@ def run(args) -> int:
     for name, t in zip(names, trace.texts):
         t["name"] = name
     if args.out:
-        atomic_write_text(Path(args.out), render_html(trace, names))
+        atomic_write_text(Path(args.out), render_html(trace, names), owned=OWNED)
     lines = [f"neuron {trace.neuron}: correlation "
              f"{'—' if trace.correlation is None else f'{trace.correlation:.3f}'} (heads {trace.heads})"]
     lines += [f"  {f}: r = {'—' if t['correlation'] is None else format(t['correlation'], '.3f')}, "

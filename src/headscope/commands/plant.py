@@ -4,7 +4,9 @@
   headscope info planted/
 
 The directory holds config.json, model.safetensors, GPT-2's tokenizer files and
-planted.json, the manifest of every planted mechanism.
+planted.json, the manifest of every planted mechanism. With --layers 3 or more, layer 2
+holds a copying head (2.3) and a copy-suppression head (2.7) (``headscope atlas``'s
+``ov_copying``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from .args import emit
 def add_arguments(p):
     p.add_argument("--out", required=True, help="directory to write (new, empty, or an earlier planted checkpoint)")
     p.add_argument("--seed", type=int, default=0, help="random seed (same seed → identical files); default 0")
-    p.add_argument("--layers", type=int, default=2, help="number of layers (≥ 2; layers ≥ 2 are unremarkable); default 2")
+    p.add_argument("--layers", type=int, default=2, help="number of layers (≥ 2; with ≥ 3, layer 2 holds a copying and a copy-suppression "
+                        "head; layers ≥ 3 are unremarkable); default 2")
 
 
 def run(args) -> int:

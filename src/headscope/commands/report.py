@@ -1,4 +1,4 @@
-"""Write a self-contained HTML report of a model (opens from disk, no network, no scripts).
+"""Write a self-contained HTML report of a model (opens from disk, no network, one inline script).
 
   headscope report gpt2 --out report/
   headscope plant --out planted/ && headscope report planted/ --out planted-report/
@@ -15,7 +15,8 @@ Stages, in order: model, attention (layers 0–1 on the samples), kernels (layer
 positional kernels, TV of the key split), denominators (with Hoeffding/Chebyshev
 bands), calibration, neurons (contextual MLP0 neurons), activations, survey (every head
 by the semantic metrics), semantic (deep dives of the best heads), steering (α = 0 on
-the top head's negative eigenvalues).
+the top head's negative eigenvalues), atlas (every head from its weights: atlas.html
+with a layer × head grid per metric, and a section on every head's page).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ def add_arguments(p):
     p.add_argument("--neurons", metavar="J", type=int, nargs="+", help="MLP0 neurons to show (default: the contextual ones)")
     p.add_argument("--deep-dives", type=int, default=2, metavar="N",
                    help="semantic deep dives of the N best survey heads; default 2")
+    p.add_argument("--atlas-tokens", type=int, default=2000, metavar="N",
+                   help="frequent tokens the atlas's metrics average over; default 2000")
     p.add_argument("--no-cache", action="store_true", help="recompute every stage, ignoring data/*.json")
     p.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
 
@@ -43,11 +46,14 @@ def add_arguments(p):
 def run(args) -> int:
     if args.deep_dives < 0:
         raise HeadscopeError(f"--deep-dives: expected 0 or more, got {args.deep_dives}")
+    if args.atlas_tokens < 2:
+        raise HeadscopeError(f"--atlas-tokens: expected ≥ 2, got {args.atlas_tokens}")
     check_out_dir(args.out)                              # fail before loading the model
     load_inputs(args.calibration_text, args.samples)     # … and on unreadable texts
     options = ReportOptions(calibration_text=args.calibration_text, samples=args.samples,
                             use_cache=not args.no_cache, progress=not args.no_progress,
-                            stages=args.stages, neurons=args.neurons, deep_dives=args.deep_dives)
+                            stages=args.stages, neurons=args.neurons, deep_dives=args.deep_dives,
+                            atlas_tokens=args.atlas_tokens)
     model = load_model(args)
     result = build_report(model, args.out, options)
     lines = [f"{s.name:<14} {'cached' if s.cached else 'computed':<9} {s.seconds:7.2f} s" for s in result.stages]

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .._atomic import atomic_write_text
+from .._atomic import atomic_write_text, check_output_file, json_object_with
 from .._errors import HeadscopeError
 from .._json import dumps
 from ..reproduce import reproduce
@@ -46,12 +46,16 @@ def add_arguments(p):
                    help="contribution variant of the neuron rows: paper (default), code, with ,key=value overrides")
 
 
+#: recognises an earlier `reproduce --out` file, which a rerun may replace (the output rule)
+OWNED = json_object_with("source", "fingerprint", "reference", "rows")
+
+
 def run(args) -> int:
     if args.model and args.model_opt and args.model != args.model_opt:
         raise HeadscopeError(f"two models given: {args.model!r} and --model {args.model_opt!r}")
     args.model = args.model or args.model_opt or "gpt2"
-    if args.out and Path(args.out).is_dir():
-        raise HeadscopeError(f"--out {args.out}: expected a file path, got an existing directory")
+    if args.out:                                        # before any work
+        check_output_file(args.out, owned=OWNED)
     from ..neurons import parse_variant
 
     variant = parse_variant(args.variant) if args.variant is not None else None
@@ -62,6 +66,6 @@ def run(args) -> int:
     model = load_model(args)
     res = reproduce(model, details=not args.no_details, heads=args.heads, variant=variant)
     if args.out:
-        atomic_write_text(Path(args.out), dumps(res.to_dict()))
+        atomic_write_text(Path(args.out), dumps(res.to_dict()), owned=OWNED)
     emit(args, res, res.render())
     return 0 if res.ok else 1

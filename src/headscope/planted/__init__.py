@@ -13,6 +13,8 @@ How it is built (the maths of each mechanism lives in its module's docstring):
 - :mod:`.layer0` plants the seed-000 mechanisms in block 0 (positional-kernel
   categories, contextual heads, a keyword-density head, contextual MLP0 neurons).
 - :mod:`.layer1` plants the seed-002 semantic head in block 1.
+- :mod:`.layer2` (only with ≥ 3 layers) plants a copying and a copy-suppression head
+  in block 2 (their OV circuits; for the atlas's ``ov_copying``).
 
 Same seed → byte-identical files.
 """

@@ -1,4 +1,4 @@
-"""Assemble a planted checkpoint: base weights, layer-0 and layer-1 mechanisms, manifest."""
+"""Assemble a planted checkpoint: base weights, layer-0, layer-1 (and, with ≥ 3 layers, layer-2) mechanisms, manifest."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from .._errors import HeadscopeError
 from ..config import Config
 from ..tokenizer import bundled_gpt2_tokenizer
 from ..weights import Weights
-from . import layer0, layer1
+from . import layer0, layer1, layer2
 from ._base import Space, base_weights, gpt2_small_config
 
 MANIFEST = "planted.json"
@@ -36,6 +36,8 @@ def build_weights(seed: int = 0, n_layers: int = 2, cfg: Config | None = None) -
         "layer0": layer0.plant(w, space, tokenizer, np.random.default_rng([seed, 1])),
         "layer1": layer1.plant(w, space, tokenizer, np.random.default_rng([seed, 2])),
     }
+    if cfg.n_layers > layer2.LAYER:  # copy heads in a layer of their own; 2-layer plants are unchanged
+        manifest["layer2"] = layer2.plant(w, space, np.random.default_rng([seed, 3]))
     w.W_U = w.W_E.T  # tied, as in GPT-2 (planting may have replaced W_E)
     w.validate()
     return w, manifest

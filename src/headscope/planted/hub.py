@@ -119,8 +119,6 @@ import math
 import os
 import re
 import shutil
-import struct
-import sys
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -363,30 +361,14 @@ def _nbytes(spec: _Spec) -> int:
 def _write_safetensors(path: Path, items: list[tuple[str, _Spec]], make, metadata: dict[str, str]) -> None:
     """Stream `items` (stored key, spec) into a safetensors file, one tensor at a time.
 
-    The layout is safetensors' own: tensors ordered by decreasing dtype size, then by
-    name; compact JSON header with ``__metadata__`` first, padded with spaces to a
-    multiple of 8; so the bytes equal ``safetensors.torch.save_file``'s.
+    The bytes equal ``safetensors.torch.save_file``'s (see
+    :func:`headscope._safetensors.write_safetensors`).
     """
-    if sys.byteorder != "little":  # pragma: no cover - safetensors stores little-endian
-        raise HeadscopeError("writing safetensors by hand needs a little-endian machine")
-    order = sorted(items, key=lambda it: (-torch.empty((), dtype=it[1].dtype).element_size(), it[0]))
-    header: dict = {"__metadata__": metadata}
-    offset = 0
-    for name, spec in order:
-        n = _nbytes(spec)
-        header[name] = {"dtype": _ST_DTYPES[spec.dtype], "shape": list(spec.shape), "data_offsets": [offset, offset + n]}
-        offset += n
-    blob = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    blob += b" " * (-len(blob) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(blob)))
-        f.write(blob)
-        for name, spec in order:
-            t = make(spec)
-            f.write(t.reshape(-1).view(torch.uint8).numpy().data)
-            del t
-        if f.tell() != 8 + len(blob) + offset:  # pragma: no cover - a bug, not bad input
-            raise AssertionError(f"{path}: wrote {f.tell()} bytes, expected {8 + len(blob) + offset}")
+    from .._safetensors import write_safetensors
+
+    specs = dict(items)
+    write_safetensors(path, [(name, spec.dtype, spec.shape) for name, spec in items],
+                      lambda name: make(specs[name]), metadata)
 
 
 def _parse_size(size) -> int:
@@ -647,7 +629,7 @@ def write_hub_cache(
     See the module docstring. `checkpoint_kwargs` go to :func:`write_hub_checkpoint`
     (without `out_dir`); when no shape is given, it comes from ``SIZES`` by `repo_id`.
     """
-    from .._atomic import atomic_write_text, ensure_writable_dir
+    from .._atomic import MANIFEST, atomic_write_text, ensure_writable_dir
 
     if not isinstance(repo_id, str) or not re.fullmatch(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?", repo_id):
         raise HeadscopeError(f"repo_id: expected 'name' or 'org/name', got {repo_id!r}")
@@ -683,7 +665,7 @@ def write_hub_cache(
         staging = Path(tempfile.mkdtemp(dir=repo, prefix=".staging.")) / "ckpt"
         try:
             write_hub_checkpoint(staging, **kwargs)
-            files = sorted(p.name for p in staging.iterdir())
+            files = sorted(p.name for p in staging.iterdir() if p.name != MANIFEST)  # headscope's, not the hub's
             etags = {name: _file_etag(staging / name) for name in files}
             commit = hashlib.sha1(json.dumps({"repo": repo_id, "revision": revision, "files": etags},
                                              sort_keys=True).encode()).hexdigest()
@@ -704,7 +686,8 @@ def write_hub_cache(
                     shutil.copyfile(blob, link)
             ref = repo / "refs" / revision
             ref.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(ref, commit)  # no newline: huggingface_hub reads it verbatim
+            atomic_write_text(ref, commit,  # no newline: huggingface_hub reads it verbatim
+                              owned=lambda p: _COMMIT_RE.fullmatch(p.read_text(errors="replace")) is not None)
         finally:
             shutil.rmtree(staging.parent, ignore_errors=True)
         if revision == "main":

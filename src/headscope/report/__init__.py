@@ -49,6 +49,12 @@ Write one class in ``headscope/report/builtin/<name>.py`` and import that module
                             summary=[("local heads", sum(h["category"] == "local" for h in data["heads"]))],
                             pages=pages)
 
+A stage that cannot apply to a model raises :class:`headscope.NotApplicable` in compute
+(e.g. no layer-0 head qualifies for the contextual circuit): the report saves
+``{"not_applicable": reason}``, shows the reason in the stage's section and summary row,
+and goes on; fields that may legitimately be ``null`` are listed in ``nullable``
+(see :mod:`headscope._json` for the policy: never NaN, inf, or an undeclared null).
+
 Sections for the same page path from different stages are merged into one page, so
 a kernels stage adds to the attention stage's ``heads/L0H3.html`` and a contextual-neuron
 stage to ``neurons/n123.html`` (:func:`.builtin.paths.head_page`,

@@ -7,11 +7,14 @@ Layout of DIR::
     <group>/<item>.html      per-item pages (heads/L0H3.html, neurons/n123.html, …)
     data/<stage>.json        every number shown, with the cache key and what it hashes
 
-Every file is written atomically (temp file + rename), each stage's data as soon as the
-stage finishes, so an interrupted run leaves a valid cache for the rerun. Files of an
-earlier report in DIR that this run did not write (pages of items that no longer exist)
-are removed at the end. Nothing written depends on the clock: the same inputs give
-byte-identical files.
+DIR follows headscope's output rule (:mod:`headscope._atomic`): it must be new, empty or
+an earlier report (its ``.headscope-manifest.json`` lists ``.headscope-report``). Every
+file is written in place atomically (temp file + rename), each stage's data as soon as
+the stage finishes, so an interrupted run leaves a valid cache for the rerun, which
+also removes the killed run's temporaries. Pages and data of an earlier report that
+this run did not write (items that no longer exist) are removed at the end — only files
+the manifest says headscope wrote; a user's own files in DIR are never touched. Nothing
+written depends on the clock: the same inputs give byte-identical files.
 """
 
 from __future__ import annotations
@@ -24,13 +27,13 @@ from pathlib import Path
 from typing import Sequence
 
 from .._version import __version__
-from .._atomic import atomic_write_text, ensure_writable_dir, refuse_foreign_dir
-from .._errors import HeadscopeError
-from .._json import dumps
+from .._atomic import OutputDir, read_small_file, refuse_foreign_dir
+from .._errors import HeadscopeError, NotApplicable
+from .._json import NOT_APPLICABLE, dumps, is_not_applicable, not_applicable
 from ..weights import Processing
 from . import html as H
 from .inputs import load_inputs
-from .stages import (Context, PageSection, Progress, RenderContext, Stage, check_order, data_path,
+from .stages import (Context, PageSection, Progress, RenderContext, Rendered, Stage, check_order, data_path,
                      default_stages, document, read_cached, select, stage_key)
 
 MARKER = ".headscope-report"
@@ -55,6 +58,7 @@ class ReportOptions:
     denominator_window: int = 256                 # tokens per window in the denominators stage
     deep_dives: int = 2                           # top survey heads analysed in depth
     semantic_tokens: int = 5000                   # nodes of the deep dives' token graphs
+    atlas_tokens: int = 2000                      # frequent tokens the atlas's metrics average over
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -104,14 +108,13 @@ def build_report(model, out_dir: str | Path, options: ReportOptions | None = Non
     out = Path(out_dir)
     inputs = load_inputs(options.calibration_text, options.samples)
     stages = select(list(stages) if stages is not None else default_stages(), options.stages)
-    bad = [j for j in (options.neurons or []) if not 0 <= j < model.cfg.d_mlp]
-    if bad:  # checked before any stage runs
-        raise HeadscopeError(f"neuron {bad[0]} out of range (MLP0 has neurons 0..{model.cfg.d_mlp - 1})")
+    for j in options.neurons or []:  # checked before any stage runs
+        model.cfg.check_neuron(j)
     check_order(stages)
-    refuse_foreign_dir(out, MARKER)
-    ensure_writable_dir(out)
-    if not (out / MARKER).is_file() or (out / MARKER).read_text(encoding="utf-8") != MARKER_TEXT:
-        atomic_write_text(out / MARKER, MARKER_TEXT)
+    odir = OutputDir(out, MARKER).check()
+    odir.open()
+    if read_small_file(out / MARKER) != MARKER_TEXT.encode("utf-8"):
+        odir.write(MARKER, MARKER_TEXT)
 
     results: dict[str, dict] = {}
     keys: dict[str, str] = {}
@@ -125,24 +128,49 @@ def build_report(model, out_dir: str | Path, options: ReportOptions | None = Non
         if data is None:
             progress = Progress(f"[{i + 1}/{len(stages)}] {stage.name}", enabled=options.progress)
             try:
-                raw = stage.compute(Context(model, options, inputs, dict(results), progress))
+                raw = _compute(stage, Context(model, options, inputs, dict(results), progress))
             finally:
                 progress.close()
             if not isinstance(raw, dict):
                 raise TypeError(f"stage {stage.name}: compute must return a dict, got {type(raw).__name__}")
             data = json.loads(dumps(raw))  # what is saved is exactly what later stages see
-            atomic_write_text(path, document(stage, key, parts, data))
+            odir.write(path.relative_to(out).as_posix(), document(stage, key, parts, data))
         elif options.progress:
             print(f"[{i + 1}/{len(stages)}] {stage.name}: cached ({path.name})", file=sys.stderr)
         results[stage.name] = data
         keys[stage.name] = key
         runs.append(StageRun(stage.name, key, cached, round(time.perf_counter() - t0, 3)))
 
-    written = _render(model, out, stages, results, options, inputs)
+    written = _render(model, odir, stages, results, options, inputs)
     data_files = [f"data/{s.name}.json" for s in stages]
-    _remove_stale(out, set(written) | set(data_files) | {MARKER})
+    odir.remove_stale(set(written) | set(data_files) | {MARKER})
     return ReportResult(out, out / "index.html", runs, sorted(p for p in written if p != "index.html"),
                         data_files, model.fingerprint)
+
+
+def _compute(stage: Stage, ctx: Context) -> dict:
+    """The stage's data, or ``{"not_applicable": reason}`` when it cannot apply to this model.
+
+    A stage that requires a stage which did not apply does not apply either, unless it
+    sets ``tolerates_not_applicable`` (and then reads that stage's data itself). Only
+    :class:`NotApplicable` is caught: any other exception is a bug and propagates.
+    """
+    if not stage.tolerates_not_applicable:
+        for dep in stage.requires:
+            if is_not_applicable(ctx.results.get(dep)):
+                return not_applicable(f"needs the {dep} stage, which does not apply: "
+                                      f"{ctx.results[dep][NOT_APPLICABLE]}")
+    try:
+        return stage.compute(ctx)
+    except NotApplicable as e:
+        return not_applicable(str(e))
+
+
+def _render_not_applicable(stage: Stage, data: dict) -> Rendered:
+    reason = data[NOT_APPLICABLE]
+    return Rendered(index=[H.Safe('<p class="not-applicable"><strong>Not applicable:</strong> ') + reason
+                           + H.Safe("</p>")],
+                    summary=[(stage.title, f"not applicable: {reason}")])
 
 
 # -- rendering ---------------------------------------------------------------------------
@@ -155,12 +183,13 @@ def _check_page_path(p: str, stage: str) -> str:
     return p
 
 
-def _render(model, out: Path, stages: Sequence[Stage], results: dict, options, inputs) -> list[str]:
+def _render(model, odir: OutputDir, stages: Sequence[Stage], results: dict, options, inputs) -> list[str]:
     rctx = RenderContext(results=results, options=options)
     index_sections, summary, pages = [], [], {}
     page_stages: dict[str, list[str]] = {}
     for stage in stages:
-        r = stage.render(results[stage.name], rctx)
+        data = results[stage.name]
+        r = _render_not_applicable(stage, data) if is_not_applicable(data) else stage.render(data, rctx)
         if r.index:
             index_sections.append((stage, H.join(r.index)))
         summary += r.summary
@@ -192,7 +221,7 @@ def _render(model, out: Path, stages: Sequence[Stage], results: dict, options, i
             doc = H.page(title, body, path=path, nav=nav,
                          crumbs=[("Report", "index.html"), (g, f"index.html#{group_ids[g]}")],
                          prev=prev, next=nxt, footer=H.join([foot_base, H.Safe(" · "), data_links]))
-            atomic_write_text(out / path, doc)
+            odir.write(path, doc)
             written.append(path)
 
     # index
@@ -210,21 +239,9 @@ def _render(model, out: Path, stages: Sequence[Stage], results: dict, options, i
         rows = [(H.link(path, secs[0].title), " · ".join(s.summary for s in secs if s.summary)) for path, secs in items]
         parts.append(H.section(g, H.table(["page", "at a glance"], rows), id=group_ids[g]))
     title = f"Report: {source}"
-    atomic_write_text(out / "index.html", H.page(title, H.join(parts), path="index.html", nav=nav,
-                                                  footer=foot_base))
+    odir.write("index.html", H.page(title, H.join(parts), path="index.html", nav=nav, footer=foot_base))
     written.append("index.html")
     return written
-
-
-def _remove_stale(out: Path, keep: set[str]) -> None:
-    """Delete pages and data files of an earlier report that this run did not write."""
-    for f in sorted(out.rglob("*")):
-        rel = f.relative_to(out).as_posix()
-        if f.is_file() and rel not in keep and (rel.endswith(".html") or (rel.startswith("data/") and rel.endswith(".json"))):
-            f.unlink()
-    for d in sorted((d for d in out.rglob("*") if d.is_dir()), key=lambda d: -len(d.parts)):
-        if not any(d.iterdir()):
-            d.rmdir()
 
 
 def check_out_dir(out: str | Path) -> None:

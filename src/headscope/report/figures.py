@@ -17,6 +17,13 @@ Figures:
   :func:`spectrum_plot` eigenvalues/singular values by rank, several series (e.g. sym vs skew)
   :func:`token_heatmap` text as tokens whose background encodes a signed value
   :func:`panels`        several figures tiled into one SVG (small multiples; standalone .svg files)
+  :func:`head_grid`     layer × head grid of coloured cells (HTML), each a link with a tooltip
+  :func:`colour_scale`  the legend of a diverging, sequential or categorical colour scale (HTML)
+
+Hover: SVG cells and bars carry a ``<title>`` (the browser's own tooltip); token
+heatmaps and head grids carry ``data-tip`` / ``data-head`` attributes that the report's
+script (:data:`headscope.report.html.SCRIPT`) shows at once as a styled tooltip, with
+``title`` kept as the fallback where scripts do not run (a notebook).
 """
 
 from __future__ import annotations
@@ -455,8 +462,9 @@ def token_heatmap(tokens: Sequence[str], values: Sequence[float | None], *, vmax
             spans.append(f'<span class="tok tok-none" title="{esc(f"{tok!r}: —")}">{esc(tok)}</span>')
             continue
         fill = diverging(float(v), vmax)
+        tip = esc(f"{tok!r}: {value_name} = {fmt(float(v))}")
         spans.append(f'<span class="tok" style="background:{fill};color:{_text_on(fill)}" '
-                     f'title="{esc(f"{tok!r}: {value_name} = {fmt(float(v))}")}">{esc(tok)}</span>')
+                     f'title="{tip}" data-tip="{tip}">{esc(tok)}</span>')
     scale = (f'<div class="tok-scale"><span style="background:{RDBU[1]};color:#fff">{esc(fmt(-vmax))}</span>'
              f'<span style="background:{RDBU[5]}">0</span>'
              f'<span style="background:{RDBU[9]};color:#fff">{esc(fmt(vmax))}</span> {esc(value_name)}</div>')
@@ -492,3 +500,51 @@ def panels(figs: Sequence[Safe], *, cols: int = 4, title: str = "", gap: int = 8
         x, y = (k % cols) * (cw + gap), top + (k // cols) * (ch + gap)
         body.append(str(f).replace("<svg ", f'<svg x="{x:g}" y="{y:g}" ', 1))
     return _svg(width, height, body, title)
+
+
+def colour_scale(kind: str, *, vmin: float = 0.0, vmax: float = 1.0, label: str = "",
+                 categories: Sequence[tuple[str, str]] = ()) -> Safe:
+    """Legend of a colour scale: ``"diverging"`` on [−vmax, vmax], ``"sequential"`` on [vmin, vmax]
+    (``"sequential-reversed"``: dark at vmin), or ``"categorical"`` (name, colour) swatches."""
+    if kind == "categorical":
+        items = "".join(f'<span style="background:{c};color:{_text_on(c)}">{esc(n)}</span>' for n, c in categories)
+    elif kind == "diverging":
+        items = (f'<span style="background:{RDBU[1]};color:#fff">{esc(fmt(-vmax))}</span>'
+                 f'<span style="background:{RDBU[5]}">0</span>'
+                 f'<span style="background:{RDBU[9]};color:#fff">{esc(fmt(vmax))}</span>')
+    else:
+        lo, hi = (RDBU[5], RDBU[0]) if kind == "sequential" else (RDBU[0], RDBU[5])
+        items = (f'<span style="background:{lo};color:{_text_on(lo)}">{esc(fmt(vmin))}</span>'
+                 f'<span style="background:{hi};color:{_text_on(hi)}">{esc(fmt(vmax))}</span>')
+    return Safe(f'<div class="tok-scale">{items} {esc(label)}</div>')
+
+
+def head_grid(values: Sequence[Sequence[object]], *, layers: Sequence[int], colour, href=None,
+              tips: Sequence[Sequence[str]] | None = None, titles: bool = False, caption: str = "") -> Safe:
+    """A layer × head grid of coloured cells (rows: layers, columns: heads), as an HTML table.
+
+    `colour(value) -> "#rrggbb"` colours a cell (``None`` values: the blank colour).
+    ``href(layer, head)`` makes each cell a link (a grid without it has plain cells);
+    each cell carries ``data-head="L{l}H{h}"`` for the report's tooltip and an
+    ``aria-label`` with its value. ``tips[l][h]`` (every figure of that head) also goes
+    into ``title`` when `titles` is set (for pages without the report's script).
+    """
+    n_heads = max((len(r) for r in values), default=0)
+    head = "<tr><th></th>" + "".join(f"<th>H{h}</th>" for h in range(n_heads)) + "</tr>"
+    body = []
+    for i, (l, row) in enumerate(zip(layers, values)):
+        cells = []
+        for hd, v in enumerate(row):
+            name = f"L{l}H{hd}"
+            shown = fmt(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else ("—" if v is None else str(v))
+            attrs = (f' data-head="{esc(name)}" style="background:{colour(v)}" '
+                     f'aria-label="{esc(f"{name}: {shown}")}"')
+            if titles and tips is not None:
+                attrs += f' title="{esc(tips[i][hd])}"'
+            if href is not None:
+                cells.append(f'<td><a class="cell" href="{esc(href(l, hd))}"{attrs}></a></td>')
+            else:
+                cells.append(f'<td><span class="cell"{attrs}></span></td>')
+        body.append(f"<tr><th>L{l}</th>{''.join(cells)}</tr>")
+    cap = f"<caption>{esc(caption)}</caption>" if caption else ""
+    return Safe(f'<table class="hgrid">{cap}<thead>{head}</thead><tbody>{"".join(body)}</tbody></table>')

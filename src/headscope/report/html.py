@@ -1,4 +1,4 @@
-"""Page templates for the report: one inline stylesheet, no scripts, no network.
+"""Page templates for the report: one inline stylesheet, one inline script, no network.
 
 Escaping is by type: a plain ``str`` is always escaped with
 :func:`headscope.escape_token` (token strings such as ``'<script'`` or
@@ -6,15 +6,28 @@ Escaping is by type: a plain ``str`` is always escaped with
 and passed through. Every helper here follows that rule, so a stage that only
 composes these helpers cannot inject markup.
 
-Every page carries a Content-Security-Policy that forbids scripts and any network
-fetch (``default-src 'none'``), so the report opens from disk and stays inert.
+Every page carries a Content-Security-Policy that forbids any network fetch and every
+script but one (``default-src 'none'; script-src 'sha256-…'``): :data:`SCRIPT`, inline
+at the end of the page and allowed by its hash, so the report opens from ``file://``
+with no server. It only reads the page — tooltips for elements with ``data-tip`` (token
+heatmaps) or ``data-head`` (atlas grid cells, text from the JSON block
+``hs-atlas-data``), sortable ``table.data`` columns, and the token / neuron search box
+(entries from the JSON block ``hs-search-data``) — and writes with ``textContent``
+only, never markup. Data for it travels in ``<script type="application/json">``
+blocks (:func:`data_script`), which browsers do not execute; their JSON has ``<``,
+``>`` and ``&`` escaped as ``\u003c``, ``\u003e``, ``\u0026``, so a token such as
+``'</script>'`` cannot end the block.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
 import posixpath
 from typing import Iterable, Sequence
 
+from .._json import clean
 from ..tokenizer import escape_token
 
 
@@ -151,7 +164,177 @@ ul.items { columns: 4 12em; padding-left:18px; }
 footer { color:var(--muted); font-size:12px; margin-top:40px; border-top:1px solid var(--line); padding-top:8px; }
 """
 
-CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+CSS += """
+#hs-tip { position:fixed; z-index:10; max-width:420px; background:#1d1d1f; color:#fff; font-size:12.5px;
+  line-height:1.45; padding:6px 9px; border-radius:4px; white-space:pre-line; pointer-events:none;
+  box-shadow:0 2px 8px rgba(0,0,0,.25); }
+#hs-tip[hidden] { display:none; }
+table.data th.sortable { cursor:pointer; user-select:none; }
+table.data th.sortable::after { content:" \\2195"; color:#aaa; font-size:11px; }
+table.data th[aria-sort="ascending"]::after { content:" \\25B2"; color:var(--accent); }
+table.data th[aria-sort="descending"]::after { content:" \\25BC"; color:var(--accent); }
+table.hgrid { border-collapse:separate; border-spacing:1px; background:none; margin:4px 0 6px; font-size:11px; }
+table.hgrid th { font-weight:500; color:var(--muted); padding:0 3px; text-align:right; }
+table.hgrid thead th { text-align:center; writing-mode:vertical-rl; transform:rotate(180deg); padding:2px 0; }
+table.hgrid td { padding:0; }
+table.hgrid a.cell, table.hgrid span.cell { display:block; width:18px; height:18px; border-radius:2px;
+  outline:1px solid rgba(0,0,0,.06); }
+table.hgrid a.cell:hover, table.hgrid a.cell:focus { outline:2px solid #000; }
+.gridfig { display:inline-block; vertical-align:top; margin:6px 26px 16px 0; max-width:100%; overflow-x:auto; }
+.gridfig h3 { margin:4px 0 2px; font-size:14px; }
+.search { margin:8px 0 14px; }
+.search input { font:inherit; padding:5px 9px; width:min(420px, 100%); border:1px solid #c9c9c9; border-radius:4px; }
+.search ul { list-style:none; padding:0; margin:6px 0; max-height:320px; overflow-y:auto; max-width:80ch; }
+.search li { padding:2px 0; font-size:13.5px; }
+.search li span { color:var(--muted); margin-left:8px; }
+"""
+
+#: The report's one script (module docstring). Kept free of markup so that the page can hold it inline.
+SCRIPT = r"""(function () {
+  "use strict";
+  function each(list, fn) { Array.prototype.forEach.call(list, fn); }
+  function data(id) {
+    var el = document.getElementById(id);
+    return el ? JSON.parse(el.textContent) : null;
+  }
+  var tips = data("hs-atlas-data") || {};
+  var tip = document.createElement("div");
+  tip.id = "hs-tip";
+  tip.setAttribute("role", "tooltip");
+  tip.hidden = true;
+  document.body.appendChild(tip);
+  function target(el) {
+    return el && el.closest ? el.closest("[data-tip],[data-head]") : null;
+  }
+  function text(el) {
+    var key = el.getAttribute("data-head");
+    if (key !== null && Object.prototype.hasOwnProperty.call(tips, key)) { return tips[key]; }
+    return el.getAttribute("data-tip");
+  }
+  function place(x, y) {
+    var w = tip.offsetWidth, h = tip.offsetHeight;
+    var left = x + 14, top = y + 16;
+    if (left + w > window.innerWidth - 4) { left = Math.max(4, x - w - 14); }
+    if (top + h > window.innerHeight - 4) { top = Math.max(4, y - h - 12); }
+    tip.style.left = left + "px";
+    tip.style.top = top + "px";
+  }
+  function show(el, x, y) {
+    var t = text(el);
+    if (t === null || t === undefined) { return; }
+    tip.textContent = t;
+    tip.hidden = false;
+    place(x, y);
+  }
+  document.addEventListener("mouseover", function (ev) {
+    var el = target(ev.target);
+    if (el) { show(el, ev.clientX, ev.clientY); } else { tip.hidden = true; }
+  });
+  document.addEventListener("mousemove", function (ev) {
+    if (!tip.hidden) { place(ev.clientX, ev.clientY); }
+  });
+  document.addEventListener("mouseout", function (ev) {
+    if (!target(ev.relatedTarget)) { tip.hidden = true; }
+  });
+  document.addEventListener("focusin", function (ev) {
+    var el = target(ev.target);
+    if (el) { var r = el.getBoundingClientRect(); show(el, r.right, r.bottom); } else { tip.hidden = true; }
+  });
+  each(document.querySelectorAll("[data-tip][title]"), function (el) { el.removeAttribute("title"); });
+
+  function cellKey(cell) {
+    var s = cell.getAttribute("data-sort");
+    if (s === null) { s = cell.textContent.trim(); }
+    if (s === "" || s === "—") { return null; }
+    var x = Number(s.replace(/,/g, "").replace(/−/g, "-"));
+    return isNaN(x) ? s : x;
+  }
+  function compare(a, b) {
+    if (a === null || b === null) { return a === b ? 0 : (a === null ? 1 : -1); }
+    if (typeof a === "number" && typeof b === "number") { return a - b; }
+    return String(a).localeCompare(String(b), undefined, {numeric: true});
+  }
+  each(document.querySelectorAll("table.data"), function (table) {
+    if (!table.tHead || !table.tBodies.length) { return; }
+    each(table.tHead.rows[0].cells, function (th, col) {
+      th.classList.add("sortable");
+      th.tabIndex = 0;
+      th.setAttribute("aria-sort", "none");
+      function sort() {
+        var dir = th.getAttribute("aria-sort") === "ascending" ? -1 : 1;
+        each(table.tHead.rows[0].cells, function (o) { o.setAttribute("aria-sort", "none"); });
+        th.setAttribute("aria-sort", dir === 1 ? "ascending" : "descending");
+        var body = table.tBodies[0];
+        var rows = Array.prototype.slice.call(body.rows).map(function (r, i) {
+          return {row: r, key: r.cells[col] ? cellKey(r.cells[col]) : null, i: i};
+        });
+        rows.sort(function (a, b) {
+          if (a.key === null || b.key === null) { return compare(a.key, b.key) || a.i - b.i; }
+          return dir * compare(a.key, b.key) || a.i - b.i;
+        });
+        rows.forEach(function (r) { body.appendChild(r.row); });
+      }
+      th.addEventListener("click", sort);
+      th.addEventListener("keydown", function (ev) {
+        if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); sort(); }
+      });
+    });
+  });
+
+  var box = document.getElementById("hs-search");
+  var list = document.getElementById("hs-results");
+  var entries = data("hs-search-data");
+  if (box && list && entries) {
+    box.addEventListener("input", function () {
+      var q = box.value.toLowerCase();
+      list.textContent = "";
+      if (!q.trim()) { return; }
+      var shown = 0;
+      for (var i = 0; i < entries.length && shown < 60; i++) {
+        var e = entries[i];
+        if (e[0].toLowerCase().indexOf(q) < 0 && e[1].toLowerCase().indexOf(q) < 0) { continue; }
+        var li = document.createElement("li");
+        var a = document.createElement("a");
+        a.href = e[2];
+        a.textContent = e[0];
+        var note = document.createElement("span");
+        note.textContent = e[1];
+        li.appendChild(a);
+        li.appendChild(note);
+        list.appendChild(li);
+        shown++;
+      }
+      if (!shown) { var none = document.createElement("li"); none.textContent = "no match"; list.appendChild(none); }
+    });
+  }
+})();"""
+
+SCRIPT_HASH = "sha256-" + base64.b64encode(hashlib.sha256(SCRIPT.encode("utf-8")).digest()).decode("ascii")
+
+CSP = f"default-src 'none'; style-src 'unsafe-inline'; img-src data:; script-src '{SCRIPT_HASH}'"
+
+
+def script_json(obj) -> str:
+    """JSON of `obj` safe inside a ``<script>`` element: ``<``, ``>``, ``&`` (and U+2028/9) escaped."""
+    text = json.dumps(clean(obj), sort_keys=True, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    for ch, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"),
+                    ("\u2029", "\\u2029")):
+        text = text.replace(ch, esc)
+    return text
+
+
+def data_script(id: str, obj) -> Safe:
+    """``<script type="application/json" id=…>`` holding `obj` for :data:`SCRIPT` (not executed)."""
+    return Safe(f'<script type="application/json" id="{escape_token(id)}">{script_json(obj)}</script>')
+
+
+def search_box(entries: Sequence[tuple[str, str, str]], *, placeholder: str = "search tokens, neurons, heads") -> Safe:
+    """A search box over (label, note, href) entries; results are links (hrefs relative to this page)."""
+    data = [[str(a), str(b), str(c)] for a, b, c in entries]
+    return Safe('<div class="search">'
+                f'<input type="search" id="hs-search" placeholder="{escape_token(placeholder)}" '
+                f'aria-label="{escape_token(placeholder)}" autocomplete="off">'
+                '<ul id="hs-results" aria-live="polite"></ul></div>') + data_script("hs-search-data", data)
 
 
 def page(title, body, *, path: str, nav: Sequence[tuple[str, str]] = (), crumbs: Sequence[tuple[str, str]] = (),
@@ -180,5 +363,6 @@ def page(title, body, *, path: str, nav: Sequence[tuple[str, str]] = (), crumbs:
         f"<title>{h(title)}</title><style>{CSS}</style></head>\n<body>"
         f'<header class="top"><a class="brand" href="{escape_token(rel(path, "index.html"))}">headscope report</a>'
         f"<nav>{nav_html}</nav></header>\n"
-        f"<main>{crumb_html}<h1>{h(title)}</h1>{pager}\n{h(body)}\n{pager}{foot}</main></body></html>\n"
+        f"<main>{crumb_html}<h1>{h(title)}</h1>{pager}\n{h(body)}\n{pager}{foot}</main>\n"
+        f"<script>{SCRIPT}</script></body></html>\n"
     )

@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from tqdm.auto import tqdm
 
+from .._atomic import read_small_file
 from .._errors import HeadscopeError
 from .._json import clean, dumps
 from ..shipped import Text
@@ -159,6 +160,15 @@ class Stage:
     * :meth:`compute` — the numbers, as a JSON-ready dict (use ``result.to_dict()``).
     * :meth:`render` — HTML from that dict (``data`` is what was saved, after the JSON
       round trip), using :mod:`headscope.report.html` and :mod:`headscope.report.figures`.
+    * ``nullable`` — the fields of the data that may be ``null`` (fnmatch patterns over
+      paths with list indices as ``[]``, e.g. ``"neurons[].correlation"``); everywhere
+      else a number is promised (checked by :func:`headscope._json.assert_finite_json`).
+
+    When the analysis cannot apply to the model, compute raises
+    :class:`headscope.NotApplicable`: the report saves ``{"not_applicable": reason}``,
+    renders the reason instead of calling :meth:`render`, and goes on. A stage whose
+    required stage did not apply does not apply either, unless it sets
+    ``tolerates_not_applicable`` (it then reads ``ctx.results[name]`` and copes).
     """
 
     name: str = ""
@@ -166,6 +176,8 @@ class Stage:
     version: int = 1
     inputs: tuple[str, ...] = ()
     requires: tuple[str, ...] = ()
+    nullable: tuple[str, ...] = ()
+    tolerates_not_applicable: bool = False
 
     def key_options(self, options) -> dict:
         return {}
@@ -194,8 +206,8 @@ def stage_key(stage: Stage, model, options, inputs: Inputs, dep_keys: dict[str, 
         "stage": stage.name,
         "version": stage.version,
         "fingerprint": model.fingerprint,
-        "dtype": str(model.raw.dtype).replace("torch.", ""),
-        "device": str(model.raw.device.type),
+        "dtype": str(model.dtype).replace("torch.", ""),
+        "device": str(model.device.type),
         "processing": options.processing.to_dict(),
         "options": clean(stage.key_options(options)),
         "inputs": inputs.hashes(stage.inputs),
@@ -210,9 +222,10 @@ def data_path(out: Path, stage: Stage) -> Path:
 
 def read_cached(path: Path, key: str) -> dict | None:
     """The saved data of a stage if `path` holds the same key, else None."""
+    raw = read_small_file(path, limit=1 << 40)   # a regular file (a FIFO there is ignored, never opened to block)
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        doc = json.loads(raw.decode("utf-8")) if raw is not None else None
+    except (ValueError, RecursionError):
         return None
     if not isinstance(doc, dict) or doc.get("key") != key or "data" not in doc:
         return None

@@ -22,12 +22,14 @@ class ActivationsStage(Stage):
     version = 2
     inputs = ("samples",)
     requires = ("neurons",)
+    tolerates_not_applicable = True     # no contextual neurons: the neurons of largest std are shown
+    nullable = ("neurons[].values[][]",)   # BOS has no pre-activation shown
 
     def key_options(self, o) -> dict:
         return {"n_neurons": o.n_neurons, "neurons": None if o.neurons is None else list(o.neurons)}
 
     def compute(self, ctx: Context) -> dict:
-        contextual = [n["neuron"] for n in ctx.results.get("neurons", {}).get("neurons", [])]
+        contextual = [n["neuron"] for n in ctx.results.get("neurons", {}).get("neurons", [])]   # [] if not applicable
         return activation_profile(ctx.model, ctx.inputs.samples, neurons=ctx.options.neurons, preferred=contextual,
                                   n_neurons=ctx.options.n_neurons, processing=ctx.options.processing,
                                   progress=ctx.progress.iter).to_dict()

@@ -18,7 +18,7 @@ from .paths import head_page
 class AttentionStage(Stage):
     name = "attention"
     title = "Attention patterns (sample texts)"
-    version = 1
+    version = 2
     inputs = ("samples",)
 
     def key_options(self, o) -> dict:

@@ -29,8 +29,9 @@ def _n_full_windows(lengths: list[int], window: int) -> int:
 class DenominatorsStage(Stage):
     name = "denominators"
     title = "Layer-0 softmax denominators"
-    version = 1
+    version = 2
     inputs = ("calibration", "samples")
+    nullable = ("mean", "traces", "predicted_mean", "absolute_overflow")   # None: S beyond float64 (logs given)
 
     def key_options(self, o) -> dict:
         return {"query": SEED_QUERY, "delta": DELTA, "window": o.denominator_window}
@@ -79,6 +80,8 @@ class DenominatorsStage(Stage):
         return Rendered(index=[table, H.grid(figs)], summary=summary, pages=pages)
 
     def _trace_fig(self, data, h, width=520, height=300) -> H.Safe:
+        if data["mean"] is None:
+            return self._log_trace_fig(data, h, width, height)
         n = list(range(len(data["mean"][h])))
         series = [F.Series(n, data["mean"][h], "mean over texts")]
         for k, tr in enumerate(data["traces"][:2]):
@@ -99,6 +102,21 @@ class DenominatorsStage(Stage):
                                     ylabel="S[n]", width=width, height=height, ylim=ylim),
                         f"Head 0.{h}: the seed's denominator S[n] (mean over texts, and two text windows), with the "
                         f"i.i.d. prediction E[S] and its {100 * (1 - data['delta']):g} % Hoeffding and Chebyshev bands.")
+
+    def _log_trace_fig(self, data, h, width=520, height=300) -> H.Safe:
+        """log S[n] when S itself exceeds float64 (``absolute_overflow``): no bands, the logs only."""
+        n = list(range(len(data["log_mean"][h])))
+        series = [F.Series(n, data["log_mean"][h], "log mean over texts")]
+        for k, tr in enumerate(data["log_traces"][:2]):
+            series.append(F.Series(n, tr[h], f"text window {k + 1}", dashed=True))
+        if data["log_predicted_mean"]:
+            series.append(F.Series(data["positions"], data["log_predicted_mean"][h], "predicted log E[S]",
+                                   markers=True))
+        return H.figure(F.line_plot(series, title=f"L0H{h}: log denominator", xlabel="query position n",
+                                    ylabel="log S[n]", width=width, height=height),
+                        f"Head 0.{h}: log of the seed's denominator S[n] (log of the mean over texts, two text "
+                        f"windows, the i.i.d. prediction log E[S]); S itself is beyond float64 here "
+                        f"({data['absolute_overflow']}).")
 
     def _page(self, data, h) -> H.Safe:
         parts = [self._trace_fig(data, h)]

@@ -49,7 +49,7 @@ class KernelsStage(Stage):
         report = K.analyse_kernels(model, layer=0, query=SEED_QUERY, c="measured", windows=wins,
                                    processing=ctx.options.processing)
         p.update()
-        heat = K.kernel_heatmap(model, SEED_QUERY, report.c, HEATMAP_POSITIONS, ctx.options.processing)
+        heat = K.kernel_heatmap(model, SEED_QUERY, "measured", HEATMAP_POSITIONS, ctx.options.processing)  # = report.c
         p.update()
         d = report.to_dict()
         d["corpus"]["names"] = [name for name, _ in texts]

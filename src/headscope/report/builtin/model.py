@@ -33,8 +33,8 @@ class ModelStage(Stage):
         return {
             "fingerprint": model.fingerprint,
             "config": model.cfg.to_dict(),
-            "n_parameters": model.raw.n_parameters,
-            "dtype": str(model.raw.dtype).replace("torch.", ""),
+            "n_parameters": model.n_parameters,
+            "dtype": str(model.dtype).replace("torch.", ""),
             "processing": ctx.options.processing.to_dict(),
             "inputs": {"calibration": cal, "samples": samples},
             "W_pos_norm": pos_norm.tolist(),

@@ -28,6 +28,7 @@ class NeuronsStage(Stage):
     name = "neurons"
     title = "Contextual MLP0 neurons"
     version = 1
+    nullable = ("neurons[].correlation", "neurons[].true[][]", "neurons[].predicted[][]")   # constant side; BOS
     inputs = ("samples",)
     requires = ("calibration",)
 

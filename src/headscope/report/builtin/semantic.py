@@ -22,6 +22,9 @@ class SemanticStage(Stage):
     name = "semantic"
     title = "Semantic heads: QK bilinear form and clusters"
     version = 1
+    nullable = ("heads[].spectral", "heads[].leiden.ari", "heads[].leiden.modularity", "heads[].clusters[].category",
+                "heads[].clusters[].purity", "heads[].position.identity_fraction", "heads[].position.position_fraction",
+                "heads[].skew_to_sym_ratio")   # undefined: see headscope.head / clustering / survey / bilinear
     requires = ("survey",)
 
     def key_options(self, o) -> dict:

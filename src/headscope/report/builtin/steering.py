@@ -27,6 +27,7 @@ class SteeringStage(Stage):
     name = "steering"
     title = "Steering preview: negative eigenvalues of the top semantic head"
     version = 1
+    nullable = ("out", "steered_fingerprint", "prompt.categories[]")   # nothing written; BOS has no category
     requires = ("survey",)
 
     def key_options(self, o) -> dict:

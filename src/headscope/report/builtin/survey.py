@@ -19,11 +19,13 @@ SHOWN = 24  #: rows of the ranking shown on the index (all are in data/survey.js
 
 
 def page_exists(ctx, layer: int, head: int) -> bool:
-    """Whether the report has a page for head L.H (attention pages, or a semantic deep dive)."""
+    """Whether the report has a page for head L.H (attention pages, a semantic deep dive, or the atlas)."""
     att = ctx.results.get("attention")
     sem = ctx.results.get("semantic")
-    return bool((att and layer in att["layers"]) or
-                (sem and any(d["layer"] == layer and d["head"] == head for d in sem["heads"])))
+    atl = ctx.results.get("atlas")
+    return bool((att and layer in att.get("layers", ())) or      # .get: a stage that did not apply has none
+                (sem and any(d["layer"] == layer and d["head"] == head for d in sem.get("heads", ()))) or
+                (atl and layer in atl.get("layers", ())))
 
 
 def head_label(ctx, layer: int, head: int):
@@ -36,6 +38,7 @@ class SurveyStage(Stage):
     name = "survey"
     title = "Semantic-head survey (category prompts)"
     version = 2
+    nullable = ("rows[].copy_attention", "rows[].same_category", "rows[].bos_fallback")   # no query applies
 
     def key_options(self, o) -> dict:
         return {"categories": "shipped", "n_prompts": 64, "length": 16, "seed": 0}

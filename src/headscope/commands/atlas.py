@@ -1,0 +1,42 @@
+"""An atlas of every head from the weights alone: one row per head.
+
+Per head, over the effective embeddings of the N most frequent tokens (float64):
+qk_symmetry ‖sym‖/(‖sym‖+‖skew‖) of W_QK; qk_negative_fraction of the top-64
+eigenvalues of its symmetric part; qk_self, the mean standardised score of a token for
+itself (negative: self-suppression); ov_copying, Σλ/Σ|λ| of the OV circuit
+W_E·W_OV·W_U (negative: copy suppression); positional_share of the score variance; the
+layer-0 kernel category; with --survey, the survey's semantic loss. Definitions in
+headscope.atlas.
+
+  headscope atlas gpt2
+  headscope atlas planted/ --layers 1 2 --tokens 1000 --json
+  headscope atlas gpt2 --corpus my_text.txt --survey
+"""
+
+from __future__ import annotations
+
+from .._errors import HeadscopeError
+from ..atlas import DEFAULT_TOKENS, atlas
+from .args import emit, load_model
+
+
+def add_arguments(p):
+    p.add_argument("model", help="hub id or checkpoint directory")
+    p.add_argument("--layers", type=int, nargs="+", default=None, metavar="L",
+                   help="layers to map (default: every layer)")
+    p.add_argument("--tokens", type=int, default=DEFAULT_TOKENS,
+                   help=f"N most frequent tokens the metrics average over (default {DEFAULT_TOKENS})")
+    p.add_argument("--corpus", default=None, help="text file for token frequencies (default: BPE merge order)")
+    p.add_argument("--survey", action="store_true", help="also run the semantic-head survey for its loss")
+    p.add_argument("--no-kernels", action="store_true", help="skip the layer-0 kernel categories")
+
+
+def run(args) -> int:
+    if args.tokens < 2:
+        raise HeadscopeError(f"--tokens: expected ≥ 2, got {args.tokens}")
+    model = load_model(args)
+    layers = None if args.layers is None else [model.cfg.check_layer(l) for l in args.layers]
+    res = atlas(model, layers, n_tokens=args.tokens, corpus=args.corpus, kernels=not args.no_kernels,
+                survey=args.survey)
+    emit(args, res, res.render())
+    return 0

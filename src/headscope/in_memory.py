@@ -1,0 +1,102 @@
+"""``headscope.load(model)`` for a transformers GPT-2 model already in memory (notebooks).
+
+    >>> from transformers import GPT2LMHeadModel          # doctest: +SKIP
+    >>> hf = GPT2LMHeadModel.from_pretrained("gpt2")
+    >>> model = headscope.load(hf)                        # no second download, no file
+
+Accepted: ``GPT2LMHeadModel`` and ``GPT2Model`` (any object with a GPT-2 ``config``,
+``model_type == "gpt2"``, and a ``state_dict()``).
+
+- Config: ``Config.from_hf_dict(model.config.to_dict())`` — the validation config.json gets.
+- Weights: a :class:`Checkpoint` over the state dict, detached — the mapping and checks
+  a checkpoint on disk gets. Tensors that need no reshape, move or cast share storage
+  with the transformers model (no second copy of the embeddings and MLPs): change the
+  transformers model afterwards and load it again, since the fingerprint and the
+  processed weights are taken at load time.
+- Fingerprint: sha256 over the weight tensors in sorted key order (``transformer.``
+  prefix removed; causal-mask buffers ``attn.bias``/``attn.masked_bias`` skipped; a
+  ``lm_head.weight`` equal to ``wte.weight`` — tied — skipped), each contributing its
+  key, dtype and shape as UTF-8 text, then its raw bytes (contiguous, CPU). So a tied
+  ``GPT2LMHeadModel`` and its ``GPT2Model`` have the same fingerprint. It differs from
+  the sha256 of a ``model.safetensors`` holding the same weights (that hashes a file,
+  header included).
+- Tokenizer: ``tokenizer=`` (a transformers GPT-2 tokenizer), or GPT-2's own BPE
+  (bundled) when the model has GPT-2's 50,257-token vocabulary; otherwise refused.
+- ``source`` is ``memory:<class name>``; ``directory`` is None.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+
+import torch
+
+from ._errors import HeadscopeError, expected_got
+from .config import Config, tie_word_embeddings
+from .loading import Model, check_device, state_dict_checkpoint
+from .tokenizer import bundled_gpt2_tokenizer
+
+SKIPPED_BUFFERS = (".attn.bias", ".attn.masked_bias")
+
+
+@dataclasses.dataclass
+class InMemoryModel(Model):
+    """A :class:`headscope.Model` made from a transformers model object (no directory)."""
+
+    weights_sha256: str = ""
+
+    @property
+    def fingerprint(self) -> str:  # the file hash of Model does not apply: see the module docstring
+        return self.weights_sha256
+
+    def describe(self) -> dict:
+        return {**super().describe(), "directory": None}
+
+
+def _weight_items(state: dict[str, torch.Tensor]) -> list[tuple[str, torch.Tensor]]:
+    """The tensors the fingerprint covers, by stripped key (module docstring)."""
+    items = {}
+    for k, v in state.items():
+        k = k[len("transformer."):] if k.startswith("transformer.") else k
+        if not k.endswith(SKIPPED_BUFFERS):
+            items[k] = v
+    lm = items.get("lm_head.weight")
+    wte = items.get("wte.weight")
+    if lm is not None and wte is not None and lm.shape == wte.shape and torch.equal(lm, wte):
+        del items["lm_head.weight"]
+    return sorted(items.items())
+
+
+def state_sha256(state: dict[str, torch.Tensor]) -> str:
+    """sha256 of a GPT-2 state dict's weights: key, dtype, shape, bytes of each tensor in key order."""
+    h = hashlib.sha256()
+    for k, v in _weight_items(state):
+        t = v.detach().to("cpu").contiguous()
+        h.update(f"{k}\0{str(t.dtype).replace('torch.', '')}\0{list(t.shape)}\0".encode("utf-8"))
+        h.update(t.reshape(-1).view(torch.uint8).numpy() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def from_transformers(hf_model, *, device="cpu", dtype: torch.dtype = torch.float32, tokenizer=None) -> Model:
+    """A :class:`headscope.Model` of a transformers GPT-2 model object (see the module docstring)."""
+    config = getattr(hf_model, "config", None)
+    if config is None or not hasattr(config, "to_dict") or not callable(getattr(hf_model, "state_dict", None)):
+        raise HeadscopeError(f"expected a hub id, a checkpoint directory or a transformers GPT-2 model, "
+                             f"got {type(hf_model).__name__}")
+    check_device(device)
+    hf = config.to_dict()
+    cfg = Config.from_hf_dict(hf)
+    state = {k: v.detach() for k, v in hf_model.state_dict().items()}
+    ckpt = state_dict_checkpoint(state, cfg, tie_word_embeddings=tie_word_embeddings(hf), where="model in memory")
+    raw = ckpt.raw(dtype, device).validate()     # shares the transformers tensors where no cast or move is needed
+    if tokenizer is None:
+        tokenizer = bundled_gpt2_tokenizer()
+        if len(tokenizer) != cfg.d_vocab:
+            raise HeadscopeError(f"the model's vocabulary has {cfg.d_vocab} tokens, not GPT-2's {len(tokenizer)}: "
+                                 "pass its tokenizer, headscope.load(model, tokenizer=…)")
+    elif len(tokenizer) != cfg.d_vocab:
+        raise HeadscopeError(expected_got("tokenizer vocabulary size (W_E rows)", cfg.d_vocab, len(tokenizer)))
+    return InMemoryModel(cfg=cfg, checkpoint=ckpt, tokenizer=tokenizer, source=f"memory:{type(hf_model).__name__}",
+                         directory=None, device=torch.device(device), dtype=dtype, _raw=raw,
+                         weights_sha256=state_sha256(state))
