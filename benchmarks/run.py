@@ -33,10 +33,12 @@ returns::
       "rss_target_mb": 4096,         # optional: if given, run.py adds a row
                                      #   "<module> peak RSS" checked as "< rss_target_mb"
                                      #   against peak_rss_mb (the child's own peak)
-      "details": {...}               # optional, anything JSON-serialisable (kept in --json)
+      "details": {...},              # optional, anything JSON-serialisable (kept in --json)
+      "report_text": "..."           # optional: printed after the table (e.g. per-stage figures)
     }
 
-Keep "quick" runs under a minute; full runs under ~5 minutes each on 2 CPU cores.
+Keep "quick" runs under a minute; full runs under ~5 minutes each on 2 CPU cores
+(bench_sizes, the full report on three model sizes, takes longer: see TIMEOUTS).
 """
 
 from __future__ import annotations
@@ -59,7 +61,11 @@ BENCHMARKS = {
     "bench_head": "vocab × vocab top-k vs bare matmul (target ≤ 2×)",
     "bench_forward": "forward with full cache vs HF eager output_attentions (target ≥ 1.0×)",
     "bench_report": "full report time and peak RSS (target < 5 min, < 4 GB)",
+    "bench_load": "load + processed weights + forward peak RSS vs the weights' own size, hub layouts",
+    "bench_sizes": "full report per stage on hub-layout distilgpt2, gpt2, gpt2-medium (targets of issue 15)",
 }
+#: seconds a module may run when --timeout is not given (default 900)
+TIMEOUTS = {"bench_sizes": 3600}
 MARK = "@@BENCH-RESULT@@"
 
 
@@ -185,7 +191,8 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="smaller sizes (smoke test)")
     ap.add_argument("--json", action="store_true", help="print all results as JSON")
     ap.add_argument("--only", nargs="+", choices=list(BENCHMARKS), help="run only these modules")
-    ap.add_argument("--timeout", type=float, default=900, help="seconds per benchmark; default 900")
+    ap.add_argument("--timeout", type=float, default=None,
+                    help="seconds per benchmark; default 900 (bench_sizes 3600)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
@@ -194,7 +201,7 @@ def main(argv=None) -> int:
     for module in a.only or BENCHMARKS:
         if not a.json:
             print(f"running {module}: {BENCHMARKS[module]} …", file=sys.stderr, flush=True)
-        res = run_child(module, a.quick, a.timeout)
+        res = run_child(module, a.quick, a.timeout or TIMEOUTS.get(module, 900))
         results[module] = res
         all_rows += rows_of(module, res)
     if a.json:
@@ -204,6 +211,9 @@ def main(argv=None) -> int:
         for module, res in results.items():
             if "unavailable" not in res:
                 print(f"{module}: {res['wall_s']:.1f} s wall, peak RSS {res.get('peak_rss_mb', float('nan')):.0f} MB")
+        for module, res in results.items():
+            if res.get("report_text"):
+                print(f"\n{module}:\n{res['report_text']}")
     measured = [r for r in all_rows if "unavailable" not in r]
     return 0 if all(r["pass"] for r in measured) else 1
 

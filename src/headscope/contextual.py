@@ -199,20 +199,44 @@ class Circuit:
             out += a[k][:, None] * ((X @ b.W_V[h] + b.b_V[h]) @ b.W_O[h])
         return finite_or_not_applicable(out, "the contextual circuit's token contributions")
 
-    def predict(self, tokens: Int[Tensor, "p"], positions: list[int]) -> Float[Tensor, "n d"]:
-        """Σ_i pos[n, i] · contribution[n, t_q, x_i] + off[n] for each n in `positions`."""
+    def predict(self, tokens: Int[Tensor, "p"], positions: list[int], *,
+                block_bytes: int = 128 * 2**20) -> Float[Tensor, "n d"]:
+        """Σ_i pos[n, i] · contribution[n, t_q, x_i] + off[n] for each n in `positions`.
+
+        :meth:`token_weights`, :meth:`shared_kernel` and :meth:`offset` evaluated for blocks of
+        positions at once (:func:`headscope.layer0.query_frames`), with LN(W_E[x_i] + W_pos[n])
+        as an [m k d] tensor of at most `block_bytes`: a few large products instead of a dozen
+        small ones per position. The offset uses Σ_i pos[n, i]·scale_i·(r_i − r_n) =
+        Σ_i pos[n, i]·scale_i·r_i − (Σ_i pos[n, i]·scale_i)·r_n (:func:`~headscope.layer0.positional_basis`).
+        """
         w, b = self.weights, self.weights.blocks[0]
-        rows = []
+        positions = [int(n) for n in positions]
         for n in positions:
-            fr = self.frame(n)
-            a = self.token_weights(fr, tokens[: n + 1]) * self.shared_kernel(fr)   # [H k]
-            X = layer0.ln1(w, w.W_E[tokens[: n + 1]] + w.W_pos[n])                   # [k d]
-            u = a @ X                                                              # [H d]
-            out = self.offset(fr)
-            for k, h in enumerate(self.heads):
-                out = out + (u[k] @ b.W_V[h] + a[k].sum() * b.b_V[h]) @ b.W_O[h]
+            self._check_n(n)
+        H = self.heads
+        d = w.cfg.d_model
+        per_row = (max(positions, default=0) + 1) * d * w.W_E.element_size()
+        step = max(1, block_bytes // per_row)
+        rows = []
+        for a0 in range(0, len(positions), step):
+            ns = torch.tensor(positions[a0:a0 + step])                                 # [m]
+            k = int(ns.max()) + 1
+            _, Kq, bq, pos = layer0.query_frames(w, self.token, ns, self.calibration.c)   # [m d h], [m h], [m h k]
+            X = layer0.ln1(w, w.W_E[tokens[:k]][None] + w.W_pos[ns][:, None])           # [m k d]
+            log_S = self.calibration.log_seed_denom[H][:, ns].T.to(X.dtype)             # [m H]
+            content = torch.einsum("mkd,mdh->mhk", X, Kq[:, :, H]) + bq[:, H, None]      # [m H k]
+            kernel = pos[:, H].mean(1)                                                  # [m k] shared kernel
+            a = (content - log_S[:, :, None]).exp() * kernel[:, None, :]                 # [m H k]
+            a = a.masked_fill((torch.arange(k)[None, :] > ns[:, None])[:, None, :], 0.0)
+            u = torch.einsum("mhk,mkd->mhd", a, X)                                     # [m H d]
+            rw, scale = layer0.positional_basis(w, k, self.calibration.c)              # [n_ctx d], [k]
+            ps = pos[:, H] * scale                                                     # [m H k]
+            t = ps @ rw[:k] - ps.sum(-1, keepdim=True) * rw[ns][:, None, :]             # [m H d] Σ_i pos·term
+            z = torch.einsum("mhd,hde->mhe", u + t, b.W_V[H]) + a.sum(-1)[:, :, None] * b.b_V[H]   # [m H e]
+            out = torch.einsum("mhe,hed->md", z, b.W_O[H])                               # [m d]
             rows.append(out)
-        return finite_or_not_applicable(torch.stack(rows), "the contextual circuit's prediction")
+        out = torch.cat(rows) if rows else torch.empty(0, d, dtype=w.W_E.dtype)
+        return finite_or_not_applicable(out, "the contextual circuit's prediction")
 
     def true_output(self, tokens: Int[Tensor, "p"]) -> Float[Tensor, "p d"]:
         """Σ_{h ∈ H} out_h[n] for every n, with the fixed query token at each n."""

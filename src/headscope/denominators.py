@@ -137,8 +137,7 @@ def denominator_stability(
     if query is not None:
         qid = layer0.token_id(model, query)
         L = torch.logsumexp(layer0.fixed_query_scores(w, cache["blocks.0.attn.hook_k"], qid), -1)  # [b head p]
-        frames = [layer0.frame(w, qid, n, c) for n in range(window)]
-        log_Z = torch.stack([f.log_Z for f in frames], 1)                       # [head p]
+        log_Z = layer0.log_Z(w, qid, window, c)                                 # [head p]
         logS = L - log_Z                                                         # [b head p] log S
         norm = "seed: S = sum_j pos[n,j]*content[n,x_j] = exp(logsumexp(scores) - log Z[n]), fixed query"
     else:
@@ -161,7 +160,7 @@ def denominator_stability(
         u = counts.double() / counts.sum()                                       # unigram [support]
         pl, ps, ch, ho, s2s = [], [], [], [], []
         for n in positions:
-            fr = frames[n]
+            fr = layer0.frame(w, qid, n, c)
             lc = fr.content_logits(w, ids)                                       # [head support] log c
             lbos = fr.content_logits(w, torch.tensor([model.bos_id]))[:, 0]      # [head]
             m = lc.amax(1)                                                       # [head] shift

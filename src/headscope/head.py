@@ -30,7 +30,7 @@ from ._html_repr import HtmlRepr
 from .bilinear import BilinearForm
 from .clustering import Clustering
 from .loading import Model
-from .survey import PositionIndependence, position_independence, prompts_for
+from .survey import PositionIndependence, position_independence_heads, prompts_for
 from .tokenizer import escape_token
 from .weights import Processing, Weights
 
@@ -171,12 +171,101 @@ def _fmt(x: float | None) -> str:
     return "— (undefined)" if x is None else f"{x:.3f}"
 
 
+#: Flops that ``keys="auto"`` allows for the whole-vocabulary effective embeddings of one deep
+#: dive (:func:`vocab_pass_flops`; about 15–30 s on 2 CPU cores). Above it, neighbours are
+#: ranked over the graph's nodes.
+VOCAB_KEYS_BUDGET = 1e12
+KEYS = ("vocab", "nodes", "auto")
+
+
+def vocab_pass_flops(cfg, layer: int, variant: str = "full") -> float:
+    """Flops of the effective embeddings of the whole vocabulary for a head in `layer`: one MLP
+    (2·2·d_model·d_mlp flops) per token and block below the head (block 0 alone for variant mlp)."""
+    blocks = 1 if variant == "mlp" else layer
+    return float(cfg.d_vocab) * blocks * 4 * cfg.d_model * cfg.d_mlp
+
+
+def resolve_keys(cfg, layer: int, keys: str, variant: str = "full") -> str:
+    """``"vocab"`` or ``"nodes"``: `keys` itself, or for ``"auto"`` the whole vocabulary when its
+    effective embeddings cost at most :data:`VOCAB_KEYS_BUDGET` flops, else the graph's nodes.
+    A function of the model's shape and the head's layer only, so results stay deterministic."""
+    if keys != "auto":
+        return keys
+    return "vocab" if vocab_pass_flops(cfg, layer, variant) <= VOCAB_KEYS_BUDGET else "nodes"
+
+
 def _check_head_options(model: Model, layer: int, head: int, keys: str, k: int) -> None:
     model.cfg.check_head(layer, head)
-    if keys not in ("vocab", "nodes"):
-        raise HeadscopeError(f"keys: expected 'vocab' or 'nodes', got {keys!r}")
+    if keys not in KEYS:
+        raise HeadscopeError(f"keys: expected 'vocab', 'nodes' or 'auto', got {keys!r}")
     if k < 1:
         raise HeadscopeError(f"k: expected ≥ 1, got {k}")
+
+
+def _embeddings_at(W: Weights, layers: list[int], token_ids: Tensor | None, variant: str,
+                   attn_means: list[Tensor]):
+    """(l, x̂ of `token_ids` for the heads of layer l) for each l in `layers` (ascending): variant
+    full in one pass up the residual stream (every block read once, whatever the layers)."""
+    if variant == "full":
+        want = set(layers)
+        for l, x_hat in bilinear.effective_embeddings_by_layer(W, token_ids, attn_means=attn_means, upto=max(layers)):
+            if l in want:
+                yield l, x_hat
+    else:
+        for l in layers:
+            yield l, bilinear.effective_embeddings(W, l, token_ids, variant=variant, attn_means=attn_means)
+
+
+def _nodes(model: Model, n_tokens: int, corpus, cat_ids: dict[str, list[int]], frequency: str = "bpe",
+           authors: bool = False) -> tuple[list[int], list[int], str]:
+    """(the n_tokens most frequent tokens, the graph's nodes, the frequency source's name).
+
+    headscope's graph: the frequent tokens plus the category words. The authors' graph:
+    BOS first, then the n_tokens − 1 most frequent (their ``token_frequencies.csv`` puts
+    ``<|endoftext|>`` first), no category words.
+    """
+    if corpus is not None:
+        freq = clustering.frequent_tokens(model.tokenizer, n_tokens - (1 if authors else 0), corpus)
+        freq = ([model.bos_id] if authors else []) + [t for t in freq if not authors or t != model.bos_id]
+        name = "corpus"
+    elif frequency == "wordfreq":
+        freq, name = clustering.wordfreq_tokens(model.tokenizer, n_tokens, bos_first=authors), "wordfreq"
+    else:
+        freq, name = clustering.frequent_tokens(model.tokenizer, n_tokens), "bpe-merge-order"
+    extra = [] if authors else [t for ids in cat_ids.values() for t in ids]
+    return freq, list(dict.fromkeys(freq + extra)), name
+
+
+def _graph_clusters(model: Model, W: Weights, layer: int, head: int, X: Tensor, nodes: list[int], n_freq: int,
+                    cat_ids, *, k: int, keys: str, frequency: str, resolution: float, seed: int,
+                    with_spectral: bool, preset: str = "headscope", attn_mean: str = "prompts") -> HeadClusters:
+    """The top-k graph of `nodes` (effective embeddings X) under head (layer, head), clustered:
+    headscope's (:func:`headscope.clustering.knn_graph`, Leiden RB) or, for a preset whose
+    graph is ``authors``, theirs (:func:`headscope.clustering.authors_graph`, Leiden modularity
+    with communities of at most :data:`AUTHORS_MAX_COMM_SIZE`)."""
+    authors = PRESETS[preset]["graph"] == "authors"
+    strs = model.to_str_tokens(nodes)
+    if authors:
+        b = W.blocks[layer]
+        Qr, Kr = X @ b.W_Q[head], X @ b.W_K[head]                                         # raw, no biases [n e]
+        g = clustering.authors_graph(Kr, Qr, k)
+        vals, idx = torch.topk(Kr.double() @ Qr.double().T, min(k, len(nodes)), dim=1)    # per key [n k]
+        membership = clustering.leiden_modularity(g, max_comm_size=AUTHORS_MAX_COMM_SIZE, seed=seed)
+    else:
+        Q, K = bilinear.head_qk(W, layer, head, X)
+        vals, idx, lse = bilinear.topk_targets(Q, K, k, self_index=torch.arange(len(nodes)), return_lse=True)
+        g = clustering.knn_graph(vals, idx, len(nodes), lse)
+        membership = clustering.leiden(g, resolution=resolution, seed=seed)
+    leiden = clustering.describe(g, membership, nodes, strs, "leiden", categories=cat_ids)
+    spectral = None
+    if with_spectral:
+        spectral = clustering.describe(g, clustering.spectral(g, max(2, leiden.n_clusters), seed=seed), nodes, strs,
+                                       "spectral", categories=cat_ids)
+    spec = GraphSpec(n_nodes=len(nodes), n_frequent=n_freq, k=k, keys=keys, frequency=frequency,
+                     resolution=resolution, seed=seed, preset=preset, graph="authors" if authors else "headscope",
+                     attn_mean=attn_mean, max_comm_size=AUTHORS_MAX_COMM_SIZE if authors else None)
+    return HeadClusters(spec=spec, leiden=leiden, spectral=spectral, nodes=nodes, embeddings=X, values=vals,
+                        targets=idx)
 
 
 def head_clusters(model: Model, layer: int, head: int, *, variant: str = "full", n_tokens: int | None = None,
@@ -197,65 +286,19 @@ def head_clusters(model: Model, layer: int, head: int, *, variant: str = "full",
     """
     o = _preset(preset, n_tokens=n_tokens, k=k, frequency=frequency, attn_mean=attn_mean)
     n_tokens, k = o["n_tokens"], o["k"]
-    authors = PRESETS[preset]["graph"] == "authors"
     _check_head_options(model, layer, head, keys, k)
     W = model.weights(processing) if weights is None else weights
     prompts, cat_ids = prompts_for(model, categories, n_prompts=32, length=16, seed=seed)
     if attn_means is None:
         attn_means = bilinear.attn_means_for(W, max(layer, 1 if variant == "mlp" else 0), o["attn_mean"],
                                              prompts.tokens)
-    if corpus is not None:
-        freq = clustering.frequent_tokens(model.tokenizer, n_tokens - (1 if authors else 0), corpus)
-        freq = ([model.bos_id] if authors else []) + [t for t in freq if t != model.bos_id]
-        freq_name = "corpus"
-    elif o["frequency"] == "wordfreq":
-        freq, freq_name = clustering.wordfreq_tokens(model.tokenizer, n_tokens, bos_first=authors), "wordfreq"
-    else:
-        freq, freq_name = clustering.frequent_tokens(model.tokenizer, n_tokens), "bpe-merge-order"
-    extra = [] if authors else [t for ids in cat_ids.values() for t in ids]
-    nodes = list(dict.fromkeys(freq + extra))
+    freq, nodes, freq_name = _nodes(model, n_tokens, corpus, cat_ids, o["frequency"],
+                                    PRESETS[preset]["graph"] == "authors")
     X = bilinear.effective_embeddings(W, layer, torch.tensor(nodes), variant=variant, attn_means=attn_means)
-    strs = model.to_str_tokens(nodes)
-    if authors:
-        b = W.blocks[layer]
-        Qr, Kr = X @ b.W_Q[head], X @ b.W_K[head]                                         # raw, no biases [n e]
-        g = clustering.authors_graph(Kr, Qr, k)
-        vals, idx = torch.topk(Kr.double() @ Qr.double().T, min(k, len(nodes)), dim=1)    # per key [n k]
-        membership = clustering.leiden_modularity(g, max_comm_size=AUTHORS_MAX_COMM_SIZE, seed=seed)
-    else:
-        Q, K = bilinear.head_qk(W, layer, head, X)
-        vals, idx, lse = bilinear.topk_targets(Q, K, k, self_index=torch.arange(len(nodes)), return_lse=True)
-        g = clustering.knn_graph(vals, idx, len(nodes), lse)
-        membership = clustering.leiden(g, resolution=resolution, seed=seed)
-    leiden = clustering.describe(g, membership, nodes, strs, "leiden", categories=cat_ids)
-    spectral = None
-    if with_spectral:
-        spectral = clustering.describe(g, clustering.spectral(g, max(2, leiden.n_clusters), seed=seed), nodes, strs,
-                                       "spectral", categories=cat_ids)
-    spec = GraphSpec(n_nodes=len(nodes), n_frequent=len(freq), k=k, keys=keys, frequency=freq_name,
-                     resolution=resolution, seed=seed, preset=preset, graph="authors" if authors else "headscope",
-                     attn_mean=o["attn_mean"], max_comm_size=AUTHORS_MAX_COMM_SIZE if authors else None)
-    return HeadClusters(spec=spec, leiden=leiden, spectral=spectral, nodes=nodes, embeddings=X, values=vals,
-                        targets=idx)
-
-
-def _examples_over_vocab(model, W, layer, head, examples, k, variant, attn_means, form, scale):
-    """Neighbours (top-k keys over the whole vocabulary) and self-score splits of `examples`,
-    whether or not they are nodes of the graph (the authors' graph adds no category words)."""
-    X_all = bilinear.effective_embeddings(W, layer, None, variant=variant, attn_means=attn_means)
-    Qa, Ka = bilinear.head_qk(W, layer, head, X_all)
-    ev, key_ids = bilinear.topk_targets(Qa[examples], Ka, k, self_index=torch.tensor(examples))
-    strs = model.to_str_tokens(examples)
-    neighbours = [Neighbours(token=s, token_id=t, targets=model.to_str_tokens(key_ids[i].tolist()),
-                             target_ids=key_ids[i].tolist(), logits=ev[i].tolist())
-                  for i, (t, s) in enumerate(zip(examples, strs))]
-    self_scores = []
-    for i, t in enumerate(examples):
-        x, p = X_all[t], int(key_ids[i, 0])
-        self_scores.append(SelfScore(token=strs[i], token_id=t, self=bilinear.explain_score(form, x, x, divisor=scale),
-                                     top_target=model.to_str_tokens([p])[0],
-                                     to_top_target=bilinear.explain_score(form, x, X_all[p], divisor=scale)))
-    return neighbours, self_scores
+    return _graph_clusters(model, W, layer, head, X, nodes, len(freq), cat_ids, k=k,
+                           keys=resolve_keys(model.cfg, layer, keys, variant), frequency=freq_name,
+                           resolution=resolution, seed=seed, with_spectral=with_spectral, preset=preset,
+                           attn_mean=o["attn_mean"])
 
 
 def analyse_head(model: Model, layer: int, head: int, *, variant: str = "full", n_tokens: int | None = None,
@@ -263,50 +306,138 @@ def analyse_head(model: Model, layer: int, head: int, *, variant: str = "full", 
                  seed: int = 0, with_spectral: bool = True, n_examples: int = 10,
                  processing: Processing | None = None, preset: str = "headscope", frequency: str | None = None,
                  attn_mean: str | None = None) -> HeadAnalysis:
-    """Analyse head (layer, head); ``keys="vocab"`` ranks neighbours over the whole vocabulary.
+    """Analyse head (layer, head); ``keys="vocab"`` ranks neighbours over the whole vocabulary,
+    ``"nodes"`` over the graph's nodes, ``"auto"`` chooses by cost (:func:`resolve_keys`).
 
     ``preset`` / ``frequency`` / ``attn_mean``: see :data:`PRESETS` (explicit values win).
     """
+    return analyse_heads(model, [(layer, head)], variant=variant, n_tokens=n_tokens, k=k, keys=keys,
+                         categories=categories, corpus=corpus, resolution=resolution, seed=seed,
+                         with_spectral=with_spectral, n_examples=n_examples, processing=processing,
+                         preset=preset, frequency=frequency, attn_mean=attn_mean)[0]
+
+
+def analyse_heads(model: Model, heads: list[tuple[int, int]], *, variant: str = "full", n_tokens: int | None = None,
+                  k: int | None = None, keys: str = "vocab", categories=None, corpus=None, resolution: float = 1.0,
+                  seed: int = 0, with_spectral: bool = True, n_examples: int = 10,
+                  processing: Processing | None = None, progress=None, preset: str = "headscope",
+                  frequency: str | None = None, attn_mean: str | None = None) -> list[HeadAnalysis]:
+    """:func:`analyse_head` of several heads (results in the order given), sharing their common work.
+
+    What the heads share is computed once: the category prompts and the mean attention
+    outputs (up to the deepest head), the graph's nodes and their effective embeddings (one
+    pass up the residual stream, every block read once, yielding each head's layer), the
+    whole-vocabulary pass of the heads whose neighbours are ranked over the vocabulary (up to
+    the deepest of them; only each head's [d_vocab d_head] keys and its examples' queries are
+    kept), and one forward pass per prompt order for position independence. Each result is
+    what :func:`analyse_head` of that head alone returns. ``progress(done, total, what)``, if
+    given, is called after each step.
+
+    With the authors' graph (``preset="seed"``) the examples need not be nodes and the
+    graph's edges run key → query, so each example's neighbours and the partner of its
+    self-score explanation are its own top-k keys (over the vocabulary, or over the nodes
+    for ``keys="nodes"``), not the graph's targets.
+    """
     o = _preset(preset, n_tokens=n_tokens, k=k, frequency=frequency, attn_mean=attn_mean)
-    k = o["k"]
-    _check_head_options(model, layer, head, keys, k)
+    n_tokens, k = o["n_tokens"], o["k"]
+    authors = PRESETS[preset]["graph"] == "authors"
+    heads = [(int(l), int(h)) for l, h in heads]
+    for l, h in heads:
+        _check_head_options(model, l, h, keys, k)
+    if not heads:
+        return []
+    cfg = model.cfg
     W = model.weights(processing)
+    head_keys = {hd: resolve_keys(cfg, hd[0], keys, variant) for hd in heads}
+    vocab_layers = sorted({l for (l, _), kk in head_keys.items() if kk == "vocab"})
+    layers = sorted({l for l, _ in heads})
+    total = 3 + bool(vocab_layers) + len(heads)
+    done = 0
+
+    def step(what: str) -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(done, total, what)
+
     prompts, cat_ids = prompts_for(model, categories, n_prompts=32, length=16, seed=seed)
-    attn_means = bilinear.attn_means_for(W, max(layer, 1 if variant == "mlp" else 0), o["attn_mean"], prompts.tokens)
-    form = bilinear.bilinear_form(bilinear.qk_matrix(W, layer, head, centred=W.processing.fold_ln), layer, head)
-    hc = head_clusters(model, layer, head, variant=variant, n_tokens=o["n_tokens"], k=k, categories=categories,
-                       corpus=corpus, resolution=resolution, seed=seed, with_spectral=with_spectral, keys=keys,
-                       weights=W, attn_means=attn_means, preset=preset, frequency=o["frequency"],
-                       attn_mean=o["attn_mean"])
-    nodes, X_nodes = hc.nodes, hc.embeddings
-    strs = model.to_str_tokens(nodes)
+    attn_means = bilinear.attn_means_for(W, max(max(layers), 1 if variant == "mlp" else 0), o["attn_mean"],
+                                         prompts.tokens)
+    step("mean attention outputs")
+    freq, nodes, freq_name = _nodes(model, n_tokens, corpus, cat_ids, o["frequency"], authors)
+    X_nodes = dict(_embeddings_at(W, layers, torch.tensor(nodes), variant, attn_means))        # layer → [n d]
+    step("effective embeddings of the nodes")
 
     # neighbours and self-score explanations of example tokens (first word of each category)
     examples = [ids[0] for ids in cat_ids.values()][:n_examples]
-    scale = model.cfg.attn_scale(layer)
-    if hc.spec.graph == "authors":
-        neighbours, self_scores = _examples_over_vocab(model, W, layer, head, examples, k, variant, attn_means,
-                                                       form, scale)
-    else:
-        ex_pos = torch.tensor([nodes.index(t) for t in examples])
-        if keys == "vocab":
-            X_all = bilinear.effective_embeddings(W, layer, None, variant=variant, attn_means=attn_means)
-            Qa, Ka = bilinear.head_qk(W, layer, head, X_all)
-            ev, key_ids = bilinear.topk_targets(Qa[examples], Ka, k, self_index=torch.tensor(examples))
+    node_index = {t: i for i, t in enumerate(nodes)}
+    vocab_targets: dict[tuple[int, int], tuple[Tensor, ...]] = {}
+    if vocab_layers:
+        for l, X_all in _embeddings_at(W, vocab_layers, None, variant, attn_means):           # [d_vocab d] each
+            for hd in heads:
+                if hd[0] == l and head_keys[hd] == "vocab" and hd not in vocab_targets:
+                    Qa, Ka = bilinear.head_qk(W, l, hd[1], X_all)
+                    ev, key_ids = bilinear.topk_targets(Qa[examples], Ka, k, self_index=torch.tensor(examples))
+                    # the authors' graph: the examples' and their top keys' embeddings (self-score partners)
+                    ex_x = (X_all[examples].clone(), X_all[key_ids[:, 0]].clone()) if authors else ()
+                    vocab_targets[hd] = (ev, key_ids, *ex_x)
+                    del Qa, Ka
+            del X_all
+        step("effective embeddings of the vocabulary")
+
+    out_parts = []
+    for l, h in heads:
+        fold = W.processing.fold_ln
+        form = bilinear.bilinear_form(bilinear.qk_matrix(W, l, h, centred=fold), l, h,
+                                      factors=bilinear.qk_factors(W, l, h, centred=fold))
+        hc = _graph_clusters(model, W, l, h, X_nodes[l], nodes, len(freq), cat_ids, k=k, keys=head_keys[(l, h)],
+                             frequency=freq_name, resolution=resolution, seed=seed, with_spectral=with_spectral,
+                             preset=preset, attn_mean=o["attn_mean"])
+        X_n = hc.embeddings
+        strs = model.to_str_tokens(nodes)
+        scale = cfg.attn_scale(l)
+        if authors:                         # each example's own top keys (module docstring of analyse_heads)
+            if head_keys[(l, h)] == "vocab":
+                ex, (ev, key_ids, x_ex, x_top) = examples, vocab_targets[(l, h)]
+            else:
+                ex = [t for t in examples if t in node_index]
+                pos = torch.tensor([node_index[t] for t in ex], dtype=torch.long)
+                Qn, Kn = bilinear.head_qk(W, l, h, X_n)
+                ev, idx = bilinear.topk_targets(Qn[pos], Kn, k, self_index=pos)
+                key_ids, x_ex, x_top = torch.tensor(nodes)[idx], X_n[pos], X_n[idx[:, 0]]
+            ex_strs = model.to_str_tokens(ex)
+            neighbours = [Neighbours(token=s, token_id=t, targets=model.to_str_tokens(key_ids[i].tolist()),
+                                     target_ids=key_ids[i].tolist(), logits=ev[i].tolist())
+                          for i, (t, s) in enumerate(zip(ex, ex_strs))]
+            self_scores = [SelfScore(token=ex_strs[i], token_id=t,
+                                     self=bilinear.explain_score(form, x_ex[i], x_ex[i], divisor=scale),
+                                     top_target=model.to_str_tokens([int(key_ids[i, 0])])[0],
+                                     to_top_target=bilinear.explain_score(form, x_ex[i], x_top[i], divisor=scale))
+                           for i, t in enumerate(ex)]
         else:
-            ev, key_ids = hc.values[ex_pos], torch.tensor(nodes)[hc.targets[ex_pos]]
-        neighbours = [Neighbours(token=s, token_id=t, targets=model.to_str_tokens(key_ids[i].tolist()),
-                                 target_ids=key_ids[i].tolist(), logits=ev[i].tolist())
-                      for i, (t, s) in enumerate(zip(examples, model.to_str_tokens(examples)))]
-        self_scores = []
-        for i, t in enumerate(examples):
-            x = X_nodes[ex_pos[i]]
-            partner = int(hc.targets[ex_pos[i], 0])
-            self_scores.append(SelfScore(
-                token=strs[ex_pos[i]], token_id=t, self=bilinear.explain_score(form, x, x, divisor=scale),
-                top_target=strs[partner], to_top_target=bilinear.explain_score(form, x, X_nodes[partner],
-                                                                               divisor=scale)))
-    pos = position_independence(model, layer, head, categories=categories, seed=seed, processing=processing)
-    return HeadAnalysis(layer=layer, head=head, fingerprint=model.fingerprint, processing=W.processing.to_dict(),
-                        embedding_variant=variant, form=form, clusters=hc, neighbours=neighbours,
-                        self_scores=self_scores, position=pos)
+            ex_pos = torch.tensor([nodes.index(t) for t in examples])
+            if head_keys[(l, h)] == "vocab":
+                ev, key_ids = vocab_targets[(l, h)]
+            else:
+                ev, key_ids = hc.values[ex_pos], torch.tensor(nodes)[hc.targets[ex_pos]]
+            neighbours = [Neighbours(token=s, token_id=t, targets=model.to_str_tokens(key_ids[i].tolist()),
+                                     target_ids=key_ids[i].tolist(), logits=ev[i].tolist())
+                          for i, (t, s) in enumerate(zip(examples, model.to_str_tokens(examples)))]
+            self_scores = []
+            for i, t in enumerate(examples):
+                x = X_n[ex_pos[i]]
+                partner = int(hc.targets[ex_pos[i], 0])
+                self_scores.append(SelfScore(
+                    token=strs[ex_pos[i]], token_id=t, self=bilinear.explain_score(form, x, x, divisor=scale),
+                    top_target=strs[partner],
+                    to_top_target=bilinear.explain_score(form, x, X_n[partner], divisor=scale)))
+        out_parts.append((l, h, form, hc, neighbours, self_scores))
+        step(f"head {l}.{h}")
+    del X_nodes, vocab_targets
+
+    positions = position_independence_heads(model, heads, categories=categories, seed=seed, processing=processing)
+    step("position independence")
+    return [HeadAnalysis(layer=l, head=h, fingerprint=model.fingerprint, processing=W.processing.to_dict(),
+                         embedding_variant=variant, form=form, clusters=hc, neighbours=neighbours,
+                         self_scores=self_scores, position=pos)
+            for (l, h, form, hc, neighbours, self_scores), pos in zip(out_parts, positions)]

@@ -104,18 +104,25 @@ def _geometric_mean_distance(kappa: float, N: int) -> float:
     return (N - 1) - _geometric_mean_distance(-kappa, N)        # mirror: δ → N − 1 − δ
 
 
-def fit_decay_rate(kernel: Float[Tensor, "i"]) -> float:
+def fit_decay_rate(kernel: Float[Tensor, "i"], *, logits: bool = False) -> float:
     """κ̂ of the ``shape`` rule for one kernel pos_{n, i}, i = 0..n (module docstring).
 
     Position 0 is dropped and the rest renormalised; κ̂ solves mean_q(δ) = Σ δ p(δ) on
     δ = 0..n−1 by bisection (the mean decreases monotonically in κ). Returns 0.0 for
-    n < 2 (nothing to fit); |κ̂| ≤ 50.
+    n < 2 (nothing to fit); |κ̂| ≤ 50. With ``logits=True`` `kernel` holds the logits
+    q·P[n, i]/s and the rest is renormalised as a softmax of its own logits: exact even
+    when position 0 holds all but e^{−800} of the mass (the probabilities would underflow).
     """
-    p = kernel[1:].double().flip(0)                                               # [δ] δ = n − i
-    N = p.numel()
-    if N < 2 or not float(p.sum()) > 0:
+    x = kernel[1:].double().flip(0)                                               # [δ] δ = n − i
+    N = x.numel()
+    if N < 2:
         return 0.0
-    p = p / p.sum()
+    if logits:
+        p = torch.softmax(x, 0)
+    else:
+        if not float(x.sum()) > 0:
+            return 0.0
+        p = x / x.sum()
     m = float((torch.arange(N, dtype=torch.float64) * p).sum())
     lo, hi = -50.0, 50.0
     if m <= _geometric_mean_distance(hi, N):
@@ -179,8 +186,8 @@ def kernel_categories(weights: Weights, q_id: int, c: float, n_ref: int, rule_na
     kern = layer0.positional_kernel(weights, q_id, n_ref, c) if kern is None else kern       # [h n+1]
     widths = effective_width(kern).tolist()                                                 # [h]
     s_pos = shape_positions(weights.cfg.n_ctx)
-    s_kern = {m: (kern if m == n_ref else layer0.positional_kernel(weights, q_id, m, c)) for m in s_pos}
-    rates = [[fit_decay_rate(s_kern[m][h]) for m in s_pos] for h in range(kern.shape[0])]   # [h n]
+    s_logits = {m: layer0.positional_logits(weights, [q_id], m, c)[0] for m in s_pos}       # [h m+1] each
+    rates = [[fit_decay_rate(s_logits[m][h], logits=True) for m in s_pos] for h in range(kern.shape[0])]   # [h n]
     return KernelCategories(rule=rule_name, n_ref=n_ref, widths=widths, positions=s_pos, rates=rates,
                             width=[categorise(w, n_ref) for w in widths],
                             shape=[categorise_shape(dict(zip(s_pos, r))) for r in rates])

@@ -146,16 +146,56 @@ def queries(weights: Weights, tokens: Int[Tensor, "p"], positions: Int[Tensor, "
     return torch.einsum("pd,hde->phe", x, b.W_Q) + b.b_Q                          # [p h e]
 
 
+def _positional_parts(w: Weights) -> tuple[Tensor, Tensor, Tensor]:
+    """(c(W_pos) [n_ctx d], |c(W_pos[i])|² [n_ctx], (w₁ ⊙ c(W_pos[i])) W_K[h] [h n_ctx e]) of `w`.
+
+    Computed once per weights (remembered on block 0, rebuilt if W_pos, w₁ or W_K change):
+    every frame needs them, and the positional logits of a query then cost O(n·e) per head
+    instead of O(n·d).
+    """
+    b = w.blocks[0]
+    parts = (w.W_pos, b.ln1_w, b.W_K)
+    key = tuple((id(t), t._version) for t in parts)
+    memo = b.__dict__.get("_positional_parts")
+    if memo is not None and memo[0] == key:
+        return memo[1]
+    P = _centred(w.W_pos)                                                         # [n_ctx d]
+    out = (P, P.pow(2).sum(-1), torch.einsum("id,hde->hie", P * b.ln1_w, b.W_K))    # [n_ctx], [h n_ctx e]
+    b.__dict__["_positional_parts"] = (key, out, parts)  # `parts` keeps the ids alive (no reuse)
+    return out
+
+
+def _position_scale(w: Weights, k: int, c: float) -> Float[Tensor, "k"]:
+    """√d / sqrt(|c(W_pos[i])|² + c²) for i < k.
+
+    The norm is floored at d·eps, LayerNorm's own floor (|c(x)|² + d·eps): finite when
+    c = 0 and W_pos[i] = 0."""
+    sq = (_positional_parts(w)[1][:k] + c * c).clamp_min(w.cfg.d_model * w.cfg.ln_eps)
+    return math.sqrt(w.cfg.d_model) / sq.sqrt()
+
+
 def positional_term(w: Weights, n: int, c: float, k: int | None = None) -> Float[Tensor, "k d"]:
     """√d · w₁ ⊙ c(W_pos[i] − W_pos[n]) / sqrt(|c(W_pos[i])|² + c²) for i < k (default n+1).
 
     Multiply by W_K[h] (W_V[h]) to get P_h[n, i] (the positional value term)."""
     k = n + 1 if k is None else k
-    P = _centred(w.W_pos)                                                         # [n_ctx d]
+    P = _positional_parts(w)[0]                                                   # [n_ctx d]
     diff = P[:k] - P[n]                                                           # [k d]
-    # floored at d·eps, LayerNorm's own floor (|c(x)|² + d·eps): finite when c = 0 and W_pos[i] = 0
-    scale = math.sqrt(w.cfg.d_model) / (P[:k].pow(2).sum(-1) + c * c).clamp_min(w.cfg.d_model * w.cfg.ln_eps).sqrt()
-    return diff * scale[:, None] * w.blocks[0].ln1_w
+    return diff * _position_scale(w, k, c)[:, None] * w.blocks[0].ln1_w
+
+
+def positional_basis(w: Weights, k: int, c: float) -> tuple[Float[Tensor, "n_ctx d"], Float[Tensor, "k"]]:
+    """(w₁ ⊙ c(W_pos) [n_ctx d], scale [k]) with ``positional_term(w, n, c, k) = scale[:, None]·(rows[:k] − rows[n])``
+    (scale_i = √d / sqrt(|c(W_pos[i])|² + c²)): the positional term of many n at once."""
+    return _positional_parts(w)[0] * w.blocks[0].ln1_w, _position_scale(w, k, c)
+
+
+def _positional_logits(w: Weights, q: Float[Tensor, "m h e"], ns: Int[Tensor, "m"], k: int, c: float
+                       ) -> Float[Tensor, "m h k"]:
+    """q_m · P_h[n_m, i] / s for i < k (n_m < k): scale_i·(q·PK_h[i] − q·PK_h[n_m]) / s."""
+    G = torch.einsum("mhe,hie->mhi", q, _positional_parts(w)[2][:, :k])           # [m h k]
+    Gn = G.gather(2, ns.view(-1, 1, 1).expand(-1, G.shape[1], 1))                  # [m h 1]: exactly 0 at i = n
+    return (G - Gn) * (_position_scale(w, k, c) / w.cfg.attn_scale(0))
 
 
 def key_split(weights: Weights, tokens: Int[Tensor, "p"], n: int, c: float
@@ -211,8 +251,24 @@ def score_readouts(w: Weights, query_tokens: Sequence[int], n: int) -> tuple[Ten
 def positional_logits(w: Weights, query_tokens: Sequence[int], n: int, c: float) -> Float[Tensor, "t h i"]:
     """q·P[n, i]/s for i = 0..n, each query token placed at position n."""
     _check_frame(w, list(query_tokens), n)
-    _, Kq, _ = score_readouts(w, query_tokens, n)                                 # [t d h]
-    return torch.einsum("id,tdh->thi", positional_term(w, n, c), Kq)
+    toks = torch.as_tensor(list(query_tokens), dtype=torch.long)
+    q = queries(w, toks, torch.full_like(toks, n))                                # [t h e]
+    return _positional_logits(w, q, torch.full_like(toks, n), n + 1, c)
+
+
+def query_frames(w: Weights, token: int, ns: Int[Tensor, "m"], c: float
+                 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The frames of `token` at positions `ns` at once: q [m h e], Kq = W_K q / s [m d h],
+    bq = b_K·q / s [m h] and pos [m h k] (k = max(ns) + 1, zero beyond each n) — what
+    :func:`frame` gives one position at a time."""
+    b = w.blocks[0]
+    _check_frame(w, [token], int(ns.max()))
+    q = queries(w, torch.full_like(ns, token), ns)                                 # [m h e]
+    s = w.cfg.attn_scale(0)
+    k = int(ns.max()) + 1
+    logits = _positional_logits(w, q, ns, k, c)                                    # [m h k]
+    logits.masked_fill_((torch.arange(k)[None, :] > ns[:, None])[:, None, :], -math.inf)
+    return q, torch.einsum("hde,mhe->mdh", b.W_K, q) / s, (b.b_K * q).sum(-1) / s, torch.softmax(logits, dim=-1)
 
 
 def positional_kernels(w: Weights, query_tokens: Sequence[int], n: int, c: float) -> Float[Tensor, "t h i"]:
@@ -230,7 +286,7 @@ def frame(w: Weights, token: int, n: int, c: float | None = None) -> Frame:
     _check_frame(w, [token], n)
     c = measure_c(w) if c is None else float(c)
     q, Kq, bq = score_readouts(w, [token], n)
-    pos_logits = positional_logits(w, [token], n, c)[0]                           # [head n+1]
+    pos_logits = _positional_logits(w, q, torch.tensor([n]), n + 1, c)[0]         # [head n+1]
     return Frame(n=n, token=token, c=c, q=q[0], Kq=Kq[0], bq=bq[0], pos_logits=pos_logits,
                  log_Z=torch.logsumexp(pos_logits, dim=-1), pos=torch.softmax(pos_logits, dim=-1))
 
@@ -248,9 +304,18 @@ def seed_log_denominator(log_denom: Float[Tensor, "... head"], fr: Frame) -> Flo
     return log_denom - fr.log_Z
 
 
-def log_Z(w: Weights, token: int, n_pos: int, c: float) -> Float[Tensor, "head pos"]:
-    """log Z_h[n] for n = 0..n_pos−1 (the positional kernel's normaliser)."""
-    return torch.stack([frame(w, token, n, c).log_Z for n in range(n_pos)], dim=1)
+def log_Z(w: Weights, token: int, n_pos: int, c: float, chunk: int = 128) -> Float[Tensor, "head pos"]:
+    """log Z_h[n] for n = 0..n_pos−1 (the positional kernel's normaliser), the frames' ``log_Z``
+    for `chunk` positions at a time (one [chunk head n_pos] block of logits, masked above n)."""
+    _check_frame(w, [token], n_pos - 1)
+    out = []
+    for a in range(0, n_pos, chunk):
+        ns = torch.arange(a, min(a + chunk, n_pos))
+        q = queries(w, torch.full_like(ns, token), ns)                             # [m h e]
+        L = _positional_logits(w, q, ns, n_pos, c)                                 # [m h n_pos]
+        L.masked_fill_((torch.arange(n_pos)[None, :] > ns[:, None])[:, None, :], -math.inf)
+        out.append(torch.logsumexp(L, dim=-1).T)                                   # [h m]
+    return torch.cat(out, dim=1)
 
 
 def fixed_query_scores(w: Weights, k: Float[Tensor, "b p head e"], token: int) -> Float[Tensor, "b head q p"]:

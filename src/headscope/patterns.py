@@ -46,6 +46,45 @@ def head_pattern(weights: Weights, tokens: Tensor, layer: int, head: int) -> Ten
     return run_with_cache(weights, tokens, names=[name], stop_at_layer=layer + 1, batch_size=32)[name][:, head].double()
 
 
+def _shares_prefix(a: Weights, b: Weights, layer: int) -> bool:
+    """Whether `a` and `b` hold the very same embeddings and blocks 0..layer−1 (by identity)."""
+    return (a.cfg == b.cfg and a.W_E is b.W_E and a.W_pos is b.W_pos
+            and all(x is y for x, y in zip(a.blocks[:layer], b.blocks[:layer])))
+
+
+@torch.no_grad()
+def head_patterns(weights: Sequence[Weights], tokens: Tensor, layer: int, head: int) -> list[Tensor]:
+    """:func:`head_pattern` under each of several weights, e.g. a model and its steered copy.
+
+    When they share the embeddings and blocks 0..layer−1 (the same tensors, as
+    :func:`headscope.steering.steered_weights` leaves them), the residual stream entering
+    block `layer` is computed once and only block `layer`'s attention runs per weights —
+    the very operations ``run_with_cache`` performs, so the patterns are the same.
+    """
+    weights = list(weights)
+    if len(weights) < 2 or not all(_shares_prefix(weights[0], w, layer) for w in weights[1:]):
+        return [head_pattern(w, tokens, layer, head) for w in weights]
+    from .forward import _attention, _Keeper  # the forward's own attention block (one home)
+
+    name = f"blocks.{layer}.attn.hook_pattern"
+    resid = f"blocks.{layer - 1}.hook_resid_post"                                  # = block layer's resid_pre
+    x = run_with_cache(weights[0], tokens, names=[resid], stop_at_layer=layer, batch_size=32)[resid] if layer else None
+    out = []
+    for w in weights:
+        parts = []
+        for a in range(0, tokens.shape[0], 32):
+            if layer:
+                xa = x[a:a + 32]
+            else:                                                                   # block 0 reads the embeddings
+                t = tokens[a:a + 32]
+                xa = w.W_E[t] + w.W_pos[:t.shape[1]]
+            keeper = _Keeper([name], w.cfg.n_layers)
+            _attention(w.blocks[layer], xa.to(w.device), layer, w, keeper)
+            parts.append(keeper.cache[name][:, head].cpu())
+        out.append(torch.cat(parts).double())
+    return out
+
+
 @dataclasses.dataclass
 class HeadAttention:
     layer: int

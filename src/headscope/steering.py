@@ -36,14 +36,15 @@ import dataclasses
 from pathlib import Path
 
 import torch
+from jaxtyping import Float
 
 from ._atomic import refuse_foreign_dir
 from ._errors import HeadscopeError
 from ._html_repr import HtmlRepr
 from ._json import dumps
-from .bilinear import bilinear_form, key_bias_vector, qk_matrix
+from .bilinear import bilinear_form, key_bias_vector, qk_factors, qk_matrix
 from .loading import WEIGHTS_FILE, Model, file_sha256
-from .patterns import head_pattern
+from .patterns import head_pattern, head_patterns
 from .survey import prompts_for
 from .weights import Block, Processing, Weights
 
@@ -75,7 +76,8 @@ def steered_qk(weights: Weights, layer: int, head: int, alpha: float, *, select:
     cfg = weights.cfg
     e = cfg.d_head
     W = qk_matrix(weights, layer, head)                                               # [d d] float64
-    form = bilinear_form(W, layer, head)
+    form = bilinear_form(W, layer, head, factors=qk_factors(weights, layer, head))
+    B = form.basis                                                                    # [d r], r ≤ 2e
     lam, V = form.eigenvalues, form.eigenvectors
     if select == "negative":
         sel = [i for i in range(len(lam)) if lam[i] < -form.tol]
@@ -92,10 +94,12 @@ def steered_qk(weights: Weights, layer: int, head: int, alpha: float, *, select:
     # from W itself, not from form.sym + form.skew: the form drops eigenvalues below its tolerance
     # (|λ| ≤ 1e-6 max|λ|), which would make even α = 1 inexact
     W_new = (W if keep_skew else (W + W.T) / 2) + (Vs * ((alpha - 1.0) * ls)) @ Vs.T
-    U, sig, Vh = torch.linalg.svd(W_new)
+    # W' and W live in span B on both sides (W' = B (BᵀW'B) Bᵀ): their SVDs are those of r × r cores
+    Uc, sig, Vhc = torch.linalg.svd(B.T @ W_new @ B)
+    U, Vh = B @ Uc, Vhc @ B.T                                                         # [d r], [r d]
     # ranks and errors on the scale of the unsteered head: a steered form that vanishes
     # (α = 0 on every eigenvalue) is rank 0, not rank d_head of rounding noise
-    scale = float(torch.linalg.matrix_norm(W, ord=2))
+    scale = float(torch.linalg.matrix_norm(B.T @ W @ B, ord=2))
     tol = rel_tol * scale
     r = min(int((sig > tol).sum()), e)
     root = sig[:r].sqrt()
@@ -155,7 +159,11 @@ def steered_weights(W: Weights, layer: int, head: int, rb: Rebuild) -> Weights:
 
 def self_attention_stats(weights: Weights, tokens: Tensor, layer: int, head: int) -> dict:
     """Mean self-attention probability A[q, q] and mean rank of self among keys 0..q (1 = top), q ≥ 1."""
-    A = head_pattern(weights, tokens, layer, head)                                     # [b q k]
+    return pattern_self_stats(head_pattern(weights, tokens, layer, head))
+
+
+def pattern_self_stats(A: Float[Tensor, "b q k"]) -> dict:
+    """:func:`self_attention_stats` of an attention pattern A [b q k]."""
     diag = torch.diagonal(A, dim1=-2, dim2=-1)                                         # [b q]
     p = A.shape[-1]
     causal = torch.ones(p, p, dtype=torch.bool).tril()
@@ -222,8 +230,7 @@ def steer(model: Model, layer: int, head: int, alpha: float, *, select: str | li
     W_new = steered_weights(W, layer, head, rb)
     if tokens is None:
         tokens = prompts_for(model, categories, n_prompts=32, length=16, seed=seed)[0].tokens
-    before = self_attention_stats(W, tokens, layer, head)
-    after = self_attention_stats(W_new, tokens, layer, head)
+    before, after = (pattern_self_stats(A) for A in head_patterns([W, W_new], tokens, layer, head))
     res = SteerResult(
         layer=layer, head=head, alpha=float(alpha), select=select, keep_skew=keep_skew,
         n_selected=len(rb.selected), selected_eigenvalues=rb.selected_eigenvalues, rank=rb.rank,

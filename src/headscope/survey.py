@@ -357,22 +357,43 @@ def position_independence(model: Model, layer: int, head: int, *, categories=Non
                           length: int = 16, n_shuffles: int = 4, seed: int = 0,
                           processing: Processing | None = None) -> PositionIndependence:
     """How much of head (layer, head)'s score is token identity rather than position."""
-    model.cfg.check_head(layer, head)
+    return position_independence_heads(model, [(layer, head)], categories=categories, n_prompts=n_prompts,
+                                       length=length, n_shuffles=n_shuffles, seed=seed, processing=processing)[0]
+
+
+def position_independence_heads(model: Model, heads: list[tuple[int, int]], *, categories=None, n_prompts: int = 16,
+                                length: int = 16, n_shuffles: int = 4, seed: int = 0,
+                                processing: Processing | None = None) -> list[PositionIndependence]:
+    """:func:`position_independence` of several heads (in the order given) from one forward pass per
+    order of the prompts, up to the deepest head's layer (a head's scores do not depend on later blocks)."""
+    heads = [(int(l), int(h)) for l, h in heads]
+    for layer, head in heads:
+        model.cfg.check_head(layer, head)
+    if not heads:
+        return []
     prompts, _ = prompts_for(model, categories, n_prompts=n_prompts, length=length, seed=seed)
     rng = np.random.default_rng([seed, 1])
     W = model.weights(processing)
     b, p = prompts.tokens.shape
     perms = [np.arange(p)] + [np.concatenate([[0], 1 + rng.permutation(p - 1)]) for _ in range(n_shuffles)]
-    scores = torch.empty(len(perms), b, p, p, dtype=torch.float64)  # by original positions (i query, j key)
-    name = f"blocks.{layer}.attn.hook_attn_scores"
+    scores = {hd: torch.empty(len(perms), b, p, p, dtype=torch.float64) for hd in heads}  # by original positions
+    names = {l: f"blocks.{l}.attn.hook_attn_scores" for l in sorted({l for l, _ in heads})}
     for r, perm in enumerate(perms):
         perm_t = torch.from_numpy(perm)
         toks = prompts.tokens[:, perm_t]                      # new position n holds original token perm[n]
-        S = run_with_cache(W, toks, names=[name], stop_at_layer=layer + 1)[name][:, head].double()  # [b q k]
+        cache = run_with_cache(W, toks, names=list(names.values()), stop_at_layer=max(names) + 1)
         inv = torch.empty_like(perm_t)
         inv[perm_t] = torch.arange(p)
-        scores[r] = S[:, inv][:, :, inv]                      # back to original indices [b i j]
-    ok = torch.isfinite(scores)                               # causal: a pair is seen in the orders that keep i ≥ j
+        for (layer, head), s in scores.items():
+            S = cache[names[layer]][:, head].double()         # [b q k]
+            s[r] = S[:, inv][:, :, inv]                       # back to original indices [b i j]
+        del cache
+    return [_position_result(layer, head, scores[(layer, head)]) for layer, head in heads]
+
+
+def _position_result(layer: int, head: int, scores: Tensor) -> PositionIndependence:
+    """Two-pass variances of scores [orders b i j] (a pair is seen in the orders that keep i ≥ j)."""
+    ok = torch.isfinite(scores)
     cnt = ok.sum(0).double()                                  # [b i j]
     keep = cnt >= 2
     S0 = torch.where(ok, scores, torch.zeros_like(scores))

@@ -130,3 +130,28 @@ def test_presets_differ_in_definition_agree_on_planted_neighbours(planted_model,
     # the seed preset's node set is not headscope's (word frequencies vs BPE merge order)
     ours_nodes = set(clustering.frequent_tokens(planted_model.tokenizer, 3000))
     assert len(ours_nodes & set(seed_clusters.nodes)) < 2000
+
+
+def test_seed_preset_examples_rank_their_own_keys(tiny):
+    """With the authors' graph (edges key → query) each example's neighbours are its own top
+    keys: over the vocabulary, or over the nodes for keys="nodes" (examples that are nodes)."""
+    from headscope.head import analyse_heads
+
+    W = tiny.weights()
+    by_vocab, by_nodes = (analyse_heads(tiny, [(1, 2)], preset="seed", keys=keys, with_spectral=False)[0]
+                          for keys in ("vocab", "nodes"))
+    nodes = by_nodes.clusters.nodes
+    assert by_nodes.clusters.spec.keys == "nodes" and by_nodes.clusters.spec.graph == "authors"
+    assert {n.token_id for n in by_nodes.neighbours} <= set(nodes) and len(by_nodes.neighbours) >= 1
+    X = by_nodes.clusters.embeddings
+    idx = {t: i for i, t in enumerate(nodes)}
+    Q, K = bilinear.head_qk(W, 1, 2, X)
+    for nb, ss in zip(by_nodes.neighbours, by_nodes.self_scores):
+        s = (Q[idx[nb.token_id]] @ K.T).double()
+        s[idx[nb.token_id]] = -math.inf                                          # self excluded
+        assert nb.target_ids == [nodes[j] for j in torch.topk(s, len(nb.target_ids)).indices.tolist()]
+        assert ss.top_target == nb.targets[0]
+    # over the vocabulary: every example, and its top key need not be a node
+    assert len(by_vocab.neighbours) >= len(by_nodes.neighbours)
+    for nb, ss in zip(by_vocab.neighbours, by_vocab.self_scores):
+        assert ss.token_id == nb.token_id and ss.top_target == nb.targets[0]

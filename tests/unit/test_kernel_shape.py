@@ -75,3 +75,18 @@ def test_fit_is_finite_on_degenerate_kernels():
     one_hot[-1] = 1.0                                                    # all on δ = 0
     r = fit_decay_rate(one_hot)
     assert math.isfinite(r) and r >= 1 / LOCAL_MAX_LENGTH
+
+
+@pytest.mark.parametrize("kappa", [0.02, 0.7])
+def test_fit_from_logits_when_position_0_holds_all_the_mass(kappa):
+    """Logits −κδ for i ≥ 1 and +2000 at i = 0: the probabilities of i ≥ 1 underflow to 0, the
+    logits still give the remainder's shape exactly (the same κ as without the BOS logit)."""
+    n = 511
+    lg = torch.cat([torch.tensor([2000.0], dtype=torch.float64), (-kappa * d(n)).flip(0)])   # [n+1]
+    assert float(torch.softmax(lg, 0)[1:].sum()) == 0.0                                       # underflowed
+    assert fit_decay_rate(lg, logits=True) == pytest.approx(kappa, rel=1e-6)
+    assert fit_decay_rate(torch.softmax(lg, 0)) == 0.0                                        # nothing left to fit
+    # with no underflow the two forms agree
+    lg0 = lg.clone()
+    lg0[0] = 0.0
+    assert fit_decay_rate(lg0, logits=True) == pytest.approx(fit_decay_rate(torch.softmax(lg0, 0)), rel=1e-9)

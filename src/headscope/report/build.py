@@ -30,6 +30,7 @@ from .._version import __version__
 from .._atomic import OutputDir, read_small_file, refuse_foreign_dir
 from .._errors import HeadscopeError, NotApplicable
 from .._json import NOT_APPLICABLE, dumps, is_not_applicable, not_applicable
+from .._memory import peak_rss_mb, rss_mb
 from ..weights import Processing
 from . import html as H
 from .inputs import load_inputs
@@ -59,6 +60,7 @@ class ReportOptions:
     deep_dives: int = 2                           # top survey heads analysed in depth
     semantic_tokens: int = 5000                   # nodes of the deep dives' token graphs
     atlas_tokens: int = 2000                      # frequent tokens the atlas's metrics average over
+    neighbour_keys: str = "auto"                  # deep dives' neighbours over "vocab", "nodes", or "auto" (by cost)
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -70,10 +72,20 @@ class ReportOptions:
 
 @dataclasses.dataclass
 class StageRun:
+    """One stage of a run: its key, whether it was read from the cache, and what it cost.
+
+    ``seconds`` wall and ``cpu_seconds`` (this process, all threads) of the stage; ``rss_mb``
+    the resident set after it and ``peak_rss_mb`` the process's peak so far (a stage that
+    raised the peak shows it first), in MB; None where the platform does not say.
+    """
+
     name: str
     key: str
     cached: bool
     seconds: float
+    cpu_seconds: float = 0.0
+    rss_mb: float | None = None
+    peak_rss_mb: float | None = None
 
 
 @dataclasses.dataclass
@@ -122,8 +134,9 @@ def build_report(model, out_dir: str | Path, options: ReportOptions | None = Non
     for i, stage in enumerate(stages):
         key, parts = stage_key(stage, model, options, inputs, keys)
         path = data_path(out, stage)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         data = read_cached(path, key) if options.use_cache else None
+        raw = None
         cached = data is not None
         if data is None:
             progress = Progress(f"[{i + 1}/{len(stages)}] {stage.name}", enabled=options.progress)
@@ -139,7 +152,11 @@ def build_report(model, out_dir: str | Path, options: ReportOptions | None = Non
             print(f"[{i + 1}/{len(stages)}] {stage.name}: cached ({path.name})", file=sys.stderr)
         results[stage.name] = data
         keys[stage.name] = key
-        runs.append(StageRun(stage.name, key, cached, round(time.perf_counter() - t0, 3)))
+        del raw
+        rss = rss_mb()
+        runs.append(StageRun(stage.name, key, cached, round(time.perf_counter() - t0, 3),
+                             round(time.process_time() - c0, 3), None if rss is None else round(rss, 1),
+                             round(peak_rss_mb(), 1)))
 
     written = _render(model, odir, stages, results, options, inputs)
     data_files = [f"data/{s.name}.json" for s in stages]

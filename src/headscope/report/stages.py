@@ -115,6 +115,15 @@ class Progress:
             yield x
             self.bar.update(1)
 
+    def step(self, done: int, total: int, what: str = "") -> None:
+        """Report `done` of `total` steps finished, the last being `what`."""
+        if self.bar.total != total:
+            self.bar.reset(total=total)
+        self.bar.n = done
+        if what:
+            self.bar.set_postfix_str(what, refresh=False)
+        self.bar.refresh()
+
     def note(self, text: str) -> None:
         self.bar.set_postfix_str(text)
 

@@ -1,16 +1,23 @@
 """Stage ``semantic``: deep dives into the best-ranked heads of the survey.
 
 For each of the ``deep_dives`` heads of lowest semantic loss, runs
-:func:`headscope.head.analyse_head` (maths in :mod:`headscope.bilinear` and
+:func:`headscope.head.analyse_heads` (maths in :mod:`headscope.bilinear` and
 :mod:`headscope.clustering`): the QK bilinear form W_QK = S + A over effective token
 embeddings, the eigenvalues of the symmetric part S (by |λ|), the top singular values
 of S and of the skew part A, the number of negative eigenvalues among the top 64,
 token-identity share of the score variance, and Leiden clusters of the token graph.
+
+The heads share one pass up the residual stream for the effective embeddings. Example
+tokens' neighbours are ranked over the whole vocabulary when that costs at most
+:data:`headscope.head.VOCAB_KEYS_BUDGET` flops (``neighbour_keys="auto"``, the default:
+heads in the first layers of GPT-2 Small, layer 0 of GPT-2 XL), otherwise over the
+graph's nodes; each head's ``graph.keys`` says which, and ``neighbour_keys`` in the
+stage's data states the rule.
 """
 
 from __future__ import annotations
 
-from ...head import analyse_head
+from ...head import VOCAB_KEYS_BUDGET, analyse_heads
 from .. import figures as F
 from .. import html as H
 from ..stages import Context, PageSection, Rendered, Stage, register_stage
@@ -21,26 +28,34 @@ from .paths import head_page
 class SemanticStage(Stage):
     name = "semantic"
     title = "Semantic heads: QK bilinear form and clusters"
-    version = 1
+    version = 3
     nullable = ("heads[].spectral", "heads[].leiden.ari", "heads[].leiden.modularity", "heads[].clusters[].category",
                 "heads[].clusters[].purity", "heads[].position.identity_fraction", "heads[].position.position_fraction",
-                "heads[].skew_to_sym_ratio")   # undefined: see headscope.head / clustering / survey / bilinear
+                "heads[].skew_to_sym_ratio",   # undefined: see headscope.head / clustering / survey / bilinear
+                "heads[].graph.max_comm_size")  # no community size cap (headscope's graph; the seed preset's: 512)
     requires = ("survey",)
 
     def key_options(self, o) -> dict:
-        return {"deep_dives": o.deep_dives, "n_tokens": o.semantic_tokens, "variant": "full", "seed": 0, "spectral": False}
+        return {"deep_dives": o.deep_dives, "n_tokens": o.semantic_tokens, "variant": "full", "seed": 0, "spectral": False,
+                "keys": o.neighbour_keys}
 
     def compute(self, ctx: Context) -> dict:
         rows = ctx.results["survey"]["rows"][: ctx.options.deep_dives]
+        keys = ctx.options.neighbour_keys
+        analyses = analyse_heads(ctx.model, [(r["layer"], r["head"]) for r in rows], n_tokens=ctx.options.semantic_tokens,
+                                 keys=keys, seed=0, with_spectral=False, processing=ctx.options.processing,
+                                 progress=ctx.progress.step if ctx.progress else None)
         heads = []
-        for r in ctx.progress.iter(rows):
-            a = analyse_head(ctx.model, r["layer"], r["head"], n_tokens=ctx.options.semantic_tokens, seed=0, with_spectral=False,
-                             processing=ctx.options.processing)
+        for r, a in zip(rows, analyses):
             d = a.to_dict()
             d["rank"] = r["rank"]
             d["semantic_loss"] = r["semantic_loss"]
             heads.append(d)
-        return {"heads": heads}
+        del analyses
+        rule = {"vocab": "the whole vocabulary", "nodes": "the graph's nodes",
+                "auto": f"the whole vocabulary when its effective embeddings cost ≤ {VOCAB_KEYS_BUDGET:.0e} flops "
+                        "(d_vocab · layer · 4 · d_model · d_mlp), else the graph's nodes"}[keys]
+        return {"heads": heads, "neighbour_keys": {"option": keys, "budget_flops": VOCAB_KEYS_BUDGET, "rule": rule}}
 
     def render(self, data: dict, ctx) -> Rendered:
         rows, figs, pages = [], [], []
@@ -92,7 +107,9 @@ class SemanticStage(Stage):
                                                    f"clusters; first 20, first 24 tokens each).")
         neigh = H.table(["token", "top attention targets"],
                         [(H.token_repr(n.get("token", "")), _tokens(n.get("targets", [])[:10])) for n in d["neighbours"][:10]],
-                        caption="Where example tokens attend (whole vocabulary as keys).")
+                        caption="Where example tokens attend ("
+                                + ("whole vocabulary" if d["graph"]["keys"] == "vocab" else "the graph's nodes")
+                                + " as keys).")
         return H.section("Semantic deep dive", H.join([kv, H.grid([self._spectrum(d), sig]), clusters, neigh]))
 
 

@@ -10,8 +10,8 @@ the report's processing, exactly as ``headscope steer`` measures them).
 
 from __future__ import annotations
 
-from ...patterns import head_pattern, lower_rows
-from ...steering import self_attention_stats, steer
+from ...patterns import head_patterns, lower_rows
+from ...steering import pattern_self_stats, steer
 from ...survey import prompts_for
 from .. import figures as F
 from .. import html as H
@@ -44,16 +44,16 @@ class SteeringStage(Stage):
         prompts, _ = prompts_for(model, n_prompts=1, length=PROMPT_LENGTH, seed=0)
         tokens = prompts.tokens[:1]                                                 # [1 p]
         W = model.weights(processing)
-        before, after = (head_pattern(w, tokens, layer, head)[0] for w in (W, st.weights))   # [q k]
+        before, after = head_patterns([W, st.weights], tokens, layer, head)                  # [1 q k] each
         p.update()
         labels = prompts.labels[0].tolist()
         return {
             **st.result.to_dict(),
             "prompt": {"tokens": model.to_str_tokens(tokens[0].tolist()),
                        "categories": [prompts.names[c] if c >= 0 else None for c in labels]},
-            "pattern_before": lower_rows(before), "pattern_after": lower_rows(after),
-            "prompt_self_before": self_attention_stats(W, tokens, layer, head)["self_attention"],
-            "prompt_self_after": self_attention_stats(st.weights, tokens, layer, head)["self_attention"],
+            "pattern_before": lower_rows(before[0]), "pattern_after": lower_rows(after[0]),
+            "prompt_self_before": pattern_self_stats(before)["self_attention"],
+            "prompt_self_after": pattern_self_stats(after)["self_attention"],
         }
 
     def render(self, data: dict, ctx) -> Rendered:
