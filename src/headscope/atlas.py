@@ -66,7 +66,8 @@ Metrics (one value per head; ``None`` = not applicable, stated in the rendering)
   q_n·(p̂_i W_K)/s, q_n = (x̂_{t_n} + p̂_n) W_Q + b_Q. None when both parts are constant.
 
 ``kernel_category``  layer 0: the seed-000 category of the head's positional kernel
-  (:func:`headscope.kernels.analyse_kernels`, query ' the'); None elsewhere.
+  (:func:`headscope.kernels.kernel_categories` by the default ``shape`` rule, as
+  :func:`headscope.kernels.analyse_kernels`, query ' the'); None elsewhere.
 ``semantic_loss``  the survey's semantic loss (:func:`headscope.survey.survey`) when
   computed (``survey=True``, or merged from a report's survey stage).
 
@@ -385,7 +386,8 @@ def _check_layers(cfg, layers: Sequence[int] | None) -> list[int]:
 
 
 def _kernel_categories(model: Model, view, c: float) -> tuple[dict[int, str], str | None]:
-    """Seed-000 category of every layer-0 head's kernel for ' the' at n = N_REF (as analyse_kernels)."""
+    """Seed-000 category of every layer-0 head's kernel for ' the' by the default rule
+    (:func:`headscope.kernels.kernel_categories`, as analyse_kernels)."""
     from . import kernels
 
     try:
@@ -395,8 +397,8 @@ def _kernel_categories(model: Model, view, c: float) -> tuple[dict[int, str], st
     n = min(kernels.N_REF, model.cfg.n_ctx - 1)
     if n < 1:
         return {}, f"kernel categories not applicable: n_ctx {model.cfg.n_ctx} leaves no query position"
-    widths = kernels.effective_width(layer0.positional_kernel(view, q_id, n, c))   # [h]
-    return {h: kernels.categorise(float(w), n) for h, w in enumerate(widths.tolist())}, None
+    cats = kernels.kernel_categories(view, q_id, c, n).categories
+    return dict(enumerate(cats)), None
 
 
 @torch.no_grad()

@@ -9,6 +9,16 @@ Effective embeddings (what head (L, h) reads for a token t, context averaged out
   output alone (the post's "MLP0 as an extended embedding"). On planted checkpoints
   MLP0 does not carry the semantic block, so this variant shows nothing there.
 
+Mean attention outputs (``attn_means``), two sources (:data:`ATTN_MEANS`):
+
+- ``prompts`` (headscope's): the mean of ``hook_attn_out`` over positions ≥ 1 of the
+  seeded category prompts (:func:`mean_attn_outputs`);
+- ``authors`` (the L1H5 authors', ``src/ablation.py:26-66`` at 6c45e47): token ids
+  0..P−1 (P = min(1024, n_ctx)) run as *one* sequence without BOS, every position given
+  the mean position embedding mean_p W_pos[p], and ``hook_attn_out`` averaged over all
+  P positions (b_O included) (:func:`authors_attn_means`). Their code stops at layer 1;
+  for deeper heads the same sequence runs through the earlier blocks unchanged.
+
 With processed weights (fold_ln) LN1 only centres and scales: x̂ lies in 1⊥. The head's
 token-token score is ``score(t, s) = x̂_t W_QK x̂_sᵀ / √d_head`` with
 ``W_QK = P W_Q W_Kᵀ P`` (P the projector onto 1⊥, exact since x̂ ⊥ 1). Biases add a
@@ -38,6 +48,8 @@ from .weights import Weights
 
 Tensor = torch.Tensor
 VARIANTS = ("full", "mlp")
+ATTN_MEANS = ("prompts", "authors")
+AUTHORS_SEQUENCE = 1024     #: the authors' sequence: token ids 0..1023
 
 
 # -- effective embeddings -------------------------------------------------------------------
@@ -54,6 +66,30 @@ def mean_attn_outputs(weights: Weights, tokens: Int[Tensor, "batch pos"], layers
         a = cache[f"blocks.{l}.hook_attn_out"]                                                  # [b p d]
         out.append(a[:, 1:].reshape(-1, weights.cfg.d_model).mean(0).to(weights.dtype))
     return out
+
+
+@torch.no_grad()
+def authors_attn_means(weights: Weights, layers: int) -> list[Tensor]:
+    """Mean attention output of blocks 0..layers-1, the authors' way (module docstring). [layers][d]"""
+    if layers == 0:
+        return []
+    cfg = weights.cfg
+    P = min(AUTHORS_SEQUENCE, cfg.n_ctx)
+    mean_pos = weights.W_pos.mean(0, keepdim=True).expand(cfg.n_ctx, cfg.d_model).contiguous()   # [n_ctx d]
+    w = dataclasses.replace(weights, W_pos=mean_pos)
+    names = [f"blocks.{l}.hook_attn_out" for l in range(layers)]
+    cache = run_with_cache(w, torch.arange(P)[None], names=names, stop_at_layer=layers)        # no BOS
+    return [cache[n][0].mean(0).to(weights.dtype) for n in names]
+
+
+def attn_means_for(weights: Weights, layers: int, source: str, tokens: Tensor | None = None) -> list[Tensor]:
+    """Mean attention outputs of blocks 0..layers-1 from `source` (:data:`ATTN_MEANS`);
+    ``prompts`` needs the category prompt `tokens`."""
+    if source not in ATTN_MEANS:
+        raise HeadscopeError(f"attention means: expected one of {', '.join(ATTN_MEANS)}, got {source!r}")
+    if source == "authors":
+        return authors_attn_means(weights, layers)
+    return mean_attn_outputs(weights, tokens, layers)
 
 
 @torch.no_grad()

@@ -17,6 +17,22 @@ Partitions: Leiden (leidenalg, RB-configuration quality, seeded) and a spectral
 alternative (top eigenvectors of D^-½ W D^-½, rows normalised, seeded k-means; k
 defaults to the number of Leiden clusters). Quality: weighted modularity, and the
 adjusted Rand index against known categories when given.
+
+The authors' graph (preset ``seed``; Mamiglia et al., ``clustering.py`` and
+``token_freq.py`` at 6c45e47, docs/fidelity.md):
+
+- nodes: ``<|endoftext|>`` first, then the 2 999 most frequent tokens. The authors
+  counted GPT-2 tokens of WikiText-103 (train), which is not available offline;
+  :func:`wordfreq_tokens` uses the English word frequencies of the ``wordfreq``
+  package instead, mapped to tokens as described there (or a corpus, ``corpus=``);
+- scores: raw ``attn[a, b] = k_a · q_b`` over effective embeddings (no 1/√d, no
+  biases): rows are **keys**, columns queries;
+- the authors' row "normalisation" ``attn − min_r / (max_r − min_r)`` (operator
+  precedence makes it a per-row shift, kept as they ran it);
+- each row (key) keeps its **top 4** columns; edges key → query, directed, weight the
+  shifted score, only where it is > 0 (:func:`authors_graph`);
+- Leiden with modularity quality (γ = 1), ``max_comm_size = 512`` (:func:`leiden_modularity`);
+  headscope seeds it (the authors did not), so reruns are identical.
 """
 
 from __future__ import annotations
@@ -51,7 +67,87 @@ def frequent_tokens(tokenizer, n: int, corpus: str | Path | None = None) -> list
     return [t for t in range(256, V) if t != bos][:n]
 
 
+def wordfreq_tokens(tokenizer, n: int, *, lang: str = "en", bos_first: bool = True) -> list[int]:
+    """The `n` most frequent tokens by ``wordfreq``'s word frequencies (BOS first by default).
+
+    wordfreq gives frequencies of case-folded words, not of GPT-2 tokens. Each word w
+    contributes its frequency to one token: " w" when that is a single token (" the",
+    " colour"); else " W" (w capitalised) when *that* is a single token (" Monday",
+    " France": words GPT-2 mostly saw capitalised); else the word-initial piece, the first
+    token of " w" (" pract" from " practitioner"). Frequencies of words mapped to the same
+    token add up. Punctuation, mid-word pieces and the other case of a word get no count
+    (wordfreq has no punctuation and folds case), unlike a token count of a corpus (the
+    authors': WikiText-103, ``token_freq.py``). The authors' list also starts with
+    ``<|endoftext|>`` (hand-added, ``bos_first``).
+    """
+    if n < 1:
+        raise HeadscopeError(f"number of tokens: expected ≥ 1, got {n}")
+    try:
+        import wordfreq
+    except ImportError:  # pragma: no cover - a declared dependency
+        raise HeadscopeError("the wordfreq package is needed for word frequencies (pip install wordfreq)") from None
+    bos = tokenizer.bos_token_id
+    want = n - (1 if bos_first and bos is not None else 0)
+    size = max(4 * n, 2000)
+    while True:
+        counts: dict[int, float] = {}
+        words = wordfreq.top_n_list(lang, size)
+        for word in words:
+            ids = tokenizer.encode(" " + word)
+            if len(ids) > 1:
+                cap = tokenizer.encode(" " + word[:1].upper() + word[1:])
+                ids = cap if len(cap) == 1 else ids
+            if ids and ids[0] != bos:
+                counts[ids[0]] = counts.get(ids[0], 0.0) + wordfreq.word_frequency(word, lang)
+        if len(counts) >= want or len(words) < size:
+            break
+        size *= 2
+    order = [t for t, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))][:want]
+    return ([bos] if bos_first and bos is not None else []) + order
+
+
 # -- graph and partitions -----------------------------------------------------------------------
+
+
+def authors_graph(K: torch.Tensor, Q: torch.Tensor, k: int = 4):
+    """The authors' directed top-k graph over nodes with keys K [n e] and queries Q [n e] (module docstring).
+
+    ``attn = K Qᵀ`` (row a = key a), shifted per row by ``min_a / (max_a − min_a)``; row a
+    keeps its k largest entries (self included, as theirs); edge a → b of weight
+    ``attn[a, b]`` where that is > 0.
+    """
+    import igraph
+
+    A = K.double() @ Q.double().T                                                       # [n n] keys × queries
+    n = A.shape[0]
+    lo, hi = A.min(1).values, A.max(1).values
+    A = A - lo / torch.where(hi > lo, hi - lo, torch.ones_like(hi))                     # [n n] per-row shift
+    v, i = torch.topk(A, min(k, n), dim=1)                                              # [n k]
+    src = torch.arange(n)[:, None].expand_as(i)
+    keep = v > 0
+    g = igraph.Graph(n=n, edges=torch.stack([src[keep], i[keep]], 1).tolist(), directed=True)
+    g.es["weight"] = v[keep].tolist()
+    return g
+
+
+def leiden_modularity(graph, *, max_comm_size: int = 512, seed: int = 0, n_iterations: int = 2) -> np.ndarray:
+    """Leiden with modularity quality (directed if the graph is) and communities of at most
+    `max_comm_size` nodes; `n_iterations` = 2 as leidenalg's ``find_partition`` default.
+
+    leidenalg ≥ 0.11 enforces the size cap only with ``community_constraint_enforcement``
+    > 0 (earlier versions, which the authors' unpinned code may have run, always did), so
+    it is set here: the cap is a hard constraint either way.
+    """
+    import leidenalg
+
+    part = leidenalg.ModularityVertexPartition(graph, weights="weight")
+    opt = leidenalg.Optimiser()
+    opt.max_comm_size = max_comm_size
+    if hasattr(opt, "community_constraint_enforcement"):
+        opt.community_constraint_enforcement = 1
+    opt.set_rng_seed(seed)
+    opt.optimise_partition(part, n_iterations)
+    return np.asarray(part.membership)
 
 
 def knn_graph(values: torch.Tensor, targets: torch.Tensor, n_nodes: int, lse: torch.Tensor | None = None, *,

@@ -61,6 +61,9 @@ Tensor = torch.Tensor
 
 #: thresholds of the automatic head choice (see the module docstring)
 SELECTION = {"min_width": 8.0, "max_content_std": 1.0, "max_kernel_tv": 0.25}
+#: named head sets (``--heads``; docs/fidelity.md): the seed's text, and Gibson's code, which
+#: adds head 11 (gbmi/exp_max_of_n/probabilistic_experiments/main.py:286 at 4a2c7ab)
+HEAD_SETS = {"seed": [0, 2, 6, 8, 9, 10], "code": [0, 2, 6, 8, 9, 10, 11]}
 
 
 @dataclasses.dataclass

@@ -6,6 +6,15 @@ Compute (:func:`analyse_head`, :func:`head_clusters`) → typed results
 The maths lives in :mod:`.bilinear` (effective embeddings, W_QK, eigen-split, top-k),
 :mod:`.clustering` (graph, Leiden, spectral) and :mod:`.survey` (prompts, position
 independence); this module puts them together for one head.
+
+Presets (:data:`PRESETS`, ``headscope head … --preset``): ``headscope`` (the default) —
+5000 nodes by BPE merge order plus the category words, top-10 targets per query,
+symmetrised attention-probability weights, Leiden (RB configuration, seeded) and a
+spectral alternative, attention means from the category prompts; ``seed`` — the L1H5
+authors' clustering (:mod:`.clustering`: ``<|endoftext|>`` + the 2 999 most frequent
+tokens by ``wordfreq`` or a corpus, raw key×query scores, top 4 per key, directed,
+Leiden modularity with communities of at most 512) over their effective embeddings
+(attention means ``authors``, :mod:`.bilinear`). Every option can be set on its own.
 """
 
 from __future__ import annotations
@@ -36,9 +45,13 @@ class GraphSpec:
     n_frequent: int
     k: int
     keys: str
-    frequency: str          # "corpus" or "bpe-merge-order"
+    frequency: str          # "corpus", "bpe-merge-order" or "wordfreq"
     resolution: float
     seed: int
+    preset: str = "headscope"
+    graph: str = "headscope"        # "headscope": query → top-k keys, symmetrised; "authors": key → top-k queries
+    attn_mean: str = "prompts"      # bilinear.ATTN_MEANS
+    max_comm_size: int | None = None
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -133,6 +146,27 @@ class HeadAnalysis(HtmlRepr):
         return "\n".join(lines)
 
 
+#: clustering presets (module docstring); explicit arguments override them
+PRESETS = {
+    "headscope": {"n_tokens": 5000, "k": 10, "frequency": "bpe", "graph": "headscope", "attn_mean": "prompts"},
+    "seed": {"n_tokens": 3000, "k": 4, "frequency": "wordfreq", "graph": "authors", "attn_mean": "authors"},
+}
+FREQUENCIES = ("bpe", "wordfreq")
+AUTHORS_MAX_COMM_SIZE = 512
+
+
+def _preset(preset: str, **given) -> dict:
+    if preset not in PRESETS:
+        raise HeadscopeError(f"preset: expected one of {', '.join(PRESETS)}, got {preset!r}")
+    out = {k: (PRESETS[preset][k] if v is None else v) for k, v in given.items()}
+    if out.get("frequency") not in (None, *FREQUENCIES):
+        raise HeadscopeError(f"frequency: expected one of {', '.join(FREQUENCIES)}, got {out['frequency']!r}")
+    if out.get("attn_mean") not in (None, *bilinear.ATTN_MEANS):
+        raise HeadscopeError(f"attention means: expected one of {', '.join(bilinear.ATTN_MEANS)}, "
+                             f"got {out['attn_mean']!r}")
+    return out
+
+
 def _fmt(x: float | None) -> str:
     return "— (undefined)" if x is None else f"{x:.3f}"
 
@@ -182,71 +216,112 @@ def _embeddings_at(W: Weights, layers: list[int], token_ids: Tensor | None, vari
             yield l, bilinear.effective_embeddings(W, l, token_ids, variant=variant, attn_means=attn_means)
 
 
-def _nodes(model: Model, n_tokens: int, corpus, cat_ids: dict[str, list[int]]) -> tuple[list[int], list[int]]:
-    """(the n_tokens most frequent tokens, the graph's nodes: those plus the category words)."""
-    freq = clustering.frequent_tokens(model.tokenizer, n_tokens, corpus)
-    return freq, list(dict.fromkeys(freq + [t for ids in cat_ids.values() for t in ids]))
+def _nodes(model: Model, n_tokens: int, corpus, cat_ids: dict[str, list[int]], frequency: str = "bpe",
+           authors: bool = False) -> tuple[list[int], list[int], str]:
+    """(the n_tokens most frequent tokens, the graph's nodes, the frequency source's name).
+
+    headscope's graph: the frequent tokens plus the category words. The authors' graph:
+    BOS first, then the n_tokens − 1 most frequent (their ``token_frequencies.csv`` puts
+    ``<|endoftext|>`` first), no category words.
+    """
+    if corpus is not None:
+        freq = clustering.frequent_tokens(model.tokenizer, n_tokens - (1 if authors else 0), corpus)
+        freq = ([model.bos_id] if authors else []) + [t for t in freq if not authors or t != model.bos_id]
+        name = "corpus"
+    elif frequency == "wordfreq":
+        freq, name = clustering.wordfreq_tokens(model.tokenizer, n_tokens, bos_first=authors), "wordfreq"
+    else:
+        freq, name = clustering.frequent_tokens(model.tokenizer, n_tokens), "bpe-merge-order"
+    extra = [] if authors else [t for ids in cat_ids.values() for t in ids]
+    return freq, list(dict.fromkeys(freq + extra)), name
 
 
 def _graph_clusters(model: Model, W: Weights, layer: int, head: int, X: Tensor, nodes: list[int], n_freq: int,
-                    cat_ids, *, k: int, keys: str, corpus, resolution: float, seed: int,
-                    with_spectral: bool) -> HeadClusters:
-    """The top-k graph of `nodes` (effective embeddings X) under head (layer, head), clustered."""
-    Q, K = bilinear.head_qk(W, layer, head, X)
-    vals, idx, lse = bilinear.topk_targets(Q, K, k, self_index=torch.arange(len(nodes)), return_lse=True)
-    g = clustering.knn_graph(vals, idx, len(nodes), lse)
+                    cat_ids, *, k: int, keys: str, frequency: str, resolution: float, seed: int,
+                    with_spectral: bool, preset: str = "headscope", attn_mean: str = "prompts") -> HeadClusters:
+    """The top-k graph of `nodes` (effective embeddings X) under head (layer, head), clustered:
+    headscope's (:func:`headscope.clustering.knn_graph`, Leiden RB) or, for a preset whose
+    graph is ``authors``, theirs (:func:`headscope.clustering.authors_graph`, Leiden modularity
+    with communities of at most :data:`AUTHORS_MAX_COMM_SIZE`)."""
+    authors = PRESETS[preset]["graph"] == "authors"
     strs = model.to_str_tokens(nodes)
-    leiden = clustering.describe(g, clustering.leiden(g, resolution=resolution, seed=seed), nodes, strs, "leiden",
-                                 categories=cat_ids)
+    if authors:
+        b = W.blocks[layer]
+        Qr, Kr = X @ b.W_Q[head], X @ b.W_K[head]                                         # raw, no biases [n e]
+        g = clustering.authors_graph(Kr, Qr, k)
+        vals, idx = torch.topk(Kr.double() @ Qr.double().T, min(k, len(nodes)), dim=1)    # per key [n k]
+        membership = clustering.leiden_modularity(g, max_comm_size=AUTHORS_MAX_COMM_SIZE, seed=seed)
+    else:
+        Q, K = bilinear.head_qk(W, layer, head, X)
+        vals, idx, lse = bilinear.topk_targets(Q, K, k, self_index=torch.arange(len(nodes)), return_lse=True)
+        g = clustering.knn_graph(vals, idx, len(nodes), lse)
+        membership = clustering.leiden(g, resolution=resolution, seed=seed)
+    leiden = clustering.describe(g, membership, nodes, strs, "leiden", categories=cat_ids)
     spectral = None
     if with_spectral:
         spectral = clustering.describe(g, clustering.spectral(g, max(2, leiden.n_clusters), seed=seed), nodes, strs,
                                        "spectral", categories=cat_ids)
-    spec = GraphSpec(n_nodes=len(nodes), n_frequent=n_freq, k=k, keys=keys,
-                     frequency="corpus" if corpus else "bpe-merge-order", resolution=resolution, seed=seed)
+    spec = GraphSpec(n_nodes=len(nodes), n_frequent=n_freq, k=k, keys=keys, frequency=frequency,
+                     resolution=resolution, seed=seed, preset=preset, graph="authors" if authors else "headscope",
+                     attn_mean=attn_mean, max_comm_size=AUTHORS_MAX_COMM_SIZE if authors else None)
     return HeadClusters(spec=spec, leiden=leiden, spectral=spectral, nodes=nodes, embeddings=X, values=vals,
                         targets=idx)
 
 
-def head_clusters(model: Model, layer: int, head: int, *, variant: str = "full", n_tokens: int = 5000,
-                  k: int = 10, categories=None, corpus: str | Path | None = None, resolution: float = 1.0,
+def head_clusters(model: Model, layer: int, head: int, *, variant: str = "full", n_tokens: int | None = None,
+                  k: int | None = None, categories=None, corpus: str | Path | None = None, resolution: float = 1.0,
                   seed: int = 0, with_spectral: bool = True, keys: str = "vocab",
                   processing: Processing | None = None, weights: Weights | None = None,
-                  attn_means: list[Tensor] | None = None) -> HeadClusters:
+                  attn_means: list[Tensor] | None = None, preset: str = "headscope", frequency: str | None = None,
+                  attn_mean: str | None = None) -> HeadClusters:
     """Cluster the tokens that head (layer, head) makes attend to each other.
 
-    Nodes: the `n_tokens` most frequent tokens (:func:`headscope.clustering.frequent_tokens`)
-    plus the category words; each links to its top-k targets among the nodes by the head's
-    score over effective embeddings (self excluded); Leiden (and a spectral alternative) on
-    that graph (:func:`headscope.clustering.knn_graph`).
+    ``headscope`` preset: nodes are the `n_tokens` most frequent tokens
+    (:func:`headscope.clustering.frequent_tokens`) plus the category words; each links to
+    its top-k targets among the nodes by the head's score over effective embeddings
+    (self excluded); Leiden (and a spectral alternative) on that graph
+    (:func:`headscope.clustering.knn_graph`). ``seed`` preset: the authors' graph
+    (:func:`headscope.clustering.authors_graph`, :func:`headscope.clustering.leiden_modularity`)
+    over BOS + the most frequent tokens (no category words added).
     """
+    o = _preset(preset, n_tokens=n_tokens, k=k, frequency=frequency, attn_mean=attn_mean)
+    n_tokens, k = o["n_tokens"], o["k"]
     _check_head_options(model, layer, head, keys, k)
     W = model.weights(processing) if weights is None else weights
     prompts, cat_ids = prompts_for(model, categories, n_prompts=32, length=16, seed=seed)
     if attn_means is None:
-        attn_means = bilinear.mean_attn_outputs(W, prompts.tokens, max(layer, 1 if variant == "mlp" else 0))
-    freq, nodes = _nodes(model, n_tokens, corpus, cat_ids)
+        attn_means = bilinear.attn_means_for(W, max(layer, 1 if variant == "mlp" else 0), o["attn_mean"],
+                                             prompts.tokens)
+    freq, nodes, freq_name = _nodes(model, n_tokens, corpus, cat_ids, o["frequency"],
+                                    PRESETS[preset]["graph"] == "authors")
     X = bilinear.effective_embeddings(W, layer, torch.tensor(nodes), variant=variant, attn_means=attn_means)
     return _graph_clusters(model, W, layer, head, X, nodes, len(freq), cat_ids, k=k,
-                           keys=resolve_keys(model.cfg, layer, keys, variant), corpus=corpus, resolution=resolution,
-                           seed=seed, with_spectral=with_spectral)
+                           keys=resolve_keys(model.cfg, layer, keys, variant), frequency=freq_name,
+                           resolution=resolution, seed=seed, with_spectral=with_spectral, preset=preset,
+                           attn_mean=o["attn_mean"])
 
 
-def analyse_head(model: Model, layer: int, head: int, *, variant: str = "full", n_tokens: int = 5000, k: int = 10,
-                 keys: str = "vocab", categories=None, corpus=None, resolution: float = 1.0,
+def analyse_head(model: Model, layer: int, head: int, *, variant: str = "full", n_tokens: int | None = None,
+                 k: int | None = None, keys: str = "vocab", categories=None, corpus=None, resolution: float = 1.0,
                  seed: int = 0, with_spectral: bool = True, n_examples: int = 10,
-                 processing: Processing | None = None) -> HeadAnalysis:
+                 processing: Processing | None = None, preset: str = "headscope", frequency: str | None = None,
+                 attn_mean: str | None = None) -> HeadAnalysis:
     """Analyse head (layer, head); ``keys="vocab"`` ranks neighbours over the whole vocabulary,
-    ``"nodes"`` over the graph's nodes, ``"auto"`` chooses by cost (:func:`resolve_keys`)."""
+    ``"nodes"`` over the graph's nodes, ``"auto"`` chooses by cost (:func:`resolve_keys`).
+
+    ``preset`` / ``frequency`` / ``attn_mean``: see :data:`PRESETS` (explicit values win).
+    """
     return analyse_heads(model, [(layer, head)], variant=variant, n_tokens=n_tokens, k=k, keys=keys,
                          categories=categories, corpus=corpus, resolution=resolution, seed=seed,
-                         with_spectral=with_spectral, n_examples=n_examples, processing=processing)[0]
+                         with_spectral=with_spectral, n_examples=n_examples, processing=processing,
+                         preset=preset, frequency=frequency, attn_mean=attn_mean)[0]
 
 
-def analyse_heads(model: Model, heads: list[tuple[int, int]], *, variant: str = "full", n_tokens: int = 5000,
-                  k: int = 10, keys: str = "vocab", categories=None, corpus=None, resolution: float = 1.0,
+def analyse_heads(model: Model, heads: list[tuple[int, int]], *, variant: str = "full", n_tokens: int | None = None,
+                  k: int | None = None, keys: str = "vocab", categories=None, corpus=None, resolution: float = 1.0,
                   seed: int = 0, with_spectral: bool = True, n_examples: int = 10,
-                  processing: Processing | None = None, progress=None) -> list[HeadAnalysis]:
+                  processing: Processing | None = None, progress=None, preset: str = "headscope",
+                  frequency: str | None = None, attn_mean: str | None = None) -> list[HeadAnalysis]:
     """:func:`analyse_head` of several heads (results in the order given), sharing their common work.
 
     What the heads share is computed once: the category prompts and the mean attention
@@ -257,7 +332,15 @@ def analyse_heads(model: Model, heads: list[tuple[int, int]], *, variant: str = 
     kept), and one forward pass per prompt order for position independence. Each result is
     what :func:`analyse_head` of that head alone returns. ``progress(done, total, what)``, if
     given, is called after each step.
+
+    With the authors' graph (``preset="seed"``) the examples need not be nodes and the
+    graph's edges run key → query, so each example's neighbours and the partner of its
+    self-score explanation are its own top-k keys (over the vocabulary, or over the nodes
+    for ``keys="nodes"``), not the graph's targets.
     """
+    o = _preset(preset, n_tokens=n_tokens, k=k, frequency=frequency, attn_mean=attn_mean)
+    n_tokens, k = o["n_tokens"], o["k"]
+    authors = PRESETS[preset]["graph"] == "authors"
     heads = [(int(l), int(h)) for l, h in heads]
     for l, h in heads:
         _check_head_options(model, l, h, keys, k)
@@ -278,21 +361,26 @@ def analyse_heads(model: Model, heads: list[tuple[int, int]], *, variant: str = 
             progress(done, total, what)
 
     prompts, cat_ids = prompts_for(model, categories, n_prompts=32, length=16, seed=seed)
-    attn_means = bilinear.mean_attn_outputs(W, prompts.tokens, max(max(layers), 1 if variant == "mlp" else 0))
+    attn_means = bilinear.attn_means_for(W, max(max(layers), 1 if variant == "mlp" else 0), o["attn_mean"],
+                                         prompts.tokens)
     step("mean attention outputs")
-    freq, nodes = _nodes(model, n_tokens, corpus, cat_ids)
+    freq, nodes, freq_name = _nodes(model, n_tokens, corpus, cat_ids, o["frequency"], authors)
     X_nodes = dict(_embeddings_at(W, layers, torch.tensor(nodes), variant, attn_means))        # layer → [n d]
     step("effective embeddings of the nodes")
 
     # neighbours and self-score explanations of example tokens (first word of each category)
     examples = [ids[0] for ids in cat_ids.values()][:n_examples]
-    vocab_targets: dict[tuple[int, int], tuple[Tensor, Tensor]] = {}
+    node_index = {t: i for i, t in enumerate(nodes)}
+    vocab_targets: dict[tuple[int, int], tuple[Tensor, ...]] = {}
     if vocab_layers:
         for l, X_all in _embeddings_at(W, vocab_layers, None, variant, attn_means):           # [d_vocab d] each
             for hd in heads:
                 if hd[0] == l and head_keys[hd] == "vocab" and hd not in vocab_targets:
                     Qa, Ka = bilinear.head_qk(W, l, hd[1], X_all)
-                    vocab_targets[hd] = bilinear.topk_targets(Qa[examples], Ka, k, self_index=torch.tensor(examples))
+                    ev, key_ids = bilinear.topk_targets(Qa[examples], Ka, k, self_index=torch.tensor(examples))
+                    # the authors' graph: the examples' and their top keys' embeddings (self-score partners)
+                    ex_x = (X_all[examples].clone(), X_all[key_ids[:, 0]].clone()) if authors else ()
+                    vocab_targets[hd] = (ev, key_ids, *ex_x)
                     del Qa, Ka
             del X_all
         step("effective embeddings of the vocabulary")
@@ -303,26 +391,46 @@ def analyse_heads(model: Model, heads: list[tuple[int, int]], *, variant: str = 
         form = bilinear.bilinear_form(bilinear.qk_matrix(W, l, h, centred=fold), l, h,
                                       factors=bilinear.qk_factors(W, l, h, centred=fold))
         hc = _graph_clusters(model, W, l, h, X_nodes[l], nodes, len(freq), cat_ids, k=k, keys=head_keys[(l, h)],
-                             corpus=corpus, resolution=resolution, seed=seed, with_spectral=with_spectral)
+                             frequency=freq_name, resolution=resolution, seed=seed, with_spectral=with_spectral,
+                             preset=preset, attn_mean=o["attn_mean"])
         X_n = hc.embeddings
         strs = model.to_str_tokens(nodes)
-        ex_pos = torch.tensor([nodes.index(t) for t in examples])
-        if head_keys[(l, h)] == "vocab":
-            ev, key_ids = vocab_targets[(l, h)]
-        else:
-            ev, key_ids = hc.values[ex_pos], torch.tensor(nodes)[hc.targets[ex_pos]]
-        neighbours = [Neighbours(token=s, token_id=t, targets=model.to_str_tokens(key_ids[i].tolist()),
-                                 target_ids=key_ids[i].tolist(), logits=ev[i].tolist())
-                      for i, (t, s) in enumerate(zip(examples, model.to_str_tokens(examples)))]
         scale = cfg.attn_scale(l)
-        self_scores = []
-        for i, t in enumerate(examples):
-            x = X_n[ex_pos[i]]
-            partner = int(hc.targets[ex_pos[i], 0])
-            self_scores.append(SelfScore(
-                token=strs[ex_pos[i]], token_id=t, self=bilinear.explain_score(form, x, x, divisor=scale),
-                top_target=strs[partner],
-                to_top_target=bilinear.explain_score(form, x, X_n[partner], divisor=scale)))
+        if authors:                         # each example's own top keys (module docstring of analyse_heads)
+            if head_keys[(l, h)] == "vocab":
+                ex, (ev, key_ids, x_ex, x_top) = examples, vocab_targets[(l, h)]
+            else:
+                ex = [t for t in examples if t in node_index]
+                pos = torch.tensor([node_index[t] for t in ex], dtype=torch.long)
+                Qn, Kn = bilinear.head_qk(W, l, h, X_n)
+                ev, idx = bilinear.topk_targets(Qn[pos], Kn, k, self_index=pos)
+                key_ids, x_ex, x_top = torch.tensor(nodes)[idx], X_n[pos], X_n[idx[:, 0]]
+            ex_strs = model.to_str_tokens(ex)
+            neighbours = [Neighbours(token=s, token_id=t, targets=model.to_str_tokens(key_ids[i].tolist()),
+                                     target_ids=key_ids[i].tolist(), logits=ev[i].tolist())
+                          for i, (t, s) in enumerate(zip(ex, ex_strs))]
+            self_scores = [SelfScore(token=ex_strs[i], token_id=t,
+                                     self=bilinear.explain_score(form, x_ex[i], x_ex[i], divisor=scale),
+                                     top_target=model.to_str_tokens([int(key_ids[i, 0])])[0],
+                                     to_top_target=bilinear.explain_score(form, x_ex[i], x_top[i], divisor=scale))
+                           for i, t in enumerate(ex)]
+        else:
+            ex_pos = torch.tensor([nodes.index(t) for t in examples])
+            if head_keys[(l, h)] == "vocab":
+                ev, key_ids = vocab_targets[(l, h)]
+            else:
+                ev, key_ids = hc.values[ex_pos], torch.tensor(nodes)[hc.targets[ex_pos]]
+            neighbours = [Neighbours(token=s, token_id=t, targets=model.to_str_tokens(key_ids[i].tolist()),
+                                     target_ids=key_ids[i].tolist(), logits=ev[i].tolist())
+                          for i, (t, s) in enumerate(zip(examples, model.to_str_tokens(examples)))]
+            self_scores = []
+            for i, t in enumerate(examples):
+                x = X_n[ex_pos[i]]
+                partner = int(hc.targets[ex_pos[i], 0])
+                self_scores.append(SelfScore(
+                    token=strs[ex_pos[i]], token_id=t, self=bilinear.explain_score(form, x, x, divisor=scale),
+                    top_target=strs[partner],
+                    to_top_target=bilinear.explain_score(form, x, X_n[partner], divisor=scale)))
         out_parts.append((l, h, form, hc, neighbours, self_scores))
         step(f"head {l}.{h}")
     del X_nodes, vocab_targets

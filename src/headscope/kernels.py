@@ -20,18 +20,41 @@ Kernel measures (query token q, default ' the', placed at position n)
   log content_{t,q} = q·E[N_REF, t]/√e: strength of content dependence (a keyword
   head has a large boost: keywords are attended e^{boost} times more).
 
-Categories — the rule, with every threshold here
-------------------------------------------------
-At n = N_REF (capped at n_ctx − 1), with width W = 1/Σ pos²:
+Categories — two rules, with every threshold here
+-------------------------------------------------
+``shape`` (the default) reads the kernel's *shape* at several query positions
+n ∈ SHAPE_POSITIONS (capped at n_ctx − 1), as the seed describes the kernels
+("translation equivariant"). At each n the key at position 0 is left out and the
+rest renormalised (BOS / position 0 often holds a large share of the mass that says
+nothing about the kernel's decay), giving p_n(δ), δ = n − i = 0..n−1. A truncated
+exponential (geometric) kernel q(δ) ∝ e^{−κδ} on δ = 0..n−1 is fitted by maximum
+likelihood, i.e. its mean distance is matched to Σ_δ δ p_n(δ) (:func:`fit_decay_rate`);
+the fitted decay length is ℓ_n = 1/κ_n. Then
+
+    local            ℓ_n ≤ LOCAL_MAX_LENGTH tokens         (κ_n ≥ 1/LOCAL_MAX_LENGTH)  at every n
+    uniform          |κ_n| · n ≤ 1/UNIFORM_MIN_RELATIVE      (decays by < e over the window) at every n
+    increasing       κ_n · n < −1/UNIFORM_MIN_RELATIVE       at every n (mass grows with distance)
+    slowly_decaying  otherwise
+
+A kernel e^{−κδ} gives κ_n = κ exactly (for n ≫ 1/κ); a uniform kernel κ_n = 0; a
+heavy-tailed kernel p ∝ (1 + δ)^{−a}, a < 1, has a mean distance well below n/2, so
+κ_n·n stays above 1 (slowly decaying), although its effective width can exceed n/2.
+
+``width`` (headscope's first rule, kept as a named variant): at n = N_REF (capped at
+n_ctx − 1), with width W = 1/Σ pos²:
 
     local            W ≤ LOCAL_MAX_WIDTH
     uniform          W ≥ UNIFORM_MIN_FRACTION · (n + 1)
     slowly_decaying  otherwise
+
+It misreads a kernel that puts much mass on position 0 (W small: "local") and a slowly
+decaying kernel with a heavy tail (W large: "uniform").
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Sequence
 
 import torch
@@ -54,16 +77,120 @@ UNIFORM_MIN_FRACTION = 0.5     #: width ≥ this · (n + 1) → uniform
 TRANSLATION_POSITIONS = (32, 64, 128, 255)   #: query positions compared for equivariance
 QUERY_SAMPLE = 64              #: other query tokens compared for query dependence
 QUERY_SAMPLE_SEED = 0
-CATEGORIES = ("local", "slowly_decaying", "uniform")
+CATEGORIES = ("local", "slowly_decaying", "uniform", "increasing")   #: the seed's three; "increasing": shape rule only
+SHAPE_POSITIONS = (128, 256, 512, 1023)      #: query positions of the shape rule (capped at n_ctx − 1)
+LOCAL_MAX_LENGTH = 2.0         #: fitted decay length ≤ this (tokens) at every n → local
+UNIFORM_MIN_RELATIVE = 1.0     #: fitted decay length ≥ this · n at every n → uniform
+RULES = ("shape", "width")     #: category rules (module docstring)
+DEFAULT_RULE = "shape"
 
 
 def categorise(width: float, n: int) -> str:
-    """Category of a kernel of effective width `width` at query position `n` (rule above)."""
+    """Category of a kernel of effective width `width` at query position `n` (the ``width`` rule)."""
     if width <= LOCAL_MAX_WIDTH:
         return "local"
     if width >= UNIFORM_MIN_FRACTION * (n + 1):
         return "uniform"
     return "slowly_decaying"
+
+
+def _geometric_mean_distance(kappa: float, N: int) -> float:
+    """Mean of q(δ) ∝ e^{−κδ} on δ = 0..N−1 (κ may be negative; (N−1)/2 at κ = 0)."""
+    if abs(kappa) * N < 1e-6:
+        return (N - 1) / 2
+    if kappa > 0:
+        r = math.exp(-kappa)
+        return r / (1 - r) - N * r ** N / (1 - r ** N) if kappa * N < 700 else r / (1 - r)
+    return (N - 1) - _geometric_mean_distance(-kappa, N)        # mirror: δ → N − 1 − δ
+
+
+def fit_decay_rate(kernel: Float[Tensor, "i"], *, logits: bool = False) -> float:
+    """κ̂ of the ``shape`` rule for one kernel pos_{n, i}, i = 0..n (module docstring).
+
+    Position 0 is dropped and the rest renormalised; κ̂ solves mean_q(δ) = Σ δ p(δ) on
+    δ = 0..n−1 by bisection (the mean decreases monotonically in κ). Returns 0.0 for
+    n < 2 (nothing to fit); |κ̂| ≤ 50. With ``logits=True`` `kernel` holds the logits
+    q·P[n, i]/s and the rest is renormalised as a softmax of its own logits: exact even
+    when position 0 holds all but e^{−800} of the mass (the probabilities would underflow).
+    """
+    x = kernel[1:].double().flip(0)                                               # [δ] δ = n − i
+    N = x.numel()
+    if N < 2:
+        return 0.0
+    if logits:
+        p = torch.softmax(x, 0)
+    else:
+        if not float(x.sum()) > 0:
+            return 0.0
+        p = x / x.sum()
+    m = float((torch.arange(N, dtype=torch.float64) * p).sum())
+    lo, hi = -50.0, 50.0
+    if m <= _geometric_mean_distance(hi, N):
+        return hi
+    if m >= _geometric_mean_distance(lo, N):
+        return lo
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if _geometric_mean_distance(mid, N) > m:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2 + 0.0          # + 0.0: never −0.0
+
+
+def shape_positions(n_ctx: int) -> list[int]:
+    """The query positions of the ``shape`` rule for a model with `n_ctx` positions."""
+    return sorted({min(m, n_ctx - 1) for m in SHAPE_POSITIONS if min(m, n_ctx - 1) >= 2})
+
+
+def categorise_shape(rates: dict[int, float]) -> str:
+    """Category from fitted decay rates κ_n at query positions n (the ``shape`` rule)."""
+    if not rates:
+        return "uniform"
+    cats = set()
+    for n, k in rates.items():
+        if k >= 1.0 / LOCAL_MAX_LENGTH:
+            cats.add("local")
+        elif abs(k) * n <= 1.0 / UNIFORM_MIN_RELATIVE:
+            cats.add("uniform")
+        elif k < 0:
+            cats.add("increasing")
+        else:
+            cats.add("slowly_decaying")
+    return cats.pop() if len(cats) == 1 else "slowly_decaying"
+
+
+@dataclasses.dataclass
+class KernelCategories:
+    """Every head's category under both rules at once (:func:`kernel_categories`)."""
+
+    rule: str                         # the rule `categories` follows
+    n_ref: int                        # n of the width rule
+    widths: list[float]               # effective width 1/Σ pos² at n_ref, per head
+    positions: list[int]              # n of the shape rule
+    rates: list[list[float]]          # fitted κ_n per head and shape position
+    width: list[str]                  # the width rule's category per head
+    shape: list[str]                  # the shape rule's category per head
+
+    @property
+    def categories(self) -> list[str]:
+        return self.shape if self.rule == "shape" else self.width
+
+
+def kernel_categories(weights: Weights, q_id: int, c: float, n_ref: int, rule_name: str = DEFAULT_RULE,
+                      kern: Tensor | None = None) -> KernelCategories:
+    """Categories of every layer-0 head's kernel for query token `q_id` under both rules (module
+    docstring); the one place where a kernel gets its category (:func:`analyse_kernels`, the atlas).
+    `kern` may pass the kernels at n_ref [h n_ref+1] if already computed."""
+    check_rule(rule_name)
+    kern = layer0.positional_kernel(weights, q_id, n_ref, c) if kern is None else kern       # [h n+1]
+    widths = effective_width(kern).tolist()                                                 # [h]
+    s_pos = shape_positions(weights.cfg.n_ctx)
+    s_logits = {m: layer0.positional_logits(weights, [q_id], m, c)[0] for m in s_pos}       # [h m+1] each
+    rates = [[fit_decay_rate(s_logits[m][h], logits=True) for m in s_pos] for h in range(kern.shape[0])]   # [h n]
+    return KernelCategories(rule=rule_name, n_ref=n_ref, widths=widths, positions=s_pos, rates=rates,
+                            width=[categorise(w, n_ref) for w in widths],
+                            shape=[categorise_shape(dict(zip(s_pos, r))) for r in rates])
 
 
 # -- per-head measures ----------------------------------------------------------------------
@@ -124,6 +251,10 @@ class HeadKernel:
     tv_mean: float | None = None
     tv_by_position: list[float] | None = None   # mean TV over windows at each query position
     tv_hist: list[int] | None = None            # counts over TV_BINS
+    shape_positions: list[int] | None = None    # n of the shape rule
+    shape_decay_rate: list[float] | None = None  # fitted κ_n at each of them (position 0 left out)
+    category_width: str | None = None           # the width rule's category (for comparison)
+    category_shape: str | None = None           # the shape rule's category
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -155,11 +286,25 @@ class KernelReport(HtmlRepr):
         return d
 
 
-def rule() -> dict:
-    return {"n_ref": N_REF, "local_max_width": LOCAL_MAX_WIDTH,
-            "uniform_min_fraction": UNIFORM_MIN_FRACTION,
+def rule(name: str = "width", positions: list[int] | None = None) -> dict:
+    """The category rule `name` with its thresholds, and the width rule's (always recorded) (JSON-ready)."""
+    width = {"n_ref": N_REF, "local_max_width": LOCAL_MAX_WIDTH, "uniform_min_fraction": UNIFORM_MIN_FRACTION}
+    if name == "shape":
+        return {"name": "shape", "positions": positions, "local_max_length": LOCAL_MAX_LENGTH,
+                "uniform_min_relative": UNIFORM_MIN_RELATIVE, **width,
+                "text": "fit q(d) ~ exp(-kappa*d), d = n-i, to pos_{n,i} for i >= 1 (position 0 left out) at every "
+                        "n in positions; local if 1/kappa <= local_max_length at every n; uniform if "
+                        "|kappa|*n <= 1/uniform_min_relative at every n; increasing if kappa*n < -1/uniform_min_relative "
+                        "at every n; else slowly_decaying (category_width: the width rule)"}
+    return {"name": "width", **width,
             "text": "local if width <= local_max_width; uniform if width >= uniform_min_fraction*(n+1); "
                     "else slowly_decaying (width = 1/sum_i pos_{n,i}^2 at n = n_ref)"}
+
+
+def check_rule(name: str) -> str:
+    if name not in RULES:
+        raise HeadscopeError(f"category rule: expected one of {', '.join(RULES)}, got {name!r}")
+    return name
 
 
 def corpus_tv(weights: Weights, windows: Sequence[Tensor], c: float, patterns=None) -> list[Tensor]:
@@ -180,8 +325,14 @@ def analyse_kernels(
     processing: Processing | None = None,
     n_ref: int | None = None,
     patterns=None,
+    rule_name: str = DEFAULT_RULE,
 ) -> KernelReport:
-    """Kernels, measures and categories of every head of `layer`; TV over `windows` if given."""
+    """Kernels, measures and categories of every head of `layer`; TV over `windows` if given.
+
+    ``rule_name`` picks the category rule, ``"shape"`` (default) or ``"width"``; both
+    categories are recorded per head (``category_shape``, ``category_width``).
+    """
+    check_rule(rule_name)
     model.cfg.check_layer(layer)
     weights = layer0.view(model, processing)
     layer0.check_split(weights, layer)
@@ -193,7 +344,7 @@ def analyse_kernels(
         raise HeadscopeError(f"n_ref: expected 1..{cfg.n_ctx - 1}, got {n}")
 
     kern = layer0.positional_kernel(weights, q_id, n, c_value)                   # [h n+1]
-    widths = effective_width(kern)                                               # [h]
+    cats = kernel_categories(weights, q_id, c_value, n, rule_name, kern=kern)
     trans = translation_tv({m: layer0.positional_logits(weights, [q_id], m, c_value)[0].double()
                             for m in sorted({min(m, n) for m in TRANSLATION_POSITIONS} | {n})}, logits=True)
     g = torch.Generator().manual_seed(QUERY_SAMPLE_SEED)
@@ -207,11 +358,13 @@ def analyse_kernels(
     heads = []
     for h in range(cfg.n_heads):
         hk = HeadKernel(
-            head=h, category=categorise(float(widths[h]), n), width=float(widths[h]),
+            head=h, category=cats.categories[h], width=cats.widths[h],
             spread=float(kern[h].pow(2).sum()), decay_rate=decay_rate(kern[h]),
             translation_tv=float(trans[h]), query_tv=float(qtv[h]),
             content_std=float(logc[h].std()), content_boost=float(logc[h].max() - logc[h].median()),
             kernel=kern[h].flip(0)[:KERNEL_SHOWN].tolist(),
+            shape_positions=list(cats.positions), shape_decay_rate=cats.rates[h], category_width=cats.width[h],
+            category_shape=cats.shape[h],
         )
         if tvs is not None:
             vals = torch.cat([t[h, 1:] for t in tvs])                            # n = 0 is trivially exact
@@ -232,7 +385,7 @@ def analyse_kernels(
                   "window_lengths": [len(t) for t in windows]}
     return KernelReport(
         fingerprint=model.fingerprint, processing=weights.processing.to_dict(), layer=layer,
-        c=c_value, c_source=c_source, query=query, query_id=q_id, n_ref=n, rule=rule(),
+        c=c_value, c_source=c_source, query=query, query_id=q_id, n_ref=n, rule=rule(rule_name, cats.positions),
         heads=heads, corpus=corpus,
     )
 

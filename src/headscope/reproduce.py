@@ -7,38 +7,55 @@ and pass / fail. The published column is one of two references:
   they refer to GPT-2 Small, so on another model a row compares that model with GPT-2
   Small (a note says so when the shapes differ);
 * ``planted manifest``: for a checkpoint written by ``headscope plant``, the mechanisms
-  its ``planted.json`` documents (contextual heads, kernel categories, contextual
-  neurons, semantic head, eigenvalue signs, symmetric W_QK). A claim the manifest does
-  not plant (the TV of the key split, the steering gain) keeps the seed's threshold and
-  says so.
+  its ``planted.json`` documents (contextual heads, keyword heads, kernel categories,
+  contextual neurons, semantic head and categories, eigenvalue signs, symmetric W_QK).
+  A claim the manifest does not plant (the TV of the key split, the steering gains)
+  keeps the seed's threshold and says so.
 
-Each measurement reuses headscope's own analyses with the defaults the report uses
-(query ' the', the shipped calibration and sample texts, seeded category prompts), so
-``headscope reproduce`` and ``headscope report`` agree. A claim that cannot be measured
-on the model (no head 1.5, no neuron 704) is a failing row whose note gives the reason;
-it never stops the other rows.
+Layer-0 rows do not rest on headscope's own head-choice thresholds: the downstream
+rows (neuron count, neuron 704's lists and texts, circuit fidelity, worst denominators)
+use the *published* heads (0, 2, 6, 8, 9, 10 for GPT-2 Small; the manifest's for a
+planted model), or the set given by ``heads=`` (``--heads``: indices, ``seed``,
+``code`` = 0, 2, 6, 8, 9, 10, 11 as Gibson's code, or ``auto``). The automatic choice
+(:data:`headscope.contextual.SELECTION`) is its own row, ``contextual_heads_auto``.
+
+Each measurement reuses headscope's own analyses (query ' the', the shipped calibration
+and sample texts, seeded category prompts). The survey's rank rows follow the L1H5
+authors' prompt recipe (:data:`headscope.survey.PRESETS` ``seed``); the neuron rows use
+the contribution variant ``paper`` (or ``variant=``) and the details give the neuron
+count under every variant of :data:`NEURON_VARIANTS`. docs/fidelity.md compares every
+definition with the authors' code. A claim that cannot be measured on the model (no
+head 1.5, no neuron 704) is a failing row whose note gives the reason; it never stops
+the other rows.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import statistics
 from pathlib import Path
+
+import torch
 
 from . import bilinear, shipped
 from ._errors import HeadscopeError, NotApplicable
 from ._html_repr import HtmlRepr
 from .calibration import calibrate
-from .contextual import build_circuit
+from .contextual import HEAD_SETS, build_circuit, circuit_fidelity
 from .corpus import windows
+from .denominators import denominator_stability
+from .forward import run_with_cache
 from .kernels import analyse_kernels
 from .layer0 import SEED_QUERY
 from .loading import Model
-from .neurons import DEFAULT_THRESHOLD, readout, scan_neurons, token_values
+from .neurons import (AUTHORS_LN2, DEFAULT_THRESHOLD, ln2_divisor, parse_variant, rank_neurons, readout,
+                      scan_neurons, token_values)
 from .planted.build import MANIFEST, read_manifest
 from .shipped import seed_claims
-from .steering import steer
+from .stats import robust_z
+from .steering import authors_steer, steer
 from .survey import position_independence, survey
 from .weights import Processing
 
@@ -46,6 +63,10 @@ KERNEL_WINDOWS = 16          #: windows of the shipped texts for the TV claim (a
 TOP = 50                     #: token lists compared for neuron claims
 SEED_REFERENCE = "seed (GPT-2 Small)"
 PLANTED_REFERENCE = "planted manifest"
+#: contribution variants whose neuron counts the details list (neurons.parse_variant specs)
+NEURON_VARIANTS = ("paper", "code", "pos=without", "ln2=none", f"ln2={AUTHORS_LN2:g}", "max=abs", "glitch=exclude",
+                   "position=500", "position=255")
+FIDELITY_STRIDE = 8          #: every 8th query position of the sample texts for the circuit-fidelity row
 GPT2_SMALL = {"n_layers": 12, "n_heads": 12, "d_model": 768, "d_head": 64, "d_mlp": 3072,
               "n_ctx": 1024, "d_vocab": 50257}
 
@@ -136,6 +157,12 @@ class Reference:
     n_negative_top64: int
     sigma: tuple[float, float] | None            # seed: (sym, skew)
     planted_sigma_sym: float | None              # planted: the largest |λ| planted
+    worst_heads: list[int] = dataclasses.field(default_factory=list)   # least stable denominators
+    survey_categories: object = "seed"           # categories of the survey's rank rows ("seed" or a dict)
+
+    @property
+    def planted(self) -> bool:
+        return self.name == PLANTED_REFERENCE
 
 
 def seed_reference(claims: dict) -> Reference:
@@ -145,7 +172,8 @@ def seed_reference(claims: dict) -> Reference:
         n_neurons=None, neuron_indices=None, neuron=by["neuron_704_top"]["neuron"], neuron_label="704",
         top_tokens=by["neuron_704_top"]["published"], bottom_tokens=by["neuron_704_bottom"]["published"],
         semantic_head=(1, 5), n_negative_top64=by["negative_eigenvalues"]["published"],
-        sigma=tuple(by["sym_vs_skew"]["published"]), planted_sigma_sym=None)
+        sigma=tuple(by["sym_vs_skew"]["published"]), planted_sigma_sym=None,
+        worst_heads=by["denominator_worst_heads"]["published"], survey_categories="seed")
 
 
 def planted_reference(manifest: dict) -> Reference:
@@ -163,7 +191,9 @@ def planted_reference(manifest: dict) -> Reference:
             neuron_label=f"{n704['index']} ({n704['name']})", top_tokens=list(n704["positive"]),
             bottom_tokens=list(n704["negative"]), semantic_head=(int(sem["layer"]), int(sem["head"])),
             n_negative_top64=int(form["n_negative"]), sigma=None,
-            planted_sigma_sym=max(abs(float(form["negative_eigenvalue"])), abs(float(form["positive_eigenvalue"]))))
+            planted_sigma_sym=max(abs(float(form["negative_eigenvalue"])), abs(float(form["positive_eigenvalue"]))),
+            worst_heads=sorted(int(h) for h in l0["keyword_heads"]),
+            survey_categories={k: list(v["tokens"]) for k, v in l1["categories"].items()})
     except (KeyError, TypeError, ValueError, IndexError, StopIteration) as e:
         raise HeadscopeError(f"planted.json: malformed manifest ({type(e).__name__}: {e})") from None
 
@@ -177,9 +207,33 @@ def reference_for(model: Model) -> Reference:
 # -- the measurements, computed once and shared by the rows ---------------------------------------
 
 
+def resolve_heads(spec, ref: Reference, n_heads: int) -> list[int] | None:
+    """The head set of ``heads=``: "published" (default), "auto" (None: automatic), "seed",
+    "code", a comma-separated string or a list of indices."""
+    if spec is None or spec == "published":
+        return list(ref.contextual_heads)
+    if spec == "auto":
+        return None
+    if isinstance(spec, str) and spec in HEAD_SETS:
+        return list(HEAD_SETS[spec])
+    if isinstance(spec, str):
+        try:
+            spec = [int(x) for x in spec.split(",") if x.strip()]
+        except ValueError:
+            raise HeadscopeError(f"--heads: expected published, auto, seed, code or indices such as 0,2,6, "
+                                 f"got {spec!r}") from None
+    heads = sorted({int(h) for h in spec})
+    if not heads or any(not 0 <= h < n_heads for h in heads):
+        raise HeadscopeError(f"--heads: expected layer-0 head indices in 0..{n_heads - 1}, got {spec!r}")
+    return heads
+
+
 class _Work:
-    def __init__(self, model: Model, processing: Processing, head: tuple[int, int]):
-        self.model, self.processing, self.head = model, processing, head
+    def __init__(self, model: Model, processing: Processing, ref: Reference, heads=None, variant=None):
+        self.model, self.processing, self.ref = model, processing, ref
+        self.head = ref.semantic_head
+        self.heads_spec = "published" if heads is None else heads
+        self.variant = parse_variant(variant)
 
     def _check_head(self) -> tuple[int, int]:
         return self.model.cfg.check_head(*self.head)
@@ -192,14 +246,27 @@ class _Work:
                                processing=self.processing)
 
     @functools.cached_property
+    def calibration(self):
+        return calibrate(self.model, shipped.calibration_text().text, query=SEED_QUERY, processing=self.processing)
+
+    @functools.cached_property
+    def heads(self) -> list[int] | None:
+        return resolve_heads(self.heads_spec, self.ref, self.model.cfg.n_heads)
+
+    @functools.cached_property
     def circuit(self):
-        cal = calibrate(self.model, shipped.calibration_text().text, query=SEED_QUERY, processing=self.processing)
-        return build_circuit(self.model, cal, processing=self.processing)       # (circuit, choice)
+        """(circuit, choice) over the heads the downstream rows use (the published ones by default)."""
+        return build_circuit(self.model, self.calibration, heads=self.heads, processing=self.processing)
+
+    @functools.cached_property
+    def auto_choice(self):
+        return build_circuit(self.model, self.calibration, heads=None, processing=self.processing)[1]
 
     @functools.cached_property
     def scan(self):
         circuit, choice = self.circuit
-        return scan_neurons(circuit, choice, self.model.tokenizer, threshold=DEFAULT_THRESHOLD, top=TOP)
+        return scan_neurons(circuit, choice, self.model.tokenizer, threshold=DEFAULT_THRESHOLD, top=TOP,
+                            variant=self.variant if self.variant.name != "paper" else None)
 
     def neuron_tokens(self, j: int) -> dict:
         """Top and bottom `TOP` tokens of neuron j through the circuit (decoded strings)."""
@@ -209,7 +276,10 @@ class _Work:
             return {"top": hit["top_tokens"], "bottom": hit["bottom_tokens"],
                     "max_contribution": hit["max_contribution"], "min_contribution": hit["min_contribution"]}
         circuit, choice = self.circuit                                              # below threshold: score it
-        score = token_values(circuit, choice.position) @ readout(circuit)[:, j]     # [V he] @ [he] → [V]
+        v = self.variant
+        n = choice.position if v.position is None else v.position
+        score = token_values(circuit, n, position_part=v.position_part) @ \
+            readout(circuit, ln2_scale=ln2_divisor(circuit, v))[:, j]               # [V he] @ [he] → [V]
         k = min(TOP, score.numel())
         top, bottom = score.topk(k), score.topk(k, largest=False)
         dec = self.model.to_str_tokens
@@ -218,11 +288,19 @@ class _Work:
 
     @functools.cached_property
     def survey(self):
+        """headscope's survey (64 prompts × 16 words): the rate rows."""
         return survey(self.model, n_prompts=64, length=16, seed=0, processing=self.processing)
 
-    def survey_row(self):
+    @functools.cached_property
+    def seed_survey(self):
+        """The authors' prompt recipe (one prompt of 255 words): the rank rows."""
+        return survey(self.model, seed=0, processing=self.processing, preset="seed",
+                      categories=self.ref.survey_categories)
+
+    def survey_row(self, res=None):
         l, h = self._check_head()
-        return next(r for r in self.survey.rows if (r.layer, r.head) == (l, h))
+        res = self.survey if res is None else res
+        return next(r for r in res.rows if (r.layer, r.head) == (l, h))
 
     @functools.cached_property
     def position(self):
@@ -240,6 +318,41 @@ class _Work:
         l, h = self._check_head()
         return steer(self.model, l, h, alpha, select="negative", processing=self.processing).result
 
+    @functools.cached_property
+    def authors_steer(self):
+        l, h = self._check_head()
+        return authors_steer(self.model, l, h, processing=self.processing)
+
+    @functools.cached_property
+    def denominators(self):
+        c = next(c for c in seed_claims()["claims"] if c["id"] == "denominator_worst_heads")
+        texts = [(t.name, t.text) for t in [shipped.calibration_text(), *shipped.samples()]]
+        win = min(int(c["window"]), self.model.cfg.n_ctx)
+        wins = windows(self.model, texts, n_ctx=win)
+        return denominator_stability(self.model, wins, window=win, n_min=min(16, win - 2), stride=max(1, win // 8),
+                                     processing=self.processing)
+
+    @functools.cached_property
+    def fidelity(self):
+        circuit, _ = self.circuit
+        wins = windows(self.model, [(t.name, t.text) for t in shipped.samples()],
+                       n_ctx=circuit.calibration.n_positions)
+        return circuit_fidelity(circuit, wins, stride=FIDELITY_STRIDE)
+
+    def true_activation(self, j: int, text: str) -> tuple[float, float, int]:
+        """(mean true pre-activation of neuron j over positions ≥ 1, mean circuit prediction over
+        every FIDELITY_STRIDE-th position, tokens)."""
+        from .neurons import readout_vectors
+
+        self.model.cfg.check_neuron(j)
+        circuit, _ = self.circuit
+        tokens = windows(self.model, [text], n_ctx=circuit.calibration.n_positions)[0]
+        cache = run_with_cache(circuit.weights, tokens[None], names=["blocks.0.mlp.hook_pre"], stop_at_layer=1)
+        true = cache["blocks.0.mlp.hook_pre"][0, 1:, j]
+        pos = list(range(1, len(tokens), FIDELITY_STRIDE))
+        pred = circuit.predict(tokens, pos) @ readout_vectors(circuit, [j])[:, 0] + circuit.weights.blocks[0].b_in[j]
+        return float(true.mean()), float(pred.mean()), len(tokens) - 1
+
 
 # -- one function per claim: (published, measured, tolerance, passed, note) ------------------------
 
@@ -249,8 +362,11 @@ def _tv(c, ref, w):
     if not heads:
         raise HeadscopeError(f"no contextual head {ref.contextual_heads} exists in layer 0")
     med = statistics.median(rep.heads[h].tv_median for h in heads)
-    note = "" if ref.name == SEED_REFERENCE else "not planted: the seed's figure and threshold"
-    return c["published"], round(med, 6), c["tolerance"], med <= c["max"], note
+    if ref.planted:
+        lo = c["planted_min"]
+        return c["published"], round(med, 6), f"{lo:g}–{c['max']:g}", lo <= med <= c["max"], \
+            f"not planted: the seed's upper threshold; below {lo:g} the split would be exact (a degenerate comparison)"
+    return c["published"], round(med, 6), c["tolerance"], c["min"] <= med <= c["max"], ""
 
 
 def _categories(c, ref, w):
@@ -272,9 +388,60 @@ def _fmt_groups(groups: dict) -> str:
 
 
 def _contextual(c, ref, w):
-    _, choice = w.circuit
-    tol = c["tolerance"]
-    return ref.contextual_heads, list(choice.heads), tol, sorted(choice.heads) == sorted(ref.contextual_heads), ""
+    """The published heads are clearly the |S| heads nearest their own mean kernel: every other
+    head's kernel is at least `separation` (2) times farther from it than every member's
+    (a ratio, not a width or content threshold)."""
+    circuit, choice = w.circuit
+    H = w.model.cfg.n_heads
+    S = [h for h in ref.contextual_heads]
+    if not S or any(not 0 <= h < H for h in S):
+        raise HeadscopeError(f"published heads {S}: expected indices in 0..{H - 1}")
+    pos = circuit.frame(choice.position).pos                                     # [H n+1]
+    mean = pos[S].mean(0)
+    tv = 0.5 * (pos - mean).abs().sum(-1)                                        # [H]
+    inside = max(float(tv[h]) for h in S)
+    others = [h for h in range(H) if h not in S]
+    if not others:
+        return ref.contextual_heads, ref.contextual_heads, c["tolerance"], True, "every head is published"
+    near = min(others, key=lambda h: float(tv[h]))
+    ranked = sorted(range(H), key=lambda h: (float(tv[h]), h))[:len(S)]
+    note = (f"kernel TV to the published mean at n = {choice.position}: members ≤ {inside:.4f}, nearest other "
+            f"head {near} at {float(tv[near]):.4f}")
+    return ref.contextual_heads, sorted(ranked), c["tolerance"], float(tv[near]) >= c["separation"] * inside, note
+
+
+def _contextual_auto(c, ref, w):
+    choice = w.auto_choice
+    return ref.contextual_heads, list(choice.heads), c["tolerance"], sorted(choice.heads) == sorted(ref.contextual_heads), \
+        f"automatic choice ({choice.reason})"
+
+
+def _worst_heads(c, ref, w):
+    d = w.denominators
+    used = w.circuit[1].heads
+    spread = {h: d.median_rel_spread[h] for h in used}
+    k = len(ref.worst_heads)
+    worst = sorted(sorted(used, key=lambda h: -spread[h])[:k])
+    note = "relative spread " + ", ".join(f"{h}: {spread[h]:.3f}" for h in sorted(used)) + \
+        f" over {d.n_texts} windows of {d.window} tokens"
+    if ref.planted:
+        note += "; planted: the keyword-density heads"
+    return ref.worst_heads, worst, c["tolerance"], worst == sorted(ref.worst_heads), note
+
+
+def _fidelity(c, ref, w):
+    f = w.fidelity
+    r, fvu = f.median_correlation, f.median_fvu
+    if r is None or fvu is None:
+        raise NotApplicable("circuit fidelity undefined (constant outputs)")
+    note = (f"heads {f.heads}; over the {w.model.cfg.d_model} d_model coordinates at {len(f.positions)} positions "
+            f"per text (every {FIDELITY_STRIDE}th), {f.n_texts} sample texts; medians over positions and texts")
+    if ref.planted:
+        pr, pf = c["published"]
+        return c["published"], [round(r, 4), round(fvu, 4)], c["planted_tolerance"], r >= pr and fvu <= pf, \
+            note + "; not planted: the seed's figures as bounds"
+    (rlo, rhi), (flo, fhi) = c["r_range"], c["fvu_range"]
+    return c["published"], [round(r, 4), round(fvu, 4)], c["tolerance"], rlo <= r <= rhi and flo <= fvu <= fhi, note
 
 
 def _n_neurons(c, ref, w):
@@ -305,13 +472,27 @@ def _neuron_side(c, ref, w):
 
 
 def _survey_top(c, ref, w):
-    rows = w.survey.rows
+    res = w.seed_survey
+    rows = res.rows
     l, h = w._check_head()
     first = f"{rows[0].layer}.{rows[0].head}"
-    mine = w.survey_row()
+    mine = w.survey_row(res)
     note = f"{l}.{h} has rank {mine.rank} (semantic loss {mine.semantic_loss:.3f}); 2nd: {rows[1].layer}.{rows[1].head}" \
         if len(rows) > 1 else ""
+    note += f"; {res.prompts['n_prompts']} prompt of {res.prompts['length']} words"
     return f"{l}.{h}", first, c["tolerance"], (rows[0].layer, rows[0].head) == (l, h), note
+
+
+def _survey_outlier(c, ref, w):
+    res = w.seed_survey
+    mine = w.survey_row(res)
+    others = torch.tensor([r.semantic_loss for r in res.rows if r is not mine], dtype=torch.float64)
+    if others.numel() < 3:
+        raise HeadscopeError(f"an outlier needs at least 3 other heads, got {others.numel()}")
+    z = float(robust_z(torch.tensor([mine.semantic_loss], dtype=torch.float64), others)[0])
+    zs = f"{z:.2f}" if abs(z) < 1e6 else ("−∞" if z < 0 else "+∞")
+    note = f"loss {mine.semantic_loss:.3f} vs the others' median {float(others.median()):.3f}"
+    return c["published_text"], f"z = {zs}", c["tolerance"], z <= c["max_z"], note
 
 
 def _defined(what: str, *values):
@@ -375,12 +556,38 @@ def _steer(c, ref, w):
         gain >= c["min_gain"], note
 
 
+def _steer_sweep(c, ref, w):
+    """α = 1.1: suppression kept; α = 0: self-attention restored; α = −0.5: at least as much as α = 0."""
+    a1, a0, am = (w.steer(float(a)) for a in c["sweep"])
+    before = a0.self_attention_before
+    verdicts = [a1.self_attention_after <= before + c["max_rise"],
+                a0.self_attention_after >= before + c["min_gain"],
+                am.self_attention_after >= a0.self_attention_after]
+    word = lambda ok: "PASS" if ok else "FAIL"  # noqa: E731
+    measured = "; ".join(f"α {r.alpha:g}: {r.self_attention_after:.3f} {word(ok)}" for r, ok in zip((a1, a0, am), verdicts))
+    note = f"before {before:.3f}; rebuild errors " + ", ".join(f"{r.rebuild_error:.1e}" for r in (a1, a0, am))
+    if ref.name != SEED_REFERENCE:
+        note += "; not planted: the seed's qualitative claim with headscope's thresholds"
+    return c["published_text"], measured, c["tolerance"], all(verdicts), note
+
+
+def _neuron_texts(c, ref, w):
+    names = c["texts"]
+    by = {t.name: t.text for t in shipped.samples()}
+    uk, us = (w.true_activation(ref.neuron, by[n]) for n in names)
+    note = (f"neuron {ref.neuron_label}: true {uk[0]:.3f} ({names[0]}, {uk[2]} tokens) vs {us[0]:.3f} ({names[1]}, "
+            f"{us[2]} tokens); circuit prediction {uk[1]:.3f} vs {us[1]:.3f}")
+    return c["published_text"], f"{uk[0]:.3f} vs {us[0]:.3f}", c["tolerance"], uk[0] > us[0], note
+
+
 CHECKS = {
     "tv_contextual": _tv, "kernel_categories": _categories, "contextual_heads": _contextual,
+    "contextual_heads_auto": _contextual_auto, "denominator_worst_heads": _worst_heads, "circuit_fidelity": _fidelity,
     "n_contextual_neurons": _n_neurons, "neuron_704_top": _neuron_side, "neuron_704_bottom": _neuron_side,
-    "survey_top": _survey_top, "self_suppression": _self_suppression, "bos_fallback": _bos,
+    "neuron_704_texts": _neuron_texts, "survey_top": _survey_top, "survey_outlier": _survey_outlier,
+    "self_suppression": _self_suppression, "bos_fallback": _bos,
     "position_independence": _position, "negative_eigenvalues": _negative, "sym_vs_skew": _sigma,
-    "steer_restores_self": _steer,
+    "steer_restores_self": _steer, "steer_alpha_sweep": _steer_sweep,
 }
 
 
@@ -395,27 +602,118 @@ def _details(w: _Work, claims: dict, ref: Reference) -> dict:
             d[key] = {"error": str(e)}
 
     put("kernels", lambda: [{"head": k.head, "category": k.category, "width": k.width, "tv_median": k.tv_median,
-                              "tv_p90": k.tv_p90} for k in w.kernels.heads])
+                              "tv_p90": k.tv_p90, "category_width": k.category_width,
+                              "shape_decay_rate": k.shape_decay_rate} for k in w.kernels.heads])
+    put("heads_used", lambda: {"spec": w.heads_spec if isinstance(w.heads_spec, str) else list(w.heads_spec),
+                               "heads": w.circuit[1].heads})
     put("head_choice", lambda: w.circuit[1].to_dict())
+    put("head_choice_auto", lambda: w.auto_choice.to_dict())
     put("neurons_above_threshold", lambda: [{"neuron": n["neuron"], "max_contribution": n["max_contribution"]}
                                             for n in w.scan.neurons])
+    put("neuron_variants", lambda: _neuron_variants(w))
+    put("neuron_head_sets", lambda: _neuron_head_sets(w))
+    put("neuron_calibration_texts", lambda: _neuron_calibrations(w))
+    put("neurons_robust_top", lambda: _robust_top(w))
     put("neuron", lambda: {"neuron": ref.neuron, **w.neuron_tokens(ref.neuron)})
+    put("denominators", lambda: {"window": w.denominators.window, "n_windows": w.denominators.n_texts,
+                                 "median_rel_spread": w.denominators.median_rel_spread})
+    put("circuit_fidelity", lambda: {k: v for k, v in w.fidelity.to_dict().items()
+                                     if k in ("heads", "query", "n_texts", "positions", "median_correlation",
+                                              "median_fvu")})
     put("survey_top5", lambda: [r.to_dict() for r in w.survey.rows[:5]])
+    put("survey_seed_top5", lambda: {"prompts": w.seed_survey.prompts,
+                                     "rows": [r.to_dict() for r in w.seed_survey.rows[:5]]})
     put("eigenvalues_top64", lambda: w.form.eigenvalues[:64].tolist())
     sweep = next(c for c in claims["claims"] if c["id"] == "steer_restores_self")["sweep"]
     put("steering_sweep", lambda: [{"alpha": a, "self_attention_before": w.steer(a).self_attention_before,
                                     "self_attention_after": w.steer(a).self_attention_after,
-                                    "self_rank_after": w.steer(a).self_rank_after} for a in sweep])
+                                    "self_rank_after": w.steer(a).self_rank_after,
+                                    "rebuild_error": w.steer(a).rebuild_error} for a in sweep])
+    put("authors_steering", lambda: {k: v for k, v in w.authors_steer.to_dict().items() if k != "scores"})
     return d
 
 
+def _neuron_variants(w: _Work) -> list[dict]:
+    """The neuron count (threshold 5.0) under every contribution variant, same heads and calibration.
+
+    Variants that differ only in the LN2 divisor or in max vs max |·| share one pass over
+    the vocabulary: a neuron's scores are linear in 1/divisor, so its max (and min) under
+    divisor D is (max, min) at divisor 1 over D (tests/integration/test_fidelity_neurons.py
+    checks this against separate scans).
+    """
+    circuit, choice = w.circuit
+    passes: dict = {}
+    out = []
+    for spec in NEURON_VARIANTS:
+        v = parse_variant(spec)
+        key = (v.position, v.position_part, v.glitch)
+        try:
+            if key not in passes:
+                base = dataclasses.replace(v, ln2="none", max="signed")
+                passes[key] = scan_neurons(circuit, choice, w.model.tokenizer, threshold=math.inf, top=1, variant=base)
+            scan = passes[key]
+        except HeadscopeError as e:
+            out.append({"variant": spec, "spec": v.spec(), "error": str(e)})
+            continue
+        d = ln2_divisor(circuit, v)
+        hi, lo = torch.tensor(scan.max_all) / d, torch.tensor(scan.min_all) / d
+        score = hi if v.max == "signed" else torch.maximum(hi, -lo)
+        found = (score >= DEFAULT_THRESHOLD).nonzero().squeeze(1).tolist()
+        out.append({"variant": spec, "spec": v.spec(), "position": scan.position, "n_neurons": len(found),
+                    "neurons": sorted(found) if len(found) <= 30 else None})
+    return out
+
+
+def _neuron_head_sets(w: _Work) -> list[dict]:
+    """The neuron count (variant ``paper``) with the published, Gibson's and the automatic head sets."""
+    out = []
+    for spec in ("published", "code", "auto"):
+        try:
+            heads = resolve_heads(spec, w.ref, w.model.cfg.n_heads)
+            if heads == w.circuit[1].heads and w.variant.name == "paper":
+                choice, n = w.circuit[1], len(w.scan.neurons)
+            else:
+                circuit, choice = build_circuit(w.model, w.calibration, heads=heads, processing=w.processing)
+                n = len(scan_neurons(circuit, choice, w.model.tokenizer, threshold=DEFAULT_THRESHOLD, top=1).neurons)
+        except HeadscopeError as e:
+            out.append({"heads": spec, "error": str(e)})
+            continue
+        out.append({"heads": spec, "head_ids": choice.heads, "n_neurons": n})
+    return out
+
+
+def _neuron_calibrations(w: _Work) -> list[dict]:
+    """The neuron count (variant ``paper``, the heads used) with another calibration text."""
+    name, text = shipped.sample_corpus()[0]
+    cal = calibrate(w.model, text, query=SEED_QUERY, processing=w.processing)
+    circuit, choice = build_circuit(w.model, cal, heads=w.circuit[1].heads, processing=w.processing)
+    scan = scan_neurons(circuit, choice, w.model.tokenizer, threshold=DEFAULT_THRESHOLD, top=1)
+    return [{"calibration": "headscope:calibration.txt", "position": w.scan.position, "n_neurons": len(w.scan.neurons)},
+            {"calibration": name, "position": scan.position, "n_neurons": len(scan.neurons)}]
+
+
+def _robust_top(w: _Work, n: int = 10) -> dict:
+    circuit, choice = w.circuit
+    r = rank_neurons(circuit, choice, w.model.tokenizer, variant=w.variant)
+    return {"k": r.k, "n_random": r.n_random,
+            "by_robust": [{"neuron": j, "robust": r.robust[j], "max": r.max[j]} for j in r.order_robust[:n]],
+            "by_max": r.order_max[:n]}
+
+
 def reproduce(model: Model, *, processing: Processing | None = None, reference: Reference | None = None,
-              details: bool = True) -> ReproduceResult:
-    """Measure every seed claim on `model` against `reference` (default: :func:`reference_for`)."""
+              details: bool = True, heads=None, variant=None) -> ReproduceResult:
+    """Measure every seed claim on `model` against `reference` (default: :func:`reference_for`).
+
+    ``heads``: the layer-0 heads of the downstream rows ("published" by default, "auto",
+    "seed", "code", or indices); ``variant``: the neurons' contribution variant
+    (:func:`headscope.neurons.parse_variant`; default ``paper``).
+    """
     processing = Processing.default() if processing is None else processing
     claims = seed_claims()
     ref = reference_for(model) if reference is None else reference
-    w = _Work(model, processing, ref.semantic_head)
+    w = _Work(model, processing, ref, heads=heads, variant=variant)
+    if heads not in (None, "published"):
+        resolve_heads(heads, ref, model.cfg.n_heads)          # a bad --heads is an error, not a failing row
     rows = []
     for c in claims["claims"]:
         base = dict(id=c["id"], seed=c["seed"], claim=c["claim"], measure=c["measure"])
@@ -433,5 +731,7 @@ def reproduce(model: Model, *, processing: Processing | None = None, reference: 
         notes.append(f"the published figures are GPT-2 Small's; this model differs: {diff}")
     if ref.name == PLANTED_REFERENCE:
         notes.append("planted checkpoint: the published column is its planted.json manifest")
+    if w.heads_spec != "published" or w.variant.name != "paper":
+        notes.append(f"downstream layer-0 rows use heads {w.heads_spec!r} and contribution variant {w.variant.name!r}")
     return ReproduceResult(rows=rows, source=model.source, fingerprint=model.fingerprint, reference=ref.name,
                            notes=notes, details=_details(w, claims, ref) if details else {})

@@ -5,10 +5,16 @@
 - ``samples/*.txt``: short sample texts (news in British and American spelling,
   cooking, sport, French) for the report's per-token figures;
 - ``sample_corpus.txt``: a few paragraphs written for headscope, a default corpus;
-- ``categories.json``: category word lists of the semantic-head prompts;
+- ``categories.json``: category word lists of the semantic-head prompts (with
+  ``"_related"``: pairs of categories that overlap in meaning);
+- ``categories_seed.json``: the L1H5 authors' 8 category lists (their
+  ``src/constants.py`` at 6c45e47), for the survey's ``seed`` preset;
+- ``seed_steering_tokens.json``: the 30 tokens (5 groups) of the authors' steering
+  heatmaps (their ``GROUP_TOKENS``);
 - ``seed_claims.json``: the seed studies' claims, published figures and tolerances.
 
-Every text here was written for headscope (no third-party text).
+Every text here was written for headscope (no third-party text); the two ``seed``
+files hold word lists of the L1H5 study (data, cited in docs/fidelity.md).
 """
 
 from __future__ import annotations
@@ -66,6 +72,16 @@ def sample_corpus() -> list[tuple[str, str]]:
 def categories() -> dict[str, list[str]]:
     """``categories.json``: ``{"colours": ["red", …], …}``."""
     return json.loads(read("categories.json"))
+
+
+def seed_categories() -> dict[str, list[str]]:
+    """``categories_seed.json``: the L1H5 authors' 8 category lists (survey preset ``seed``)."""
+    return json.loads(read("categories_seed.json"))
+
+
+def seed_steering_tokens() -> dict[str, list[str]]:
+    """``seed_steering_tokens.json``: the authors' 30 steering tokens, by group (with leading spaces)."""
+    return json.loads(read("seed_steering_tokens.json"))
 
 
 def seed_claims() -> dict:

@@ -69,3 +69,19 @@ def bin_values(values: Sequence[float], bins: int = 30) -> tuple[list[float], li
     for v in vals:
         counts[min(int((v - lo) / step), bins - 1)] += 1
     return [lo + i * step for i in range(bins + 1)], counts
+
+
+def robust_z(x: Tensor, ref: Tensor | None = None) -> Tensor:
+    """Modified z-scores 0.6745 (x − median) / MAD of `x` against `ref` (default: `x` itself).
+
+    Iglewicz & Hoaglin (1993): |z| > 3.5 marks an outlier. MAD = median |ref − median|;
+    where MAD = 0 the scores are 0 for x = median and ±inf otherwise (callers compare them).
+    """
+    ref = x if ref is None else ref
+    ref = ref.reshape(-1).double()
+    med = ref.median()
+    mad = (ref - med).abs().median()
+    dev = x.double() - med
+    if float(mad) > 0:
+        return 0.6745 * dev / mad
+    return torch.where(dev == 0, torch.zeros_like(dev), dev.sign() * math.inf)

@@ -18,6 +18,16 @@ projection on span U_r is kept.
 
 Processed → raw (what a GPT-2 checkpoint stores): ``W_raw = W'/ln1_w`` row-wise and
 ``b_raw = b' − ln1_b W_raw``, inverting fold_ln.
+
+The authors' way (:func:`authors_steer`, ``steer --preset seed``; Mamiglia et al.,
+``svd_group_scaling_heatmap.py:24-51`` at 6c45e47): eigen-decompose S, keep the 64
+eigenpairs of largest |λ| (W_sym has rank up to 2·d_head, so this truncates), scale the
+strictly negative ones among them by α, add the whole skew part back,
+``W'_α = Q₆₄ diag(λ'_α) Q₆₄ᵀ + A``, and read the raw bilinear scores ``E W'_α Eᵀ``
+(no 1/√d_head, no biases, no softmax; rows = queries) of 30 chosen tokens
+(``data/seed_steering_tokens.json``) over effective embeddings E. No checkpoint is
+written, and ``W'_1 ≠ W_QK`` (the truncation error is reported). Headscope's rebuilt
+checkpoint is measured beside it, with its rebuild error.
 """
 
 from __future__ import annotations
@@ -40,6 +50,9 @@ from .weights import Block, Processing, Weights
 
 Tensor = torch.Tensor
 MARKER = "steering.json"
+AUTHORS_TOP = 64                                   #: eigenpairs kept by the authors' steering
+SEED_ALPHAS = (1.1, 0.0, -0.5)                     #: the authors' α
+SELECTS = ("negative", "negative-top64")
 
 
 @dataclasses.dataclass
@@ -68,6 +81,8 @@ def steered_qk(weights: Weights, layer: int, head: int, alpha: float, *, select:
     lam, V = form.eigenvalues, form.eigenvectors
     if select == "negative":
         sel = [i for i in range(len(lam)) if lam[i] < -form.tol]
+    elif select == "negative-top64":                 # the authors' components: negative among the top 64 by |λ|
+        sel = [i for i in range(min(AUTHORS_TOP, len(lam))) if lam[i] < -form.tol]
     elif select == "positive":
         sel = [i for i in range(len(lam)) if lam[i] > form.tol]
     else:
@@ -237,3 +252,115 @@ def save_steered(model: Model, steered: Steered, out: str | Path) -> SteerResult
     model.save(out, blocks={res.layer: steered.raw_block}, extra_files={MARKER: dumps(meta)})
     res.steered_fingerprint = file_sha256(out / WEIGHTS_FILE)
     return res
+
+
+# -- the authors' way: truncated eigen-form, raw scores of chosen tokens ---------------------
+
+
+@dataclasses.dataclass
+class AuthorsSteer:
+    """Raw bilinear scores E W'_α Eᵀ of chosen tokens for each α (module docstring)."""
+
+    layer: int
+    head: int
+    top: int
+    n_negative_top: int               # strictly negative eigenvalues among the top `top` by |λ| (as the authors:
+                                      # on a W_sym of rank < top, numerical zeros below 0 count too)
+    truncation_error: float           # ‖W'_1 − W_QK‖_F / ‖W_QK‖_F
+    attn_mean: str                    # effective embeddings' attention means (bilinear.ATTN_MEANS)
+    tokens: list[str]
+    groups: list[str]
+    alphas: list[float]
+    scores: dict                      # "unsteered" and each α as str → [[float]] (rows queries)
+    summary: list[dict]               # per α: self_mean, same_group_mean, other_group_mean, self_rank_mean
+    fingerprint: str
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def render(self) -> str:
+        lines = [f"the authors' steering of head {self.layer}.{self.head}: top {self.top} eigenpairs by |λ| "
+                 f"({self.n_negative_top} negative), skew part added back, raw scores of {len(self.tokens)} tokens "
+                 f"(truncation error at α = 1: {self.truncation_error:.2e})",
+                 f"{'α':>9}  {'self':>9}  {'same group':>10}  {'other':>9}  {'rank of self':>12}"]
+        for r in self.summary:
+            lines.append(f"{r['alpha']:>9}  {r['self_mean']:9.3f}  {r['same_group_mean']:10.3f}  "
+                         f"{r['other_group_mean']:9.3f}  {r['self_rank_mean']:12.2f}")
+        return "\n".join(lines)
+
+
+def _authors_eigen(Wqk: Tensor, top: int) -> tuple[Tensor, Tensor, Tensor]:
+    """(λ, Q, A): the `top` eigenpairs of S = (W + Wᵀ)/2 of largest |λ| and the skew part A."""
+    W = Wqk.double()
+    S, A = (W + W.T) / 2, (W - W.T) / 2
+    lam, V = torch.linalg.eigh(S)
+    order = torch.argsort(lam.abs(), descending=True, stable=True)[:top]
+    return lam[order], V[:, order], A
+
+
+def _authors_scaled(lam: Tensor, V: Tensor, A: Tensor, alpha: float) -> Tensor:
+    return (V * torch.where(lam < 0, lam * alpha, lam)) @ V.T + A
+
+
+def authors_form(Wqk: Tensor, alpha: float, top: int = AUTHORS_TOP) -> tuple[Tensor, int]:
+    """(W'_α = Q_top diag(λ'_α) Q_topᵀ + A, number of negative λ among the top) for W_QK [d d].
+
+    S = (W + Wᵀ)/2 = Σ λ_i v_i v_iᵀ sorted by |λ| descending, Q_top its first `top`
+    eigenvectors, λ'_α = α λ where λ < 0 (strictly), A = (W − Wᵀ)/2 whole.
+    """
+    lam, V, A = _authors_eigen(Wqk, top)
+    return _authors_scaled(lam, V, A, alpha), int((lam < 0).sum())
+
+
+def _score_summary(S: Tensor, groups: list[str]) -> dict:
+    n = S.shape[0]
+    names = sorted(set(groups))
+    g = torch.tensor([names.index(x) for x in groups])                                   # [n] group index
+    same = (g[:, None] == g[None, :]) & ~torch.eye(n, dtype=torch.bool)
+    other = g[:, None] != g[None, :]
+    diag = S.diagonal()
+    rank = (S > diag[:, None]).sum(1).double() + 1                                       # 1 = self on top
+    return {"self_mean": float(diag.mean()), "same_group_mean": float(S[same].mean()) if same.any() else 0.0,
+            "other_group_mean": float(S[other].mean()) if other.any() else 0.0, "self_rank_mean": float(rank.mean())}
+
+
+@torch.no_grad()
+def authors_steer(model: Model, layer: int, head: int, alphas=SEED_ALPHAS, *, tokens: dict[str, list[str]] | None = None,
+                  attn_mean: str = "authors", processing: Processing | None = None, top: int = AUTHORS_TOP
+                  ) -> AuthorsSteer:
+    """The authors' steering (module docstring) for each α in `alphas`, and the unsteered form."""
+    from . import shipped
+    from .bilinear import attn_means_for, effective_embeddings
+    from .survey import prompts_for as _prompts
+
+    model.cfg.check_head(layer, head)
+    processing = Processing.default() if processing is None else processing
+    W = model.weights(processing)
+    groups_src = shipped.seed_steering_tokens() if tokens is None else tokens
+    ids, strs, groups = [], [], []
+    for name, words in groups_src.items():
+        for w in words:
+            enc = model.tokenizer.encode(w)
+            if len(enc) == 1:
+                ids.append(int(enc[0]))
+                strs.append(w)
+                groups.append(name)
+    if len(ids) < 2:
+        raise HeadscopeError(f"steering tokens: expected at least 2 single tokens, got {len(ids)}")
+    prompts = _prompts(model, None, n_prompts=32, length=16)[0].tokens if attn_mean == "prompts" else None
+    means = attn_means_for(W, max(layer, 0), attn_mean, prompts)
+    E = effective_embeddings(W, layer, torch.tensor(ids), attn_means=means).double()    # [t d]
+    Wqk = qk_matrix(W, layer, head)                                                   # [d d] float64
+    norm = float(Wqk.norm()) or 1.0
+    scores = {"unsteered": (E @ Wqk @ E.T).tolist()}
+    summary = [{"alpha": "unsteered", **_score_summary(E @ Wqk @ E.T, groups)}]
+    lam, V, A = _authors_eigen(Wqk, top)
+    W1, n_neg = _authors_scaled(lam, V, A, 1.0), int((lam < 0).sum())
+    for a in [float(x) for x in alphas]:
+        S = E @ _authors_scaled(lam, V, A, a) @ E.T
+        scores[repr(a)] = S.tolist()
+        summary.append({"alpha": a, **_score_summary(S, groups)})
+    return AuthorsSteer(layer=layer, head=head, top=top, n_negative_top=n_neg,
+                        truncation_error=float((W1 - Wqk).norm()) / norm, attn_mean=attn_mean, tokens=strs, groups=groups,
+                        alphas=[float(x) for x in alphas], scores=scores, summary=summary,
+                        fingerprint=model.fingerprint)

@@ -9,6 +9,20 @@ query q (q ≥ 1) the target mask is::
 
 and the seed's loss is ``L = mean_q −log Σ_k (M ⊙ A)[q, k]`` for the head's pattern A
 (a query's term is capped at −log 1e-30 ≈ 69 nats where its target mass underflows).
+
+Categories that overlap in meaning (days and months, colours and metals: " silver" is
+a colour too) are declared in the categories file under ``"_related"`` (pairs of names);
+attention from a query to an earlier token of a *related* category is then allowed
+(added to M), not counted as wrong. The BOS query (q = 0) is left out of every mean by
+default; the authors' loss includes it (row 0 targets BOS, A[0, 0] = 1, adding
+−log 1 = 0 to the mean: ``include_bos_query=True``).
+
+Presets (:data:`PRESETS`): ``headscope`` — 64 seeded prompts of 16 words, each drawing
+5 of the shipped categories (``data/categories.json``), BOS query excluded; ``seed`` —
+as the L1H5 authors (Mamiglia et al., ``src/prompt.py`` and ``src/constants.py`` at
+6c45e47, ``characterize_head.py:41``): one prompt of 255 words, each word a category
+drawn uniformly from their 8 categories and then a word drawn uniformly from it (with
+replacement), BOS query included (``data/categories_seed.json``).
 Further rates (means over the queries they apply to):
 
 - ``self_attention``  A[q, q]
@@ -53,8 +67,10 @@ Tensor = torch.Tensor
 # -- categories --------------------------------------------------------------------------
 
 
-def load_categories(path: str | Path | None = None) -> dict[str, list[str]]:
-    """Category word lists: ``{"colours": ["red", …], …}`` from a JSON file or the shipped one."""
+RELATED = "_related"   #: reserved key of a categories file: pairs of semantically overlapping categories
+
+
+def _read_categories(path: str | Path | None) -> dict:
     if path is None:
         return shipped.categories()
     text = read_text_file(path, "categories file")
@@ -66,10 +82,37 @@ def load_categories(path: str | Path | None = None) -> dict[str, list[str]]:
         raise HeadscopeError(f"categories file {path}: expected an object of name → list of words, "
                              "got JSON nested too deeply") from None
     if not isinstance(data, dict) or not all(
-        isinstance(v, list) and all(isinstance(w, str) for w in v) for v in data.values()
+        isinstance(v, list) and all(isinstance(w, str) for w in v) for k, v in data.items() if k != RELATED
     ):
         raise HeadscopeError(f"categories file {path}: expected an object of name → list of words")
-    return {str(k): list(v) for k, v in data.items()}
+    return data
+
+
+def load_categories(path: str | Path | None = None) -> dict[str, list[str]]:
+    """Category word lists: ``{"colours": ["red", …], …}`` from a JSON file or the shipped one
+    (without the reserved ``"_related"`` entry: see :func:`load_relations`)."""
+    data = _read_categories(path)
+    return {str(k): list(v) for k, v in data.items() if k != RELATED}
+
+
+def _relations(data: dict, source) -> list[tuple[str, str]]:
+    pairs = data.get(RELATED, [])
+    names = {k for k in data if k != RELATED}
+    ok = isinstance(pairs, list) and all(isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p)
+                                         for p in pairs)
+    if not ok:
+        raise HeadscopeError(f"categories file {source}: \"{RELATED}\" must be a list of [name, name] pairs, "
+                             f"got {pairs!r}")
+    bad = sorted({x for p in pairs for x in p} - names)
+    if bad:
+        raise HeadscopeError(f"categories file {source}: \"{RELATED}\" names unknown categories {bad}")
+    return [(a, b) for a, b in pairs]
+
+
+def load_relations(path: str | Path | dict | None = None) -> list[tuple[str, str]]:
+    """The ``"_related"`` pairs of a categories file (or dict), [] when there are none."""
+    data = path if isinstance(path, dict) else _read_categories(path)
+    return _relations(data, "(given)" if isinstance(path, dict) else (path or "headscope:categories.json"))
 
 
 def category_tokens(tokenizer, categories: dict[str, list[str]]) -> dict[str, list[int]]:
@@ -81,6 +124,8 @@ def category_tokens(tokenizer, categories: dict[str, list[str]]) -> dict[str, li
     out: dict[str, list[int]] = {}
     seen: dict[int, str] = {}
     for name, words in categories.items():
+        if name == RELATED:
+            continue
         ids = []
         for w in words:
             enc = tokenizer.encode(w if w.startswith(" ") else " " + w)
@@ -104,6 +149,19 @@ class CategoryPrompts:
     tokens: Int[Tensor, "batch pos"]      # BOS first
     labels: Int[Tensor, "batch pos"]      # category index, -1 at BOS
     names: list[str]
+    related: list[tuple[int, int]] = dataclasses.field(default_factory=list)   # label pairs that overlap
+
+
+#: survey presets (module docstring): categories (None: shipped), prompts, words, categories per prompt, BOS query
+PRESETS = {
+    "headscope": {"categories": None, "n_prompts": 64, "length": 16, "cats_per_prompt": 5, "bos_query": False},
+    "seed": {"categories": "seed", "n_prompts": 1, "length": 255, "cats_per_prompt": None, "bos_query": True},
+}
+
+
+def preset_categories(name: str | None):
+    """Categories of a preset: ``"seed"`` → the L1H5 authors' 8 lists, else the shipped ones."""
+    return shipped.seed_categories() if name == "seed" else None
 
 
 def make_prompts(cat_ids: dict[str, list[int]], bos: int, *, n_prompts: int = 64, length: int = 16,
@@ -125,27 +183,40 @@ def make_prompts(cat_ids: dict[str, list[int]], bos: int, *, n_prompts: int = 64
     return CategoryPrompts(torch.from_numpy(toks), torch.from_numpy(labs), names)
 
 
-def target_masks(tokens: Tensor, labels: Tensor) -> dict[str, Tensor]:
-    """Boolean masks [b q k]: partner, copy (earlier copies), target (partner or BOS fallback)."""
+def target_masks(tokens: Tensor, labels: Tensor, related: list[tuple[int, int]] | None = None
+                 ) -> dict[str, Tensor]:
+    """Boolean masks [b q k]: partner, copy (earlier copies), related (earlier tokens of an
+    overlapping category), target (partner, related, or BOS when there is no partner)."""
     b, p = tokens.shape
     earlier = torch.ones(p, p, dtype=torch.bool).tril(-1)                                  # k < q
     same_cat = (labels[:, :, None] == labels[:, None, :]) & (labels[:, :, None] >= 0)      # [b q k]
     same_tok = tokens[:, :, None] == tokens[:, None, :]
     partner = same_cat & ~same_tok & earlier
     copy = same_tok & earlier
+    rel = torch.zeros_like(partner)
+    for a, c in related or []:
+        for x, y in ((a, c), (c, a)):
+            rel |= (labels[:, :, None] == x) & (labels[:, None, :] == y)
+    rel &= earlier
     has_partner = partner.any(-1)                                                          # [b q]
-    target = partner.clone()
+    target = partner | rel
     target[:, :, 0] |= ~has_partner
-    return {"partner": partner, "copy": copy, "target": target, "has_partner": has_partner}
+    return {"partner": partner, "copy": copy, "related": rel, "target": target, "has_partner": has_partner}
 
 
-def pattern_metrics(pattern: Float[Tensor, "batch head q k"], masks: dict[str, Tensor]) -> dict[str, Tensor]:
-    """The metrics of the module docstring for every head at once ([head] tensors)."""
+def pattern_metrics(pattern: Float[Tensor, "batch head q k"], masks: dict[str, Tensor],
+                    include_bos_query: bool = False) -> dict[str, Tensor]:
+    """The metrics of the module docstring for every head at once ([head] tensors).
+
+    ``include_bos_query`` adds the BOS row (q = 0, target BOS) to the loss's mean, as the
+    authors' loss does; the rates always use queries q ≥ 1.
+    """
     A = pattern.double()
     q = slice(1, None)                                                                     # queries q ≥ 1
     def m(x):
         return x[:, None, q].double()                                                       # [b 1 q (k)]
-    target = (A[:, :, q] * m(masks["target"])).sum(-1)                                     # [b h q]
+    lq = slice(0, None) if include_bos_query else q
+    target = (A[:, :, lq] * masks["target"][:, None, lq].double()).sum(-1)                 # [b h q]
     loss = -target.clamp_min(1e-30).log().mean(dim=(0, 2))
     diag = torch.diagonal(A, dim1=-2, dim2=-1)[:, :, q]                                    # [b h q]
     has_copy = masks["copy"].any(-1)[:, None, q].double()
@@ -206,27 +277,51 @@ class SurveyResult(HtmlRepr):
         return "\n".join(lines)
 
 
-def prompts_for(model: Model, categories=None, *, n_prompts=64, length=16, seed=0):
-    cats = categories if isinstance(categories, dict) else load_categories(categories)
+def prompts_for(model: Model, categories=None, *, n_prompts=64, length=16, seed=0, cats_per_prompt: int | None = 5):
+    """(CategoryPrompts, {category: token ids}); ``categories``: a dict, a file, ``"seed"`` or None
+    (shipped). ``cats_per_prompt=None``: every category in every prompt."""
+    if categories == "seed":
+        categories = shipped.seed_categories()
+    data = categories if isinstance(categories, dict) else _read_categories(categories)
+    cats = {k: v for k, v in data.items() if k != RELATED}
+    rel_names = load_relations(data)
     ids = category_tokens(model.tokenizer, cats)
     if length + 1 > model.cfg.n_ctx:
         raise NotApplicable(f"prompt length {length} + BOS exceeds n_ctx {model.cfg.n_ctx}")
-    return make_prompts(ids, model.bos_id, n_prompts=n_prompts, length=length, seed=seed), ids
+    k = len(ids) if cats_per_prompt is None else cats_per_prompt
+    prompts = make_prompts(ids, model.bos_id, n_prompts=n_prompts, length=length, seed=seed, cats_per_prompt=k)
+    index = {name: i for i, name in enumerate(prompts.names)}
+    prompts.related = [(index[a], index[b]) for a, b in rel_names if a in index and b in index]
+    return prompts, ids
 
 
-def survey(model: Model, layers: list[int] | None = None, *, categories=None, n_prompts: int = 64,
-           length: int = 16, seed: int = 0, processing: Processing | None = None) -> SurveyResult:
-    """Score every head of `layers` (default: all) on category prompts, ranked by semantic loss."""
+def survey(model: Model, layers: list[int] | None = None, *, categories=None, n_prompts: int | None = None,
+           length: int | None = None, seed: int = 0, processing: Processing | None = None,
+           preset: str = "headscope", include_bos_query: bool | None = None) -> SurveyResult:
+    """Score every head of `layers` (default: all) on category prompts, ranked by semantic loss.
+
+    ``preset`` (:data:`PRESETS`) sets the categories, the number and length of prompts,
+    the categories per prompt and whether the BOS query counts; explicit arguments
+    override it. The seed preset's 255 words are capped at n_ctx − 1.
+    """
+    if preset not in PRESETS:
+        raise HeadscopeError(f"survey preset: expected one of {', '.join(PRESETS)}, got {preset!r}")
+    pre = PRESETS[preset]
     cfg = model.cfg
     layers = list(range(cfg.n_layers)) if layers is None else [cfg.check_layer(l) for l in layers]
-    prompts, ids = prompts_for(model, categories, n_prompts=n_prompts, length=length, seed=seed)
+    categories = pre["categories"] if categories is None else categories
+    n_prompts = pre["n_prompts"] if n_prompts is None else n_prompts
+    length = (min(pre["length"], cfg.n_ctx - 1) if preset == "seed" else pre["length"]) if length is None else length
+    bos_query = pre["bos_query"] if include_bos_query is None else include_bos_query
+    prompts, ids = prompts_for(model, categories, n_prompts=n_prompts, length=length, seed=seed,
+                               cats_per_prompt=pre["cats_per_prompt"])
     W = model.weights(processing)
     cache = run_with_cache(W, prompts.tokens, names=[f"blocks.{l}.attn.hook_pattern" for l in layers],
                            stop_at_layer=max(layers) + 1, batch_size=32)
-    masks = target_masks(prompts.tokens, prompts.labels)
+    masks = target_masks(prompts.tokens, prompts.labels, prompts.related)
     rows = []
     for l in layers:
-        met = pattern_metrics(cache[f"blocks.{l}.attn.hook_pattern"], masks)
+        met = pattern_metrics(cache[f"blocks.{l}.attn.hook_pattern"], masks, include_bos_query=bos_query)
         for h in range(cfg.n_heads):
             rows.append(HeadScore(l, h, **{k: finite_or_none(v[h]) if k in OPTIONAL_RATES else float(v[h])
                                            for k, v in met.items()}))
@@ -235,7 +330,9 @@ def survey(model: Model, layers: list[int] | None = None, *, categories=None, n_
         r.rank = i + 1
     return SurveyResult(
         rows=rows, fingerprint=model.fingerprint, processing=W.processing.to_dict(),
-        prompts={"n_prompts": n_prompts, "length": length, "seed": seed},
+        prompts={"n_prompts": n_prompts, "length": length, "seed": seed, "preset": preset,
+                 "cats_per_prompt": pre["cats_per_prompt"], "bos_query_in_loss": bos_query,
+                 "related": [[prompts.names[a], prompts.names[b]] for a, b in prompts.related]},
         categories={k: model.to_str_tokens(v) for k, v in ids.items()},
     )
 

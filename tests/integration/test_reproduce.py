@@ -44,9 +44,12 @@ def test_seed_claims_cover_the_issue():
     assert by["n_contextual_neurons"]["published"] == 100
     assert len(by["neuron_704_top"]["published"]) == len(by["neuron_704_bottom"]["published"]) == 50
     assert " colour" in by["neuron_704_top"]["published"] and " color" in by["neuron_704_bottom"]["published"]
-    assert by["negative_eigenvalues"]["published"] == 33
-    assert by["sym_vs_skew"]["published"] == [1.86, 1.34]
-    assert by["steer_restores_self"]["sweep"] == [1.1, 0.0, -0.5]
+    assert by["negative_eigenvalues"]["published"] == 33 and by["negative_eigenvalues"]["abs"] == 1
+    assert by["sym_vs_skew"]["published"] == [1.86, 1.34] and by["sym_vs_skew"]["rel"] == 0.02
+    assert by["steer_restores_self"]["sweep"] == [1.1, 0.0, -0.5] == by["steer_alpha_sweep"]["sweep"]
+    assert by["denominator_worst_heads"]["published"] == [6, 8]
+    assert by["circuit_fidelity"]["published"] == [0.95, 0.14]
+    assert {"contextual_heads_auto", "neuron_704_texts", "survey_outlier"} <= set(by)
     assert all(c["tolerance"] for c in claims["claims"])
 
 
@@ -72,6 +75,28 @@ def test_planted_checkpoint_passes_every_claim(planted_json, planted_manifest):
     assert sweep[0.0]["self_attention_after"] > sweep[0.0]["self_attention_before"] + 0.1
     assert sweep[-0.5]["self_attention_after"] >= sweep[0.0]["self_attention_after"]
     assert sweep[1.1]["self_attention_after"] <= sweep[0.0]["self_attention_after"]
+    # the new rows: ground truth from the manifest (keyword heads) and the seed's figures as bounds
+    assert rows["denominator_worst_heads"]["measured"] == sorted(l0["keyword_heads"])
+    assert rows["contextual_heads_auto"]["measured"] == sorted(l0["contextual_heads"])
+    assert rows["circuit_fidelity"]["measured"][0] >= 0.95 and "d_model coordinates" in rows["circuit_fidelity"]["note"]
+    assert rows["steer_alpha_sweep"]["measured"].count("PASS") == 3
+    # how sensitive the neuron count is to the contribution's definition, in the details
+    det = d["details"]
+    planted = sorted(n["index"] for n in l0["neurons"])
+    var = {v["variant"]: v for v in det["neuron_variants"]}
+    assert set(var) == {"paper", "code", "pos=without", "ln2=none", "ln2=1.2", "max=abs", "glitch=exclude",
+                        "position=500", "position=255"}
+    for name in ("paper", "pos=without", "max=abs", "glitch=exclude", "position=500", "position=255"):
+        assert var[name]["neurons"] == planted, name          # the planted neurons are robust to these
+    # without the LN2 divisor (σ̄₂ ≈ 0.16 here) the weakest planted neuron falls below 5
+    assert set(var["ln2=none"]["neurons"]) < set(planted) and set(var["code"]["neurons"]) < set(planted)
+    heads = {h["heads"]: h for h in det["neuron_head_sets"]}
+    assert heads["published"]["n_neurons"] == heads["auto"]["n_neurons"] == 4
+    assert heads["code"]["head_ids"] == [0, 2, 6, 8, 9, 10, 11]
+    assert [c["n_neurons"] for c in det["neuron_calibration_texts"]] == [4, 4]
+    assert {r["neuron"] for r in det["neurons_robust_top"]["by_robust"][:4]} == set(planted)
+    assert det["authors_steering"]["truncation_error"] < 1e-12
+    assert det["survey_seed_top5"]["prompts"]["length"] == 255
 
 
 def test_rerun_is_byte_identical_and_out_file_matches(planted_json, planted_dir, tmp_path, capsys):
@@ -86,20 +111,28 @@ def test_tampered_manifest_fails_the_right_rows(planted_dir, tmp_path, capsys):
     d = tmp_path / "tampered"
     shutil.copytree(planted_dir, d)
     m = json.loads((d / "planted.json").read_text())
-    m["layer0"]["contextual_heads"] = [0, 2, 6]                 # claims fewer heads than planted
+    m["layer0"]["contextual_heads"] = [0, 2, 6, 8]              # claims fewer heads than planted
+    m["layer0"]["keyword_heads"] = [6, 9]                        # a wrong least-stable pair
     m["layer1"]["bilinear_form"]["n_negative"] += 1              # one negative eigenvalue too many
     (d / "planted.json").write_text(json.dumps(m))
     code, text = run(capsys, "reproduce", d, "--no-details", "--out", tmp_path / "claims.json")
     res = json.loads((tmp_path / "claims.json").read_text(encoding="utf-8"))
     assert code == 1 and not res["ok"]
+    rows = {r["id"]: r for r in res["rows"]}
     failed = sorted(r["id"] for r in res["rows"] if r["passed"] is False)
-    # the TV row follows the claimed heads and still passes; only these two rows fail
-    assert failed == ["contextual_heads", "negative_eigenvalues"]
+    # heads 9 and 10 share the claimed heads' kernel (contextual_heads), the automatic choice
+    # finds six heads (contextual_heads_auto), 6 and 8 stay the least stable (worst heads);
+    # the downstream rows run on the claimed four heads and still pass
+    want = ["contextual_heads", "contextual_heads_auto", "denominator_worst_heads", "negative_eigenvalues"]
+    assert failed == want
+    assert rows["denominator_worst_heads"]["measured"] == [6, 8]
+    assert rows["circuit_fidelity"]["passed"] and rows["n_contextual_neurons"]["passed"]
+    assert "[0, 2, 6, 8]" in rows["circuit_fidelity"]["note"]
     assert res["details"] == {}
     # and the text table says FAIL on those rows
     fails = [line.split()[0] for line in text.splitlines() if line.rstrip().endswith("FAIL")]
-    assert fails == ["contextual_heads", "negative_eigenvalues"]
-    assert "11 pass, 2 fail" in text
+    assert fails == want
+    assert f"{len(rows) - 4} pass, 4 fail" in text
 
 
 def test_without_manifest_the_seed_figures_are_the_reference(planted_dir, tmp_path, capsys):
@@ -111,7 +144,11 @@ def test_without_manifest_the_seed_figures_are_the_reference(planted_dir, tmp_pa
     rows = {r["id"]: r for r in res["rows"]}
     assert res["reference"] == "seed (GPT-2 Small)" and code == 1
     assert rows["contextual_heads"]["published"] == [0, 2, 6, 8, 9, 10] and rows["contextual_heads"]["passed"]
-    assert rows["survey_top"]["passed"] and rows["survey_top"]["measured"] == "1.5"
+    assert rows["contextual_heads_auto"]["passed"] and rows["denominator_worst_heads"]["passed"]
+    # the planted circuit is exact: r and FVU outside the published figures' band (another convention)
+    assert rows["circuit_fidelity"]["passed"] is False and rows["circuit_fidelity"]["measured"][0] > 0.99
+    # the authors' 8 categories are mostly not planted: L1H5 is no clear outlier on them
+    assert rows["survey_outlier"]["passed"] is False
     assert rows["n_contextual_neurons"]["measured"] == 4 and rows["n_contextual_neurons"]["passed"] is False
     assert rows["negative_eigenvalues"]["published"] == 33 and rows["negative_eigenvalues"]["passed"] is False
     assert rows["sym_vs_skew"]["published"] == [1.86, 1.34]
@@ -124,8 +161,13 @@ def test_tiny_model_reports_unmeasurable_claims(tiny_hf_dir, capsys):
     assert code == 1
     rows = {r["id"]: r for r in res["rows"]}
     assert list(rows) == CLAIM_IDS
-    for rid in ("survey_top", "negative_eigenvalues", "sym_vs_skew", "steer_restores_self", "position_independence"):
+    for rid in ("survey_top", "survey_outlier", "negative_eigenvalues", "sym_vs_skew", "steer_restores_self",
+                "steer_alpha_sweep", "position_independence"):
         assert rows[rid]["passed"] is False and rows[rid]["measured"] is None
         assert "head index 5 out of range" in rows[rid]["note"], rows[rid]
     assert "neuron 704 out of range" in rows["neuron_704_top"]["note"]
+    assert "neuron 704 out of range" in rows["neuron_704_texts"]["note"]
     assert "error" in res["details"]["steering_sweep"]
+    # the published heads 6, 8, 9, 10 do not exist in a 3-head layer 0
+    for rid in ("contextual_heads", "denominator_worst_heads", "circuit_fidelity", "n_contextual_neurons"):
+        assert rows[rid]["passed"] is False and rows[rid]["measured"] is None, rows[rid]

@@ -248,7 +248,8 @@ def test_zero_qk_analyses(zero_qk):
     a = analyse_head(model, 0, 0, n_tokens=1200, k=5, with_spectral=True)
     d = _finite(a, ("leiden.ari", "spectral.ari", "clusters[].category", "clusters[].purity", "skew_to_sym_ratio",
                     "position.identity_fraction", "position.position_fraction", "leiden.modularity",
-                    "spectral.modularity", "spectral.clusters[].category", "spectral.clusters[].purity"), "head 0.0")
+                    "spectral.modularity", "spectral.clusters[].category", "spectral.clusters[].purity",
+                    "graph.max_comm_size"), "head 0.0")
     assert d["position"]["identity_fraction"] is None                  # every score is 0: 0/0
     assert d["leiden"]["modularity"] is None and d["leiden"]["n_clusters"] == 0   # uniform 1/N: no edge kept
     assert "undefined" in a.render()
@@ -343,7 +344,16 @@ def test_head_attending_only_to_bos(bos_only):
     assert float(lg[0] - lg[1:].max()) > 800                           # beyond float64: the old 0/0
     k = analyse_kernels(model, windows=windows(model, [TEXT]), n_ref=39)
     hk = k.heads[0]
-    assert hk.category == "local" and hk.width < 1.0001 and 0 <= hk.translation_tv <= 1
+    assert hk.category_width == "local" and hk.width < 1.0001 and 0 <= hk.translation_tv <= 1
+    # the shape rule leaves position 0 out: the rest's shape from its own logits, not a 0/0
+    # (the fitted geometric kernel has the mean distance of softmax(logits[1:]))
+    from headscope.kernels import _geometric_mean_distance
+
+    rest = torch.softmax(lg[1:].double().flip(0), 0)                      # [δ] δ = 39 − i
+    mean = float((torch.arange(39, dtype=torch.float64) * rest).sum())
+    assert hk.shape_positions == [39] and math.isfinite(hk.shape_decay_rate[0])
+    assert _geometric_mean_distance(hk.shape_decay_rate[0], 39) == pytest.approx(mean, rel=1e-6, abs=1e-9)
+    assert hk.category == hk.category_shape
     _finite(k, (), "kernels")
     wins = windows(model, [TEXT * 2], n_ctx=24)
     d = denominator_stability(model, wins, window=24, n_min=4, stride=4)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from .. import shipped
 from .._errors import HeadscopeError
 from ..calibration import calibrate, load_calibration
-from ..contextual import Circuit, HeadChoice, build_circuit
+from ..contextual import HEAD_SETS, Circuit, HeadChoice, build_circuit
 from ..corpus import read_text_file
 from ..layer0 import SEED_QUERY
 from ..loading import Model
@@ -18,14 +18,20 @@ def add_calibration_arguments(p) -> None:
                    help="calibrate on this UTF-8 text now (default: headscope's shipped calibration text)")
     p.add_argument("--query", default=SEED_QUERY, help="query token when calibrating now; default ' the'")
     p.add_argument("--window", type=int, default=None, help="calibration window in tokens (BOS included); default n_ctx")
-    p.add_argument("--heads", default=None, help="layer-0 heads of the circuit, e.g. 0,2,6 (default: chosen automatically)")
+    p.add_argument("--heads", default=None,
+                   help="layer-0 heads of the circuit: comma-separated indices (e.g. 0,2,6,8,9,10,11), 'seed' (the "
+                        "published 0,2,6,8,9,10), 'code' (0,2,6,8,9,10,11, as Gibson's code) or 'auto' "
+                        "(default: chosen automatically)")
     p.add_argument("--position", type=int, default=None,
                    help="query position n of the circuit; default the last calibrated position")
 
 
 def parse_heads(spec: str | None, cfg) -> list[int] | None:
-    if spec is None:
+    """--heads: None or 'auto' → automatic choice; 'seed' / 'code' → the named set; else indices."""
+    if spec is None or spec.strip() == "auto":
         return None
+    if spec.strip() in HEAD_SETS:
+        spec = ",".join(map(str, HEAD_SETS[spec.strip()]))
     try:
         heads = [int(x) for x in spec.split(",") if x.strip()]
     except ValueError:

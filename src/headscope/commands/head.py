@@ -9,6 +9,15 @@ Leiden and spectrally, and the share of score variance due to token identity.
   headscope head gpt2 1.5
   headscope head planted/ 1.5 --json --tokens 2000 --keys nodes
   headscope head gpt2 1.5 --corpus my_text.txt --k 20
+  headscope head gpt2 1.5 --preset seed           # the L1H5 authors' clustering and embeddings
+
+--preset headscope (default): 5000 nodes by BPE merge order + the category words,
+top-10 targets per query, symmetrised, Leiden (RB configuration) and spectral,
+attention means from category prompts. --preset seed: as the authors — BOS + the
+2999 most frequent tokens (wordfreq word frequencies mapped to tokens, or --corpus),
+raw key×query scores, top 4 per key, directed, Leiden modularity with communities of
+at most 512, attention means from token ids 0-1023 as one sequence at the mean
+position, no BOS. --tokens, --k, --frequency and --attn-mean override the preset.
 """
 
 from __future__ import annotations
@@ -22,11 +31,18 @@ def add_arguments(p):
     p.add_argument("model", help="hub id or checkpoint directory")
     p.add_argument("head", help="LAYER.HEAD, e.g. 1.5")
     p.add_argument("--variant", default="full", choices=["full", "mlp"], help="effective embedding variant (default full)")
-    p.add_argument("--tokens", type=int, default=5000, help="N most frequent tokens in the graph (default 5000)")
-    p.add_argument("--k", type=int, default=10, help="neighbours per token (default 10)")
+    p.add_argument("--preset", default="headscope", choices=["headscope", "seed"],
+                   help="clustering recipe: headscope (default) or seed (the L1H5 authors')")
+    p.add_argument("--tokens", type=int, default=None, help="N most frequent tokens in the graph (default 5000; seed 3000)")
+    p.add_argument("--k", type=int, default=None, help="neighbours per token (default 10; seed 4)")
+    p.add_argument("--frequency", default=None, choices=["bpe", "wordfreq"],
+                   help="token frequency without --corpus: BPE merge order (headscope) or wordfreq (seed)")
+    p.add_argument("--attn-mean", default=None, choices=["prompts", "authors"],
+                   help="mean attention outputs for the effective embeddings: category prompts (headscope) or "
+                        "token ids 0-1023 at the mean position (seed)")
     p.add_argument("--keys", default="vocab", choices=["vocab", "nodes"],
                    help="rank example neighbours over the whole vocabulary (default) or the graph's nodes")
-    p.add_argument("--corpus", default=None, help="text file for token frequencies (default: BPE merge order)")
+    p.add_argument("--corpus", default=None, help="text file for token frequencies (default: --frequency)")
     p.add_argument("--categories", default=None, help="JSON file {category: [words]} (default: the shipped lists)")
     p.add_argument("--resolution", default="1.0", help="Leiden resolution (default 1.0)")
     p.add_argument("--seed", type=int, default=0, help="seed for prompts and clustering (default 0)")
@@ -37,11 +53,12 @@ def run(args) -> int:
     if resolution <= 0:
         raise HeadscopeError(f"--resolution: expected > 0, got {args.resolution}")
     for name in ("tokens", "k"):
-        if getattr(args, name) < 1:
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             raise HeadscopeError(f"--{name}: expected ≥ 1, got {getattr(args, name)}")
     model = load_model(args)
     layer, head = parse_head(args.head, model.cfg)
     res = analyse_head(model, layer, head, variant=args.variant, n_tokens=args.tokens, k=args.k, keys=args.keys,
-                       categories=args.categories, corpus=args.corpus, resolution=resolution, seed=args.seed)
+                       categories=args.categories, corpus=args.corpus, resolution=resolution, seed=args.seed,
+                       preset=args.preset, frequency=args.frequency, attn_mean=args.attn_mean)
     emit(args, res, res.render())
     return 0

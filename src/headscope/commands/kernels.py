@@ -11,6 +11,9 @@ with a corpus, the total-variation distance between true and approximate attenti
   headscope kernels planted/ --query " of" --max-windows 8
 
 --c: 'measured' (default; median token-embedding norm), 'gpt2' (3.5) or a number.
+--rule: 'shape' (default; a decay length fitted at several query positions, position 0
+left out) or 'width' (headscope's first rule: effective width at n_ref); see
+headscope.kernels and docs/fidelity.md.
 --out DIR writes kernels.json, kernels.svg (kernel curves) and, with a corpus,
 tv_hist.svg and tv_position.svg.
 """
@@ -23,7 +26,7 @@ from .._atomic import atomic_directory, refuse_foreign_dir
 from .._errors import HeadscopeError
 from .._json import dumps
 from ..corpus import read_corpus, windows
-from ..kernels import TV_BINS, analyse_kernels
+from ..kernels import DEFAULT_RULE, RULES, TV_BINS, analyse_kernels
 from ..layer0 import SEED_QUERY
 from ..report import figures as F
 from ..shipped import sample_corpus
@@ -42,12 +45,16 @@ def add_arguments(p):
     p.add_argument("--query", default=SEED_QUERY, help="query token for the kernels; default ' the'")
     p.add_argument("--c", default="measured", help="'measured' (default), 'gpt2' (3.5) or a positive number")
     p.add_argument("--n-ref", type=int, default=None, help="reference query position; default 255 (capped at n_ctx-1)")
+    p.add_argument("--rule", default=DEFAULT_RULE, choices=RULES,
+                   help="category rule: 'shape' (default: fitted decay length at several n, position 0 left out) "
+                        "or 'width' (effective width 1/Σpos² at n_ref)")
     p.add_argument("--out", help="directory for kernels.json and SVG figures")
 
 
 def render(report) -> str:
     lines = [f"layer {report.layer}  query {report.query!r}  n_ref {report.n_ref}  "
-             f"c {report.c:.4g} ({report.c_source})  processing {','.join(k for k, v in report.processing.items() if v)}",
+             f"c {report.c:.4g} ({report.c_source})  processing {','.join(k for k, v in report.processing.items() if v)}  "
+             f"categories by the {report.rule.get('name', 'width')} rule",
              f"{'head':>4} {'category':<16} {'width':>8} {'decay':>7} {'transl':>7} {'query':>7} "
              f"{'c_std':>6} {'boost':>6} {'tv_med':>7} {'tv_p90':>7}"]
     for h in report.heads:
@@ -97,7 +104,8 @@ def run(args) -> int:
     if args.sample_corpus:
         texts += sample_corpus()
     wins = windows(model, texts, n_ctx=args.window, max_windows=args.max_windows) if texts else None
-    report = analyse_kernels(model, layer=args.layer, query=args.query, c=args.c, windows=wins, n_ref=args.n_ref)
+    report = analyse_kernels(model, layer=args.layer, query=args.query, c=args.c, windows=wins, n_ref=args.n_ref,
+                             rule_name=args.rule)
     if args.out:  # staged, then committed together (headscope._atomic's output rule)
         with atomic_directory(Path(args.out), marker=OUT_MARKER) as staging:
             (staging / OUT_MARKER).write_text(dumps(report.to_dict()), encoding="utf-8")

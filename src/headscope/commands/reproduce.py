@@ -10,6 +10,16 @@ fails, 2 when the model cannot be loaded (offline without a cached copy, say).
   headscope reproduce --model ./gpt2-dir    # a local GPT-2 directory
   headscope reproduce planted/ --json       # a planted checkpoint vs its manifest
   headscope reproduce --out claims.json     # also write the JSON (atomically)
+  headscope reproduce --heads code          # downstream layer-0 rows with heads 0,2,6,8,9,10,11
+
+--heads: the layer-0 heads of the downstream rows (neuron count and lists, neuron
+704's texts, circuit fidelity, worst denominators): published (default; 0,2,6,8,9,10
+for GPT-2 Small, the manifest's for a planted model), seed, code (0,2,6,8,9,10,11 as
+Gibson's code), auto (headscope's automatic choice) or indices. The automatic choice
+is always its own row (contextual_heads_auto). --variant: the neurons' contribution
+variant (see `headscope neurons --help`); the JSON details list the neuron count under
+every variant, head set and a second calibration text. docs/fidelity.md compares each
+definition with the authors' code.
 """
 
 from __future__ import annotations
@@ -29,6 +39,11 @@ def add_arguments(p):
                    help="the same as the positional MODEL")
     p.add_argument("--out", default=None, help="also write the JSON result to this file")
     p.add_argument("--no-details", action="store_true", help="leave the supporting figures out of the JSON")
+    p.add_argument("--heads", default="published",
+                   help="heads of the downstream layer-0 rows: published (default), seed, code, auto or indices "
+                        "such as 0,2,6,8,9,10,11")
+    p.add_argument("--variant", default=None, metavar="SPEC",
+                   help="contribution variant of the neuron rows: paper (default), code, with ,key=value overrides")
 
 
 #: recognises an earlier `reproduce --out` file, which a rerun may replace (the output rule)
@@ -41,8 +56,15 @@ def run(args) -> int:
     args.model = args.model or args.model_opt or "gpt2"
     if args.out:                                        # before any work
         check_output_file(args.out, owned=OWNED)
+    from ..neurons import parse_variant
+
+    variant = parse_variant(args.variant) if args.variant is not None else None
+    if args.heads not in ("published", "auto", "seed", "code") and \
+            not all(x.strip().isdigit() for x in args.heads.split(",") if x.strip()):
+        raise HeadscopeError(f"--heads: expected published, auto, seed, code or indices such as 0,2,6, "
+                             f"got {args.heads!r}")
     model = load_model(args)
-    res = reproduce(model, details=not args.no_details)
+    res = reproduce(model, details=not args.no_details, heads=args.heads, variant=variant)
     if args.out:
         atomic_write_text(Path(args.out), dumps(res.to_dict()), owned=OWNED)
     emit(args, res, res.render())

@@ -8,6 +8,14 @@ self are measured on category prompts before and after.
 
   headscope steer gpt2 1.5 --scale-negative 0 --out steered/
   headscope steer planted/ 1.5 --scale-negative -0.5 --out steered/ --json
+  headscope steer gpt2 1.5 --scale-negative 0 --preset seed --out steered/
+
+--preset seed also steers the authors' way and prints it beside the checkpoint's
+figures: the 64 eigenpairs of largest |λ| of the symmetric part, the negative ones
+scaled by ALPHA, the skew part added back, and the raw bilinear scores of their 30
+tokens (mean self score, same-group and other-group scores, rank of self; JSON key
+"authors"), with the top-64 truncation error; the checkpoint then scales the negative
+eigenvalues among the top 64 (--select negative-top64), and its rebuild error is shown.
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ from pathlib import Path
 
 from .._atomic import refuse_foreign_dir
 from .._errors import HeadscopeError
-from ..steering import MARKER, save_steered, steer
+from ..steering import MARKER, SELECTS, authors_steer, save_steered, steer
 from .args import emit, load_model, parse_float, parse_head
 
 
@@ -29,11 +37,16 @@ def add_arguments(p):
     p.add_argument("--drop-skew", action="store_true", help="also drop the skew-symmetric part")
     p.add_argument("--out", required=True, help="directory for the steered checkpoint")
     p.add_argument("--categories", default=None, help="JSON file {category: [words]} for the measurement prompts")
+    p.add_argument("--select", default=None, choices=SELECTS,
+                   help="eigenvalues to scale: every negative one (default) or the negative ones among the top 64 "
+                        "by |λ| (the authors'; default with --preset seed)")
+    p.add_argument("--preset", default="headscope", choices=["headscope", "seed"],
+                   help="seed: also report the authors' raw-score steering of their 30 tokens")
 
 
 def run(args) -> int:
     alpha = parse_float(args.alpha, "--scale-negative")
-    select = "negative"
+    select = args.select or ("negative-top64" if args.preset == "seed" else "negative")
     if args.eigen is not None:
         try:
             select = [int(x) for x in args.eigen.split(",") if x.strip()]
@@ -46,6 +59,11 @@ def run(args) -> int:
     layer, head = parse_head(args.head, model.cfg)
     steered = steer(model, layer, head, alpha, select=select, keep_skew=not args.drop_skew,
                     categories=args.categories)
+    if args.preset == "seed":
+        authors = authors_steer(model, layer, head, (alpha,))
     res = save_steered(model, steered, args.out)
+    if args.preset == "seed":
+        emit(args, {**res.to_dict(), "authors": authors.to_dict()}, res.render() + "\n" + authors.render())
+        return 0
     emit(args, res, res.render())
     return 0

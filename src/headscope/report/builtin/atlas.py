@@ -27,7 +27,8 @@ from .paths import head_page, neuron_page
 
 ATLAS_PAGE = "atlas.html"
 NOT_APPLICABLE = "#bdbdbd"            #: grey: the metric does not apply to this head
-CATEGORY_COLOURS = {"local": F.OKABE_ITO[1], "slowly_decaying": F.OKABE_ITO[2], "uniform": F.OKABE_ITO[5]}
+CATEGORY_COLOURS = {"local": F.OKABE_ITO[1], "slowly_decaying": F.OKABE_ITO[2], "uniform": F.OKABE_ITO[5],
+                    "increasing": F.OKABE_ITO[6]}
 INDEX_GRIDS = ("qk_self", "ov_copying")   #: grids repeated on index.html
 
 

@@ -32,7 +32,7 @@ def _cat(c: str) -> str:
 class KernelsStage(Stage):
     name = "kernels"
     title = "Layer-0 positional kernels"
-    version = 2
+    version = 3
     inputs = ("calibration", "samples")
 
     def key_options(self, o) -> dict:

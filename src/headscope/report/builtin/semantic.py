@@ -28,10 +28,11 @@ from .paths import head_page
 class SemanticStage(Stage):
     name = "semantic"
     title = "Semantic heads: QK bilinear form and clusters"
-    version = 2
+    version = 3
     nullable = ("heads[].spectral", "heads[].leiden.ari", "heads[].leiden.modularity", "heads[].clusters[].category",
                 "heads[].clusters[].purity", "heads[].position.identity_fraction", "heads[].position.position_fraction",
-                "heads[].skew_to_sym_ratio")   # undefined: see headscope.head / clustering / survey / bilinear
+                "heads[].skew_to_sym_ratio",   # undefined: see headscope.head / clustering / survey / bilinear
+                "heads[].graph.max_comm_size")  # no community size cap (headscope's graph; the seed preset's: 512)
     requires = ("survey",)
 
     def key_options(self, o) -> dict:

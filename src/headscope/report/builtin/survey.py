@@ -37,7 +37,7 @@ def head_label(ctx, layer: int, head: int):
 class SurveyStage(Stage):
     name = "survey"
     title = "Semantic-head survey (category prompts)"
-    version = 1
+    version = 2
     nullable = ("rows[].copy_attention", "rows[].same_category", "rows[].bos_fallback")   # no query applies
 
     def key_options(self, o) -> dict:
