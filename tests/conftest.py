@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
+
 import shutil
 import socket
 from pathlib import Path
@@ -180,3 +183,24 @@ def check_report_dir(out: Path) -> dict[str, dict]:
 def check_report():
     """:func:`check_report_dir`: the finiteness and HTML checks of a written report."""
     return check_report_dir
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: int, what: str = "the block"):
+    """Fail with TimeoutError instead of hanging if the block runs longer than `seconds`
+    (a FIFO opened, /dev/zero read)."""
+    def fire(signum, frame):
+        raise TimeoutError(f"{what}: still running after {seconds} s (it hangs)")
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@pytest.fixture(scope="session")
+def alarm():
+    """``with alarm(seconds, what):`` — the block fails instead of hanging."""
+    return _time_limit

@@ -20,7 +20,6 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -889,18 +888,6 @@ def snapshot(root: Path) -> dict[str, str]:
     return out
 
 
-@contextlib.contextmanager
-def alarm(seconds: int, what: str):
-    """Fail with TimeoutError (instead of hanging) if the block runs longer than `seconds`."""
-    def fire(signum, frame):
-        raise TimeoutError(f"{what}: still running after {seconds} s (it hangs)")
-    old = signal.signal(signal.SIGALRM, fire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def run_headscope(argv: list[str], env: dict[str, str] | None, root: Path, capsys) -> tuple[int, str]:
@@ -932,7 +919,7 @@ def ctx(tiny_hf_dir, tmp_path):
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_bad_input(case: Case, ctx: Ctx, capsys, monkeypatch):
+def test_bad_input(case: Case, ctx: Ctx, capsys, monkeypatch, alarm):
     if case.skip_if and (reason := case.skip_if()):
         pytest.skip(reason)
     monkeypatch.chdir(ctx.root)

@@ -45,18 +45,6 @@ def temporaries(d: Path) -> list[str]:
     return sorted(p.relative_to(d).as_posix() for p in d.rglob("*") if is_temporary_name(p.name))
 
 
-@contextlib.contextmanager
-def alarm(seconds: int):
-    """Fail instead of hanging if the block blocks (a FIFO opened, /dev/zero read)."""
-    def fire(signum, frame):
-        raise TimeoutError(f"still blocked after {seconds} s")
-    old = signal.signal(signal.SIGALRM, fire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 # -- output directories (library level) ------------------------------------------------------
@@ -171,7 +159,7 @@ def test_links_inside_an_output_directory_are_never_written_through(tmp_path):
     assert (out / "k").is_symlink() and victim.read_text() == "precious"
 
 
-def test_fifos_sockets_and_devices_are_refused_as_outputs(tmp_path, monkeypatch):
+def test_fifos_sockets_and_devices_are_refused_as_outputs(tmp_path, monkeypatch, alarm):
     monkeypatch.chdir(tmp_path)
     os.mkfifo("pipe")
     sock = socket.socket(socket.AF_UNIX)
@@ -230,7 +218,7 @@ def test_single_file_rule(tmp_path):
 # -- the input rule --------------------------------------------------------------------------
 
 
-def test_inputs_must_be_regular_files(tmp_path, monkeypatch):
+def test_inputs_must_be_regular_files(tmp_path, monkeypatch, alarm):
     monkeypatch.chdir(tmp_path)
     os.mkfifo("pipe")
     sock = socket.socket(socket.AF_UNIX)
@@ -260,7 +248,7 @@ def test_inputs_must_be_regular_files(tmp_path, monkeypatch):
             pass
 
 
-def test_a_fifo_swapped_in_after_the_stat_is_refused(tmp_path, monkeypatch):
+def test_a_fifo_swapped_in_after_the_stat_is_refused(tmp_path, monkeypatch, alarm):
     """The file is opened non-blocking and checked again, so a FIFO that replaces it in between cannot hang."""
     import headscope.corpus as corpus
 
@@ -271,7 +259,7 @@ def test_a_fifo_swapped_in_after_the_stat_is_refused(tmp_path, monkeypatch):
         corpus.read_input_bytes(tmp_path / "pipe", "text")
 
 
-def test_corpus_directories_are_walked_for_regular_files(tmp_path):
+def test_corpus_directories_are_walked_for_regular_files(tmp_path, alarm):
     c = tmp_path / "c"
     (c / "sub").mkdir(parents=True)
     (c / ".hidden").mkdir()
