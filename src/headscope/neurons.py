@@ -413,7 +413,7 @@ def _scored_tokens(circuit: Circuit, v: ContributionVariant, n: int, dtype, chun
 
 
 @dataclasses.dataclass
-class NeuronRanking:
+class NeuronRanking(HtmlRepr):
     """Every MLP0 neuron scored by its max and by a null-calibrated k-th largest token score."""
 
     heads: list[int]

@@ -57,7 +57,7 @@ def test_atlas_renders_its_grids_with_every_figure_in_each_cell(tiny_atlas, tiny
 def test_every_main_result_type_renders(tiny, tmp_path):
     from headscope.calibration import calibrate
     from headscope.contextual import build_circuit
-    from headscope.neurons import scan_neurons
+    from headscope.neurons import rank_neurons, scan_neurons
     from headscope.shipped import calibration_text
 
     kern = headscope.analyse_kernels(tiny)
@@ -77,6 +77,10 @@ def test_every_main_result_type_renders(tiny, tmp_path):
     scan = scan_neurons(circuit, choice, tiny.tokenizer, threshold=0.0, top=5)
     doc = _check(scan._repr_html_())
     assert doc.tags["svg"] == 1 and f"n{scan.neurons[0]['neuron']}" in "".join(doc.text)
+    ranking = rank_neurons(circuit, choice, tiny.tokenizer, k=3, n_random=4)
+    doc = _check(ranking._repr_html_())
+    best = ranking.order_robust[0]
+    assert doc.tags["svg"] == 1 and f"n{best}" in "".join(doc.text) and "robust score" in "".join(doc.text)
 
 
 def test_tokens_are_escaped_in_notebooks(tiny):

@@ -9,6 +9,7 @@ Result types inherit :class:`headscope._html_repr.HtmlRepr`, whose ``_repr_html_
 - :class:`~headscope.survey.SurveyResult`: the survey stage's table and figures;
 - :class:`~headscope.head.HeadAnalysis`: the semantic stage's deep-dive section;
 - :class:`~headscope.kernels.KernelReport`, :class:`~headscope.neurons.NeuronScan`,
+  :class:`~headscope.neurons.NeuronRanking` (its table and a histogram of the robust score),
   :class:`~headscope.steering.SteerResult`, :class:`~headscope.reproduce.ReproduceResult`:
   the same tables and figure functions as their report stages, from the result alone.
 
@@ -108,6 +109,22 @@ def _neurons(obj) -> H.Safe:
     return H.join([table, hist])
 
 
+def _ranking(obj, shown: int = 20) -> H.Safe:
+    d = obj.to_dict(top=shown)
+    rows = [(f"n{n['neuron']}", n["robust"], n["kth"], n["null_kth"], n["max"], obj.order_max.index(n["neuron"]) + 1)
+            for n in d["neurons"]]
+    table = H.table(["neuron", "robust score", f"k-th largest (k = {d['k']})", "null's k-th", "max", "rank by max"], rows,
+                    numeric=(1, 2, 3, 4, 5),
+                    caption=f"The {len(rows)} MLP0 neurons with the highest robust score: the k-th largest "
+                            f"token score over the median k-th largest of {d['n_random']} random readouts of "
+                            f"the same norm (1: no better than chance). Circuit heads "
+                            f"{', '.join(map(str, d['heads']))}, position {d['position']}.")
+    hist = H.figure(F.histogram(obj.robust, bins=40, title="Robust score of every neuron",
+                                xlabel="k-th largest / null's k-th largest", ylabel="neurons"),
+                    "Histogram over all MLP0 neurons of the null-calibrated robust score.")
+    return H.join([table, hist])
+
+
 def _steer(obj) -> H.Safe:
     d = obj.to_dict()
     kv = H.kv_table([("head", f"L{d['layer']}H{d['head']}"),
@@ -144,13 +161,13 @@ def _renderers():
     from ..atlas import Atlas
     from ..head import HeadAnalysis
     from ..kernels import KernelReport
-    from ..neurons import NeuronScan
+    from ..neurons import NeuronRanking, NeuronScan
     from ..reproduce import ReproduceResult
     from ..steering import SteerResult
     from ..survey import SurveyResult
 
     return [(Atlas, _atlas), (SurveyResult, _survey), (HeadAnalysis, _head), (KernelReport, _kernels),
-            (NeuronScan, _neurons), (SteerResult, _steer), (ReproduceResult, _reproduce)]
+            (NeuronScan, _neurons), (NeuronRanking, _ranking), (SteerResult, _steer), (ReproduceResult, _reproduce)]
 
 
 def render_html(obj) -> str:
