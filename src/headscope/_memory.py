@@ -15,6 +15,9 @@ import resource
 import sys
 
 _STATUS = "/proc/self/status"
+_MEMINFO = "/proc/meminfo"
+#: share of the available memory one chunk of a vocabulary-sized product may take
+CHUNK_SHARE = 0.25
 
 
 def _status_mb(field: str) -> float | None:
@@ -26,6 +29,30 @@ def _status_mb(field: str) -> float | None:
     except OSError:
         return None
     return None
+
+
+def available_bytes() -> int | None:
+    """Memory the kernel can give this process without swapping (``MemAvailable``); None if unknown."""
+    try:
+        with open(_MEMINFO, encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024                      # kB → bytes
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def rows_that_fit(row_bytes: int, rows: int) -> int:
+    """`rows`, or fewer when `rows` rows of `row_bytes` each would take more than
+    :data:`CHUNK_SHARE` of the available memory (at least one row).
+
+    Chunks only ever shrink below the caller's default, so results on a machine with
+    memory to spare do not depend on how much it has."""
+    avail = available_bytes()
+    if avail is None or row_bytes <= 0:
+        return rows
+    return max(1, min(rows, int(avail * CHUNK_SHARE) // row_bytes))
 
 
 def rss_mb() -> float | None:

@@ -43,6 +43,7 @@ import torch
 from jaxtyping import Float, Int
 
 from ._errors import HeadscopeError
+from ._memory import rows_that_fit
 from .forward import layer_norm, mlp, run_with_cache
 from .weights import Weights
 
@@ -312,9 +313,12 @@ def topk_targets(
     ``self_index[i]`` is the key index of query i itself (−1: none); it is excluded.
     Returns (values [n k], indices [n k]) and, with ``return_lse``, the logsumexp of
     every row [n] (so ``exp(value − lse)`` is the attention the query would pay the
-    key if all m keys were in context).
+    key if all m keys were in context). The chunk shrinks when [chunk m] scores and
+    their temporaries would not fit a quarter of the available memory
+    (:func:`headscope._memory.rows_that_fit`); each row's result is the same either way.
     """
     n, m = Q.shape[0], K.shape[0]
+    chunk = rows_that_fit(3 * m * Q.element_size(), chunk)                            # scores, topk, logsumexp
     k = min(k, m - (1 if self_index is not None else 0))
     vals = torch.empty(n, k, dtype=Q.dtype)
     idx = torch.empty(n, k, dtype=torch.long)

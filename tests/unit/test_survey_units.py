@@ -28,6 +28,30 @@ def test_chunked_topk_matches_dense():
     torch.testing.assert_close(lse, torch.logsumexp(S, 1))
 
 
+def test_topk_chunk_shrinks_to_the_available_memory(monkeypatch):
+    """With little memory the chunk shrinks (never grows) and every row's result is unchanged."""
+    from headscope import _memory
+
+    g = torch.Generator().manual_seed(3)
+    Q, K = torch.randn(40, 6, generator=g, dtype=torch.float64), torch.randn(31, 6, generator=g, dtype=torch.float64)
+    ref = bilinear.topk_targets(Q, K, 5, self_index=torch.arange(40) % 31, return_lse=True)
+    row = 3 * 31 * 8                                            # [chunk m] scores and temporaries, float64
+    chunks = []
+    real = bilinear.rows_that_fit
+    monkeypatch.setattr(bilinear, "rows_that_fit", lambda b, r: chunks.append(real(b, r)) or chunks[-1])
+    monkeypatch.setattr(_memory, "available_bytes", lambda: int(9 * row / _memory.CHUNK_SHARE))
+    got = bilinear.topk_targets(Q, K, 5, self_index=torch.arange(40) % 31, return_lse=True)
+    assert chunks == [9]
+    for a, b in zip(ref, got):
+        assert torch.equal(a, b)
+    monkeypatch.setattr(_memory, "available_bytes", lambda: 10**15)    # plenty: the caller's chunk, not more
+    assert _memory.rows_that_fit(row, 2048) == 2048
+    monkeypatch.setattr(_memory, "available_bytes", lambda: None)      # unknown: the caller's chunk
+    assert _memory.rows_that_fit(row, 2048) == 2048
+    monkeypatch.setattr(_memory, "available_bytes", lambda: 1)         # next to nothing: one row at a time
+    assert _memory.rows_that_fit(row, 2048) == 1
+
+
 def test_eigen_counts_and_skew():
     g = torch.Generator().manual_seed(1)
     V = torch.linalg.qr(torch.randn(10, 10, generator=g, dtype=torch.float64))[0]
