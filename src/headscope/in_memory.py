@@ -34,10 +34,10 @@ import torch
 
 from ._errors import HeadscopeError, expected_got
 from .config import Config, tie_word_embeddings
-from .loading import Model, check_device, state_dict_checkpoint
+from .loading import _BUFFERS, Model, _DictSource, _strip, check_device, state_dict_checkpoint
 from .tokenizer import bundled_gpt2_tokenizer
 
-SKIPPED_BUFFERS = (".attn.bias", ".attn.masked_bias")
+SKIPPED_BUFFERS = tuple("." + b for b in _BUFFERS)   # causal-mask buffers, not weights
 
 
 @dataclasses.dataclass
@@ -54,28 +54,25 @@ class InMemoryModel(Model):
         return {**super().describe(), "directory": None}
 
 
-def _weight_items(state: dict[str, torch.Tensor]) -> list[tuple[str, torch.Tensor]]:
-    """The tensors the fingerprint covers, by stripped key (module docstring)."""
-    items = {}
-    for k, v in state.items():
-        k = k[len("transformer."):] if k.startswith("transformer.") else k
-        if not k.endswith(SKIPPED_BUFFERS):
-            items[k] = v
-    lm = items.get("lm_head.weight")
-    wte = items.get("wte.weight")
-    if lm is not None and wte is not None and lm.shape == wte.shape and torch.equal(lm, wte):
-        del items["lm_head.weight"]
-    return sorted(items.items())
+def _weight_items(kept: dict[str, torch.Tensor]) -> list[tuple[str, torch.Tensor]]:
+    """The tensors the fingerprint covers, by stripped key (module docstring), from a state
+    dict as a state-dict source keeps it (detached, a tied lm_head dropped)."""
+    items = ((_strip(k), v) for k, v in kept.items())
+    return sorted((k, v) for k, v in items if not k.endswith(SKIPPED_BUFFERS))
+
+
+def _sha256(kept: dict[str, torch.Tensor]) -> str:
+    h = hashlib.sha256()
+    for k, v in _weight_items(kept):
+        t = v.to("cpu").contiguous()
+        h.update(f"{k}\0{str(t.dtype).replace('torch.', '')}\0{list(t.shape)}\0".encode("utf-8"))
+        h.update(t.reshape(-1).view(torch.uint8).numpy() if t.numel() else b"")
+    return h.hexdigest()
 
 
 def state_sha256(state: dict[str, torch.Tensor]) -> str:
     """sha256 of a GPT-2 state dict's weights: key, dtype, shape, bytes of each tensor in key order."""
-    h = hashlib.sha256()
-    for k, v in _weight_items(state):
-        t = v.detach().to("cpu").contiguous()
-        h.update(f"{k}\0{str(t.dtype).replace('torch.', '')}\0{list(t.shape)}\0".encode("utf-8"))
-        h.update(t.reshape(-1).view(torch.uint8).numpy() if t.numel() else b"")
-    return h.hexdigest()
+    return _sha256(_DictSource(state).state)
 
 
 def from_transformers(hf_model, *, device="cpu", dtype: torch.dtype = torch.float32, tokenizer=None) -> Model:
@@ -87,7 +84,7 @@ def from_transformers(hf_model, *, device="cpu", dtype: torch.dtype = torch.floa
     check_device(device)
     hf = config.to_dict()
     cfg = Config.from_hf_dict(hf)
-    state = {k: v.detach() for k, v in hf_model.state_dict().items()}
+    state = hf_model.state_dict()                # detached by the state-dict source
     ckpt = state_dict_checkpoint(state, cfg, tie_word_embeddings=tie_word_embeddings(hf), where="model in memory")
     raw = ckpt.raw(dtype, device).validate()     # shares the transformers tensors where no cast or move is needed
     if tokenizer is None:
@@ -99,4 +96,4 @@ def from_transformers(hf_model, *, device="cpu", dtype: torch.dtype = torch.floa
         raise HeadscopeError(expected_got("tokenizer vocabulary size (W_E rows)", cfg.d_vocab, len(tokenizer)))
     return InMemoryModel(cfg=cfg, checkpoint=ckpt, tokenizer=tokenizer, source=f"memory:{type(hf_model).__name__}",
                          directory=None, device=torch.device(device), dtype=dtype, _raw=raw,
-                         weights_sha256=state_sha256(state))
+                         weights_sha256=_sha256(ckpt.source.state))
