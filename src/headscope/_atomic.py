@@ -40,7 +40,9 @@ import re
 import secrets
 import shutil
 import stat
+import sys
 import time
+import weakref
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -55,6 +57,8 @@ except ImportError:  # pragma: no cover - not POSIX: every temporary counts as a
 MANIFEST = ".headscope-manifest.json"
 MANIFEST_FORMAT = "headscope-output"
 _STAGING_LOCK = ".headscope-lock"
+#: the lock of an output directory (inside it): held by the one run writing there
+_DIR_LOCK = ".headscope-lock"
 _COMMIT = ".headscope-commit.json"
 _TMP_RE = re.compile(r"^\..*\.headscope-tmp-[0-9a-f]{12}$", re.DOTALL)
 _STAGING_RE = re.compile(r"^\.headscope-staging-[0-9a-f]{12}$")
@@ -291,8 +295,44 @@ def starts_with(*prefixes: bytes) -> Callable[[Path], bool]:
 # -- output directories ----------------------------------------------------------------------
 
 
+def _outside_reason(rel) -> str | None:
+    """Why `rel` is not a name inside an output directory (None if it is one).
+
+    The containment rule: a name read from a manifest or a commit record is a relative,
+    normalised POSIX path (no ``..``, ``.`` or empty part, no leading ``/``, no NUL), and
+    not one of headscope's own bookkeeping names. Links among its parts are checked where
+    the name is used: headscope never writes, renames or deletes through a link.
+    """
+    if not isinstance(rel, str):
+        return "not a file name"
+    if not rel or rel.startswith("/") or "\x00" in rel:
+        return "not a relative path"
+    parts = rel.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        return "not a normalised path inside the directory"
+    if rel in (MANIFEST, _DIR_LOCK) or any(is_temporary_name(p) for p in parts):
+        return "one of headscope's own bookkeeping files"
+    return None
+
+
+def _contained(directory: Path, names, source: str) -> list[str]:
+    """`names` (read from `source` in `directory`), each checked by the containment rule; refused otherwise."""
+    out = []
+    for rel in names:
+        why = _outside_reason(rel)
+        if why is not None:
+            raise HeadscopeError(f"{directory / source} lists {rel!r}, which is {why}: headscope only touches files "
+                                 "inside its output directory and refuses this one (edited or not headscope's); "
+                                 "remove that entry, or choose another output directory")
+        out.append(rel)
+    return out
+
+
 def _read_manifest(directory: Path) -> set[str] | None:
-    """The files listed in `directory`'s manifest, or None without a valid one."""
+    """The files listed in `directory`'s manifest, or None without a valid one.
+
+    A manifest listing a name outside the directory (``../notes.txt``) is refused
+    (:class:`HeadscopeError`), never used."""
     data = read_small_file(directory / MANIFEST)
     if data is None or (directory / MANIFEST).is_symlink():
         return None
@@ -302,7 +342,7 @@ def _read_manifest(directory: Path) -> set[str] | None:
         return None
     if not isinstance(d, dict) or d.get("format") != MANIFEST_FORMAT or not isinstance(d.get("files"), list):
         return None
-    return {f for f in d["files"] if isinstance(f, str)}
+    return set(_contained(directory, d["files"], MANIFEST))
 
 
 def _write_manifest(directory: Path, files: Iterable[str]) -> None:
@@ -371,11 +411,33 @@ def _remove_listed(root: Path, rel: str) -> None:
         parent = parent.parent
 
 
+def _read_record(root: Path, staging: Path) -> tuple[list[str], list[str]]:
+    """The (files, stale) of a commit record, every name checked by the containment rule."""
+    source = f"{staging.name}/{_COMMIT}"
+    data = None if (staging / _COMMIT).is_symlink() else read_small_file(staging / _COMMIT)
+    try:
+        record = json.loads(data) if data is not None else None
+    except (ValueError, RecursionError):
+        record = None
+    if not (isinstance(record, dict) and isinstance(record.get("files"), list)
+            and isinstance(record.get("stale"), list)):
+        raise HeadscopeError(f"{root / source} is not a headscope commit record (unreadable or edited); "
+                             f"move {root / staging.name} away, then rerun")
+    return _contained(root, record["files"], source), _contained(root, record["stale"], source)
+
+
 def _roll_forward(root: Path, staging: Path) -> None:
-    """Finish a commit whose record is written (idempotent: a rerun after a kill redoes it)."""
-    record = json.loads((staging / _COMMIT).read_text(encoding="utf-8"))
-    files, stale = list(record["files"]), list(record["stale"])
+    """Finish a commit whose record is written (idempotent: a rerun after a kill redoes it).
+
+    Every name in the record stays inside `root` (refused otherwise, before anything is
+    touched); a file is put in place only over nothing or a file the manifest lists, and
+    a stale file is deleted only if the manifest lists it."""
+    files, stale = _read_record(root, staging)
     listed = _read_manifest(root) or set()
+    for rel in files:
+        if os.path.lexists(staging / rel):
+            _check_dest(root, rel, listed, root)
+    stale = [rel for rel in stale if rel in listed]
     _write_manifest(root, listed | set(files))          # every file about to appear is listed first
     for rel in files:
         src = staging / rel
@@ -407,6 +469,123 @@ def _remove_abandoned_temps(directory: Path, only_for: str | None = None) -> Non
                 pass
             finally:
                 os.close(fd)
+
+
+# -- the lock of an output directory ---------------------------------------------------------
+
+
+class _DirLock:
+    """An exclusive ``flock`` on ``DIR/.headscope-lock``, which holds the writer's pid and command.
+
+    One per directory and process: every :class:`OutputDir` of this process on that
+    directory shares it (a run writes its output in several steps), and it is released
+    (the lock file removed, then closed) when the last of them closes or goes away. A
+    killed writer's lock is released by the kernel; its file, left behind, is reused.
+    """
+
+    def __init__(self, fd: int, path: Path, ident: tuple[int, int]):
+        self.fd, self.path, self.ident = fd, path, ident
+
+    def release(self) -> None:
+        if self.fd is None:
+            return
+        with contextlib.suppress(OSError):
+            st = os.lstat(self.path)
+            if (st.st_dev, st.st_ino) == self.ident:
+                os.unlink(self.path)        # while still held: nobody can take a lock on a file that stays
+        os.close(self.fd)
+        self.fd = None
+
+    def __del__(self):
+        self.release()
+
+
+_HELD: dict[tuple[int, int], "weakref.ref[_DirLock]"] = {}
+
+
+def _lock_holder(fd: int) -> str:
+    with contextlib.suppress(OSError):
+        text = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
+        if text:
+            return " ".join(text.split())
+    return "a process that has not said who it is yet"
+
+
+def _lock_dir(directory: Path, what: str) -> _DirLock:
+    """Take the exclusive lock of the output directory `directory`; refused (one line) if another run holds it."""
+    st = os.stat(directory)
+    key = (st.st_dev, st.st_ino)
+    held = _HELD.get(key)
+    held = held() if held is not None else None
+    if held is not None and held.fd is not None:
+        return held
+    path = directory / _DIR_LOCK
+    for _ in range(50):
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC, 0o644)
+        except OSError as e:
+            raise HeadscopeError(f"cannot lock {what} {directory}: {path}: {e.strerror}") from None
+        fst = os.fstat(fd)
+        if not stat.S_ISREG(fst.st_mode):
+            os.close(fd)
+            raise HeadscopeError(f"{path} is {kind_of(fst.st_mode)}; headscope's lock file must be a regular file")
+        if fcntl is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    os.close(fd)
+                    raise HeadscopeError(f"cannot lock {what} {directory}: {e.strerror}") from None
+                holder = _lock_holder(fd)
+                os.close(fd)
+                raise HeadscopeError(f"{what} {directory} is being written by another headscope run ({holder}); "
+                                     "wait for it to finish, or choose another output directory") from None
+        try:
+            now = os.lstat(path)
+        except OSError:
+            now = None
+        if now is None or (now.st_dev, now.st_ino) != (fst.st_dev, fst.st_ino):
+            os.close(fd)                    # released and removed by its holder meanwhile: take the new one
+            continue
+        argv = " ".join([os.path.basename(sys.argv[0] or "python"), *sys.argv[1:]])[:1000]
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()}: {argv}\n".encode("utf-8", "backslashreplace"), 0)
+        lock = _DirLock(fd, path, (fst.st_dev, fst.st_ino))
+        _HELD[key] = weakref.ref(lock)
+        return lock
+    raise HeadscopeError(f"cannot lock {what} {directory}: its lock file keeps changing")
+
+
+def unfinished_commit(directory: str | os.PathLike) -> str | None:
+    """The staging directory of a commit under way (or killed) in `directory`, or None.
+
+    Between its commit record and its last rename, a directory holds a mix of the old
+    and the new output; readers refuse it (:func:`refuse_unfinished`).
+    """
+    root = Path(directory)
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        return None
+    for name in names:
+        if _STAGING_RE.match(name) and os.path.lexists(root / name / _COMMIT):
+            return name
+    return None
+
+
+def refuse_unfinished(directory: str | os.PathLike, what: str = "checkpoint directory") -> None:
+    """Refuse (one line) to read `directory` while it holds a half-committed output."""
+    name = unfinished_commit(directory)
+    if name is None:
+        return
+    holder = ""
+    data = read_small_file(Path(directory) / _DIR_LOCK, 4096)
+    if data and data.strip():
+        holder = f" (last writer: {' '.join(data.decode('utf-8', 'replace').split())})"
+    raise HeadscopeError(f"{what} {directory} is half-committed: a headscope run is writing it or was killed while "
+                         f"writing it ({name} holds the commit record){holder}; rerun the command that writes it "
+                         "to finish the commit, then read it")
 
 
 def recover(directory: str | os.PathLike) -> None:
@@ -457,6 +636,18 @@ class OutputDir:
         self.files: set[str] = set()
         self.created = False
         self._open = False
+        self._lock: _DirLock | None = None
+
+    def close(self) -> None:
+        """Give up this directory (its lock is released when no other writer of this process holds it)."""
+        self._lock = None
+        self._open = False
+
+    def __enter__(self) -> "OutputDir":
+        return self.open() if not self._open else self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def check(self) -> "OutputDir":
         p = self.path
@@ -474,6 +665,7 @@ class OutputDir:
             entries = [n for n in os.listdir(p) if not is_temporary_name(n)]
         except OSError as e:
             raise HeadscopeError(f"cannot read {self.what} {p}: {e.strerror}") from None
+        entries = [n for n in entries if n != _DIR_LOCK]
         if not entries:
             return self
         listed = _read_manifest(p)
@@ -499,6 +691,7 @@ class OutputDir:
             except OSError as e:
                 raise HeadscopeError(f"cannot create output directory {self.path}: {e.strerror}") from None
         ensure_writable_dir(self.path)
+        self._lock = _lock_dir(self.path, self.what)
         recover(self.path)
         self.files = _read_manifest(self.path) or set()
         self._open = True
@@ -549,6 +742,9 @@ class OutputDir:
             except BaseException:                     # nothing of the new output is in place: drop it
                 shutil.rmtree(staging, ignore_errors=True)
                 if self.created:
+                    if self._lock is not None:      # a directory this run created: no other writer shares it
+                        self._lock.release()
+                        self._lock = None
                     with contextlib.suppress(OSError):
                         self.path.rmdir()
                 raise
@@ -597,5 +793,8 @@ def atomic_directory(out: Path, *, marker: str | None = None, overwrite: bool = 
     d = OutputDir(out, marker)
     if not overwrite and d.path.exists() and any(not is_temporary_name(n) for n in os.listdir(d.path)):
         raise HeadscopeError(f"{out} already exists")
-    with d.open().staged() as staging:
-        yield staging
+    try:
+        with d.open().staged() as staging:
+            yield staging
+    finally:
+        d.close()

@@ -68,7 +68,7 @@ from safetensors import SafetensorError, safe_open
 from ._errors import HeadscopeError, expected_got
 from ._safetensors import write_safetensors
 from .config import Config, read_hf_config, tie_word_embeddings
-from ._atomic import atomic_directory
+from ._atomic import atomic_directory, refuse_unfinished
 from .tokenizer import TOKENIZER_FILES, gpt2_bpe_files, load_tokenizer, to_str_tokens
 from .weights import Block, Processing, Weights, process_block, process_embed, process_unembed
 
@@ -755,6 +755,7 @@ def load(
     if dtype not in FLOAT_DTYPES.values():
         raise HeadscopeError(f"dtype: expected one of {', '.join(FLOAT_DTYPES)}, got {dtype}")
     directory, source = resolve(model, revision)
+    refuse_unfinished(directory)        # never a half-committed mix of two outputs
     hf = read_hf_config(directory / "config.json")
     cfg = Config.from_hf_dict(hf)
     ckpt = Checkpoint.open(directory, cfg, tie_word_embeddings=tie_word_embeddings(hf))

@@ -38,6 +38,7 @@ def tree(d: Path, skip: tuple[str, ...] = ()) -> dict[str, bytes]:
     minus the names in `skip`."""
     return {p.relative_to(d).as_posix(): p.read_bytes() for p in sorted(d.rglob("*"))
             if p.is_file() and not p.is_symlink() and p.relative_to(d).as_posix() not in skip
+            and p.name != ".headscope-lock"            # the lock file a killed writer leaves behind
             and not any(is_temporary_name(part) for part in p.relative_to(d).parts)}
 
 
@@ -447,3 +448,138 @@ def test_inputs_that_never_end_return_within_seconds(tiny_hf_dir, tmp_path):
         assert p.returncode == 2, err
         assert re.fullmatch(r"headscope: error: .*(character device|a FIFO), not a regular file.*\n", err), err
         assert took < 60, f"{argv[0]} took {took:.1f} s"
+
+
+# -- issue 25: nothing outside its own output, ever ----------------------------------------------
+
+
+def fails(argv: list[str], capsys, expect: str) -> str:
+    """Run the CLI in-process: exit 2 with one line `headscope: error: …` holding `expect`."""
+    capsys.readouterr()
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("headscope: error: ") and expect in err, err
+    return err
+
+
+def test_a_manifest_listing_files_outside_is_refused_and_they_survive(tiny_hf_dir, tmp_path, capsys):
+    out = tmp_path / "rep"
+    model = str(tiny_hf_dir)
+    ok("report", model, "--out", str(out), "--stages", "model", "--no-progress", capsys=capsys)
+    victim = tmp_path / "notes.txt"
+    victim.write_bytes(b"precious \xff notes")
+    elsewhere = tmp_path / "elsewhere.txt"
+    elsewhere.write_bytes(b"also mine")
+    manifest = json.loads((out / MANIFEST).read_text())
+    for bad in ("../notes.txt", str(elsewhere), "data/../../notes.txt"):
+        (out / MANIFEST).write_text(json.dumps({**manifest, "files": manifest["files"] + [bad]}))
+        before = tree(out)
+        # the stale-file clean-up of the next report would delete `bad`: it is refused, nothing touched
+        fails(["report", model, "--out", str(out), "--stages", "model", "--no-progress"], capsys,
+              f"lists {bad!r}, which is not")
+        with pytest.raises(HeadscopeError, match="headscope only touches files inside its output directory"):
+            OutputDir(out, ".headscope-report").open().remove_stale(set())
+        assert victim.read_bytes() == b"precious \xff notes" and elsewhere.read_bytes() == b"also mine"
+        assert tree(out) == before
+
+
+def test_a_commit_record_pointing_outside_is_refused_and_nothing_moves(tiny_hf_dir, tmp_path, capsys):
+    out = tmp_path / "steered"
+    ok(*steer(tiny_hf_dir, "0", out), capsys=capsys)
+    victim, target = tmp_path / "victim.txt", tmp_path / "target.txt"
+    victim.write_bytes(b"deleted if the record is trusted")
+    target.write_bytes(b"replaced if the record is trusted")
+    (out / "payload.txt").write_text("would be moved out")        # staging/../payload.txt is out/payload.txt
+    staging = out / ".headscope-staging-00000000000c"             # an abandoned commit, crafted
+    staging.mkdir()
+    (staging / ".headscope-lock").write_text("")
+    (staging / ".headscope-commit.json").write_text(json.dumps(
+        {"files": ["../payload.txt", "../../target.txt"], "stale": ["../../victim.txt"]}))
+    before = tree(out)
+    fails(steer(tiny_hf_dir, "0.5", out), capsys, "which is not a normalised path inside the directory")
+    assert victim.read_bytes() == b"deleted if the record is trusted"
+    assert target.read_bytes() == b"replaced if the record is trusted"
+    assert tree(out) == before and staging.is_dir()
+    # a record naming a file of the user's inside the directory is not rolled over it either
+    (staging / ".headscope-commit.json").write_text(json.dumps({"files": ["notes.txt"], "stale": []}))
+    (staging / "notes.txt").write_text("headscope's?")
+    (out / "notes.txt").write_text("mine")
+    fails(steer(tiny_hf_dir, "0.5", out), capsys, "notes.txt already exists and was not written by headscope")
+    assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_neuron_out_replaces_only_its_own_earlier_page(tiny_hf_dir, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    model = str(tiny_hf_dir)
+    Path("t.txt").write_text(TEXT)
+    ok("report", model, "--out", "rep", "--stages", "model", "--no-progress", capsys=capsys)
+    index = Path("rep/index.html").read_bytes()
+    Path("copy.html").write_bytes(index.replace(b"<main>", b"<main><p>my annotations</p>"))
+    for page in ("rep/index.html", "copy.html"):                 # they share the doctype and CSP prefix
+        before = Path(page).read_bytes()
+        fails(["neuron", model, "3", "--text", "t.txt", "--out", page], capsys,
+              "already exists and was not written by headscope")
+        assert Path(page).read_bytes() == before
+    ok("neuron", model, "3", "--text", "t.txt", "--out", "n.html", capsys=capsys)
+    assert b'<meta name="headscope-output" content="neuron">' in Path("n.html").read_bytes()[:4096]
+    ok("neuron", model, "4", "--text", "t.txt", "--out", "n.html", capsys=capsys)    # its own page: replaced
+
+
+def test_a_second_writer_is_refused_and_readers_refuse_a_half_commit(tiny_hf_dir, tmp_path, capsys):
+    import headscope as hs
+
+    ref, out = tmp_path / "ref", tmp_path / "out"
+    ok(*steer(tiny_hf_dir, "0.5", ref), capsys=capsys)
+    ok(*steer(tiny_hf_dir, "0", out), capsys=capsys)
+    flag = tmp_path / "paused"
+    first = headscope(*steer(tiny_hf_dir, "0.5", out), cwd=tmp_path,
+                      env={"HEADSCOPE_TEST_PAUSE": "commit:model.safetensors", "HEADSCOPE_TEST_PAUSE_FLAG": str(flag)})
+    try:
+        deadline = time.monotonic() + 180
+        while not flag.exists():
+            assert first.poll() is None, first.stderr.read()
+            assert time.monotonic() < deadline, "the first writer never reached its commit"
+            time.sleep(0.02)
+        # a second writer (a real process) while the first holds the directory: refused, naming it
+        second = headscope(*steer(tiny_hf_dir, "0.7", out), cwd=tmp_path)
+        _, err = second.communicate(timeout=180)
+        assert second.returncode == 2 and len(err.strip().splitlines()) == 1, err
+        assert f"is being written by another headscope run (pid {first.pid}:" in err, err
+        # readers never read the mix: new weights, old steering.json
+        fails(["info", str(out)], capsys, "is half-committed")
+        first.send_signal(signal.SIGKILL)                        # killed mid-commit
+        assert first.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+        first.stderr.close()
+    fails(["info", str(out)], capsys, "rerun the command that writes it to finish the commit")
+    fails(["reproduce", str(out), "--no-details"], capsys, "is half-committed")
+    with pytest.raises(HeadscopeError, match="is half-committed"):
+        hs.load(out)
+    ok(*steer(tiny_hf_dir, "0.5", out), capsys=capsys)           # the next writer finishes and rewrites it
+    assert tree(out) == tree(ref) and not (out / ".headscope-lock").exists()
+    ok("info", str(out), capsys=capsys)
+
+
+def test_the_lock_is_shared_within_a_process_and_released(tmp_path):
+    out = tmp_path / "o"
+    a = OutputDir(out, "k").open()
+    a.write("k", "1")
+    assert (out / ".headscope-lock").read_text().startswith(f"pid {os.getpid()}: ")
+    OutputDir(out, "k").open().write("k", "2")                   # the same run: shared, not refused
+    a.close()
+    assert not (out / ".headscope-lock").exists() and (out / "k").read_text() == "2"
+    held = os.open(out / ".headscope-lock", os.O_RDWR | os.O_CREAT)   # another process's lock (flock is per open file)
+    os.write(held, b"pid 4242: headscope report m --out o\n")
+    fcntl.flock(held, fcntl.LOCK_EX)
+    try:
+        with pytest.raises(HeadscopeError, match=r"being written by another headscope run \(pid 4242: headscope report"):
+            OutputDir(out, "k").open()
+    finally:
+        os.close(held)
+    with atomic_directory(out, marker="k") as s:                  # a killed writer's lock file is reused
+        (s / "k").write_text("3")
+    assert sorted(p.name for p in out.iterdir()) == [MANIFEST, "k"]

@@ -48,11 +48,12 @@ def render_html(trace: NeuronTrace, names: list[str]) -> str:
             parts.append(H.Safe("<h2>") + H.h(f"{name} (r = {r}): {label}") + H.Safe("</h2>"))
             parts.append(F.token_heatmap(t["tokens"], [None] + t[key][1:], vmax=vmax,
                                          value_name=f"n{trace.neuron} {key}"))
-    return H.page(f"MLP0 neuron {trace.neuron}", H.join(parts), path="neuron.html")
+    return H.page(f"MLP0 neuron {trace.neuron}", H.join(parts), path="neuron.html", output="neuron")
 
 
 #: recognises an earlier page of this command, which a rerun may replace (the output rule)
-OWNED = starts_with(b"<!DOCTYPE html>\n", f'<meta http-equiv="Content-Security-Policy" content="{H.CSP}">'.encode())
+#: only by the marker naming this command, never by the prefix every headscope page shares
+OWNED = starts_with(b"<!DOCTYPE html>\n", H.output_marker("neuron").encode())
 
 
 def run(args) -> int:

@@ -124,7 +124,11 @@ def build_report(model, out_dir: str | Path, options: ReportOptions | None = Non
         model.cfg.check_neuron(j)
     check_order(stages)
     odir = OutputDir(out, MARKER).check()
-    odir.open()
+    with odir.open():               # holds the directory's lock until the report is written
+        return _build(model, out, odir, options, inputs, stages)
+
+
+def _build(model, out: Path, odir: OutputDir, options: ReportOptions, inputs, stages) -> ReportResult:
     if read_small_file(out / MARKER) != MARKER_TEXT.encode("utf-8"):
         odir.write(MARKER, MARKER_TEXT)
 

@@ -337,13 +337,21 @@ def search_box(entries: Sequence[tuple[str, str, str]], *, placeholder: str = "s
                 '<ul id="hs-results" aria-live="polite"></ul></div>') + data_script("hs-search-data", data)
 
 
+def output_marker(command: str) -> str:
+    """The meta element naming the command whose single-file output a page is."""
+    return f'<meta name="headscope-output" content="{h(command)}">'
+
+
 def page(title, body, *, path: str, nav: Sequence[tuple[str, str]] = (), crumbs: Sequence[tuple[str, str]] = (),
-         prev: tuple[str, str] | None = None, next: tuple[str, str] | None = None, footer=None) -> str:
+         prev: tuple[str, str] | None = None, next: tuple[str, str] | None = None, footer=None,
+         output: str | None = None) -> str:
     """A full HTML document.
 
     `path` is this page's path under the report root (``index.html``,
     ``heads/L0H3.html``); `nav`, `crumbs`, `prev`, `next` hold (label, path under the
-    root) pairs and are turned into relative links.
+    root) pairs and are turned into relative links. `output` names the command of a
+    standalone page (``neuron``): :func:`output_marker` then marks it, so that a rerun
+    recognises its own earlier page and nothing else.
     """
     nav_html = "".join(str(link(rel(path, p), label)) for label, p in nav)
     crumb_html = ""
@@ -358,6 +366,7 @@ def page(title, body, *, path: str, nav: Sequence[tuple[str, str]] = (), crumbs:
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
+        + (output_marker(output) if output else "") +
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{h(title)}</title><style>{CSS}</style></head>\n<body>"
