@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import math
 from pathlib import Path
 
@@ -36,7 +35,7 @@ from . import layer0
 from ._atomic import atomic_write_text, json_object_with
 from ._errors import HeadscopeError
 from ._json import dumps
-from .corpus import read_text_file, windows
+from .corpus import read_json_file, windows
 from .forward import run_with_cache
 from .layer0 import SEED_QUERY
 from .loading import Model
@@ -201,15 +200,8 @@ def calibrate(
 
 def load_calibration(path: str | Path, model: Model | None = None, processing: Processing | None = None) -> Calibration:
     """Read a calibration file; with `model`, refuse one made for another model/processing."""
-    raw = read_text_file(path, "calibration file")
-    try:
-        d = json.loads(raw)
-    except json.JSONDecodeError as e:
-        raise HeadscopeError(f"calibration file {path} is not valid JSON (line {e.lineno}: {e.msg}); "
-                             "it may be truncated or corrupted — recreate it with `headscope calibrate`") from None
-    except RecursionError:
-        raise HeadscopeError(f"calibration file {path} is not a headscope calibration file "
-                             "(JSON nested too deeply)") from None
+    d = read_json_file(path, "calibration file", hint="; it may be truncated or corrupted — recreate it with "
+                                                      "`headscope calibrate`")
     cal = Calibration.from_dict(d, source=str(path))
     if model is not None:
         cal.check(model, processing, source=str(path))

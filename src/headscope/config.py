@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import operator
 import os
-import sys
 from pathlib import Path
 
 from ._errors import HeadscopeError
-from .corpus import read_text_file
+from .corpus import read_json_file
 
 def _is_index(x) -> bool:
     """An integer (Python, numpy or 0-d torch), not a bool."""
@@ -200,14 +198,7 @@ def read_hf_config(path: Path) -> dict:
     path = Path(path)
     if not os.path.lexists(path):
         raise HeadscopeError(f"missing config.json in {path.parent}")
-    text = read_text_file(path, "checkpoint file")
-    try:
-        hf = json.loads(text, object_pairs_hook=_no_duplicate_keys)
-    except json.JSONDecodeError as e:
-        raise HeadscopeError(f"{path} is not valid JSON: {e.msg} (line {e.lineno})") from None
-    except RecursionError:
-        raise HeadscopeError(f"{path}: JSON nested too deeply to be a config (more than "
-                             f"{sys.getrecursionlimit()} levels)") from None
+    hf = read_json_file(path, "checkpoint file", object_pairs_hook=_no_duplicate_keys)
     if not isinstance(hf, dict):
         raise HeadscopeError(f"{path} is not a JSON object")
     return hf

@@ -140,6 +140,39 @@ def read_text_file(path: str | os.PathLike, what: str = "corpus file", *, allow_
     return decode_text(read_input_bytes(path, what, limit=limit), path, what, allow_empty=allow_empty)
 
 
+def read_capped(path: str | os.PathLike, what: str = "input file", limit: int | None = None) -> bytes:
+    """The one capped reader: every file headscope reads itself goes through here.
+
+    The cap is `limit` bytes, by default :func:`max_input_bytes` (64 MiB, ``--max-input-mb``):
+    a larger file (a 4 GiB sparse ``index.json`` included) is refused from its size
+    before a byte is read, so memory never grows past the cap. Also the rest of the
+    input rule (:func:`read_input_bytes`): regular files only, never a blocking open.
+    """
+    return read_input_bytes(path, what, limit=limit)
+
+
+def read_json_file(path: str | os.PathLike, what: str, *, hint: str = "", object_pairs_hook=None):
+    """The JSON value in the file `path` (`what`, e.g. "calibration file"), read by :func:`read_capped`.
+
+    One-line errors: not UTF-8, not JSON (`hint` appended), nesting deeper than Python's
+    recursion limit, an integer longer than Python converts (``sys.get_int_max_str_digits``).
+    """
+    import json
+    import sys
+
+    text = decode_text(read_capped(path, what), path, what)
+    try:
+        return json.loads(text, object_pairs_hook=object_pairs_hook)
+    except json.JSONDecodeError as e:
+        raise HeadscopeError(f"{what} {path} is not valid JSON ({e.msg}, line {e.lineno}){hint}") from None
+    except RecursionError:
+        raise HeadscopeError(f"{what} {path}: JSON nested too deeply (more than "
+                             f"{sys.getrecursionlimit()} levels){hint}") from None
+    except ValueError as e:           # an integer of thousands of digits
+        raise HeadscopeError(f"{what} {path} holds a number headscope does not read "
+                             f"({str(e).splitlines()[0]}){hint}") from None
+
+
 def _files(path: Path) -> list[Path]:
     """The corpus files under `path`: itself if not a directory, else its non-hidden files, sorted."""
     if not os.path.lexists(path):

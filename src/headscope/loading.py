@@ -68,8 +68,9 @@ from safetensors import SafetensorError, safe_open
 from ._errors import HeadscopeError, expected_got
 from ._safetensors import write_safetensors
 from .config import Config, read_hf_config, tie_word_embeddings
+from .corpus import read_json_file
 from ._atomic import atomic_directory, refuse_unfinished
-from .tokenizer import TOKENIZER_FILES, gpt2_bpe_files, load_tokenizer, to_str_tokens
+from .tokenizer import TOKENIZER_FILES, check_tokenizer, gpt2_bpe_files, load_tokenizer, to_str_tokens
 from .weights import Block, Processing, Weights, process_block, process_embed, process_unembed
 
 #: hub ids that are GPT-2 family checkpoints with safetensors on the hub.
@@ -330,14 +331,7 @@ class _DictSource(_Source):
 def _weight_map(directory: Path) -> dict[str, str]:
     """``weight_map`` of model.safetensors.index.json: key → shard file name (checked)."""
     path = directory / INDEX_FILE
-    import json
-
-    try:
-        index = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise HeadscopeError(f"cannot read {path}: {e}") from None
-    except json.JSONDecodeError as e:
-        raise HeadscopeError(f"{path} is not valid JSON: {e.msg} (line {e.lineno})") from None
+    index = read_json_file(path, "shard index")       # capped: a huge index is refused unread
     wm = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(wm, dict) or not wm or not all(isinstance(k, str) and isinstance(v, str) for k, v in wm.items()):
         raise HeadscopeError(f"{path}: expected a 'weight_map' object of tensor name → shard file")
@@ -760,10 +754,7 @@ def load(
     cfg = Config.from_hf_dict(hf)
     ckpt = Checkpoint.open(directory, cfg, tie_word_embeddings=tie_word_embeddings(hf))
     tokenizer = load_tokenizer(directory)
-    if len(tokenizer) != cfg.d_vocab:
-        raise HeadscopeError(
-            expected_got("tokenizer vocabulary size (W_E rows)", cfg.d_vocab, len(tokenizer))
-        )
+    check_tokenizer(tokenizer, cfg.d_vocab, directory)
     ckpt.check_values()
     return Model(cfg=cfg, checkpoint=ckpt, tokenizer=tokenizer, source=source, directory=directory,
                  device=torch.device(device), dtype=dtype)

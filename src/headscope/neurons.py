@@ -56,7 +56,6 @@ keeping a running top and bottom k.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 
 import torch
@@ -65,7 +64,7 @@ from jaxtyping import Float, Int
 from ._errors import HeadscopeError, NotApplicable
 from ._html_repr import HtmlRepr
 from .contextual import Circuit, HeadChoice, check_log_weights
-from .corpus import read_text_file
+from .corpus import read_json_file
 from .forward import run_with_cache
 from .stats import pearson, robust_z
 from .tokenizer import to_str_tokens
@@ -193,11 +192,7 @@ def excluded_tokens(circuit: Circuit, variant: ContributionVariant, tokenizer=No
         return []
     if g == "exclude":
         return glitch_tokens(circuit)
-    raw = read_text_file(g, "glitch token file")
-    try:
-        strings = json.loads(raw)
-    except json.JSONDecodeError as e:
-        raise HeadscopeError(f"glitch token file {g}: not valid JSON ({e.msg}, line {e.lineno})") from None
+    strings = read_json_file(g, "glitch token file")
     if not isinstance(strings, list) or not all(isinstance(x, str) for x in strings):
         raise HeadscopeError(f"glitch token file {g}: expected a JSON list of token strings")
     if tokenizer is None:

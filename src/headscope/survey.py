@@ -44,7 +44,6 @@ large common offset do not cancel catastrophically; when every score is the same
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from pathlib import Path
 
@@ -56,7 +55,7 @@ from . import shipped
 from ._errors import HeadscopeError, NotApplicable
 from ._html_repr import HtmlRepr
 from ._json import finite_or_none
-from .corpus import read_text_file
+from .corpus import read_json_file
 from .forward import run_with_cache
 from .loading import Model
 from .weights import Processing
@@ -73,14 +72,7 @@ RELATED = "_related"   #: reserved key of a categories file: pairs of semantical
 def _read_categories(path: str | Path | None) -> dict:
     if path is None:
         return shipped.categories()
-    text = read_text_file(path, "categories file")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise HeadscopeError(f"categories file {path}: not valid JSON ({e.msg}, line {e.lineno})") from None
-    except RecursionError:
-        raise HeadscopeError(f"categories file {path}: expected an object of name → list of words, "
-                             "got JSON nested too deeply") from None
+    data = read_json_file(path, "categories file")
     if not isinstance(data, dict) or not all(
         isinstance(v, list) and all(isinstance(w, str) for w in v) for k, v in data.items() if k != RELATED
     ):

@@ -37,19 +37,51 @@ def load_tokenizer(directory: Path):
     """
     from transformers import GPT2TokenizerFast
 
+    from .corpus import decode_text, read_capped, read_json_file
+
     directory = Path(directory)
     tj = directory / "tokenizer.json"
     vocab, merges = directory / "vocab.json", directory / "merges.txt"
-    try:
-        if tj.is_file():
+    if tj.exists():
+        read_capped(tj, "tokenizer file")           # the input rule and its cap, before tokenizers reads it
+        try:
             return GPT2TokenizerFast(tokenizer_file=str(tj))
-        if vocab.is_file() and merges.is_file():
-            return GPT2TokenizerFast(vocab=str(vocab), merges=str(merges))
-    except Exception as e:  # tokenizers raises its own exception types
-        raise HeadscopeError(f"cannot read the tokenizer in {directory}: {str(e).splitlines()[0]}") from None
+        except Exception as e:  # tokenizers raises its own exception types
+            raise HeadscopeError(f"cannot read the tokenizer in {directory}: {str(e).splitlines()[0]}") from None
+    if vocab.exists() and merges.exists():
+        v = read_json_file(vocab, "tokenizer file")
+        if not isinstance(v, dict) or not all(isinstance(k, str) and type(i) is int and i >= 0 for k, i in v.items()):
+            raise HeadscopeError(f"tokenizer file {vocab}: expected a JSON object of token → non-negative id")
+        if EOT not in v:
+            raise HeadscopeError(f"tokenizer file {vocab} has no {EOT} token: GPT-2's vocabulary ends with it and "
+                                 "headscope prepends it as BOS; add it (GPT-2: id 50256) or use GPT-2's vocab.json")
+        lines = decode_text(read_capped(merges, "tokenizer file"), merges, "tokenizer file").split("\n")
+        pairs = [tuple(line.split(" ")) for line in lines if line.strip() and not line.startswith("#version")]
+        if any(len(p) != 2 for p in pairs):
+            raise HeadscopeError(f"tokenizer file {merges}: expected one merge 'A B' per line")
+        try:
+            return GPT2TokenizerFast(vocab=v, merges=pairs)
+        except Exception as e:  # tokenizers raises its own exception types
+            raise HeadscopeError(f"cannot read the tokenizer in {directory}: {str(e).splitlines()[0]}") from None
     raise HeadscopeError(
         f"no tokenizer in {directory}: expected tokenizer.json or vocab.json + merges.txt"
     )
+
+
+EOT = "<|endoftext|>"
+
+
+def check_tokenizer(tokenizer, d_vocab: int, where) -> None:
+    """Refuse a tokenizer that does not fit an embedding of `d_vocab` rows (naming `where` it came from)."""
+    from ._errors import expected_got
+
+    if len(tokenizer) != d_vocab:
+        raise HeadscopeError(f"the tokenizer in {where}: "
+                             + expected_got("tokenizer vocabulary size (W_E rows)", d_vocab, len(tokenizer)))
+    top = max(tokenizer.get_vocab().values(), default=-1)
+    if top >= d_vocab:
+        raise HeadscopeError(f"the tokenizer in {where} has token ids up to {top}, but the embedding W_E has "
+                             f"{d_vocab} rows (ids 0..{d_vocab - 1}): it is not this model's tokenizer")
 
 
 def bundled_gpt2_tokenizer():

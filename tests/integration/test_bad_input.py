@@ -866,6 +866,102 @@ CASES += [
 ]
 
 
+# -- issue 25: containment, capped reads, numbers JSON cannot hold, tokenizers -------------
+
+
+def sparse(name: str, size: int = 4 << 30):
+    """A checkpoint breaker: `name` becomes a sparse file of `size` bytes (4 GiB), no disk used."""
+    def mutate(d: Path):
+        with open(d / name, "wb") as f:
+            f.truncate(size)
+    return mutate
+
+
+def outside_manifest(c: Ctx, entry: str = "../victim.txt") -> str:
+    """An earlier report whose manifest (edited, or received from someone) lists a file outside it."""
+    c.file("victim.txt", "a file outside the output directory")
+    def edit(d: Path):
+        m = json.loads((d / ".headscope-manifest.json").read_text())
+        m["files"].append(entry)
+        (d / ".headscope-manifest.json").write_text(json.dumps(m))
+    return earlier_report(c, edit)
+
+
+def outside_commit(c: Ctx) -> str:
+    """An earlier steer output holding an abandoned commit record whose names leave the directory."""
+    c.file("victim.txt", "a file outside the output directory")
+    def craft(d: Path):
+        st = d / ".headscope-staging-0123456789ab"
+        st.mkdir()
+        (st / ".headscope-lock").write_text("")
+        (st / ".headscope-commit.json").write_text(json.dumps({"files": [], "stale": ["../victim.txt"]}))
+    return earlier_steer(c, craft)
+
+
+def renumbered_vocab(d: Path):
+    """vocab.json with as many tokens as W_E rows, one of them with an id past the last row."""
+    vocab = json.loads((d / "vocab.json").read_text())
+    vocab["ĠTheir"] = 60000
+    (d / "vocab.json").write_text(json.dumps(vocab))
+
+
+def without_eot(d: Path):
+    vocab = json.loads((d / "vocab.json").read_text())
+    del vocab["<|endoftext|>"]
+    (d / "vocab.json").write_text(json.dumps(vocab))
+
+
+def sharded_index(text: str):
+    """A checkpoint breaker: sharded, then its index.json replaced by `text`."""
+    def mutate(d: Path):
+        shard(d)
+        (d / "model.safetensors.index.json").write_text(text)
+    return mutate
+
+
+BIG_INT = "1" * 5000
+
+CASES += [
+    Case("report --out whose manifest lists ../victim.txt",
+         lambda c: ["report", c.model(), "--out", outside_manifest(c), "--stages", "model", "--no-progress"],
+         "lists '../victim.txt', which is not a normalised path inside the directory"),
+    Case("report --out whose manifest lists an absolute path",
+         lambda c: ["report", c.model(), "--out", outside_manifest(c, str(c.root / "victim.txt")), "--stages", "model",
+                    "--no-progress"], "which is not a relative path"),
+    Case("steer --out holding a commit record that names ../victim.txt",
+         lambda c: steer0(c)[:-1] + [outside_commit(c)], "lists '../victim.txt', which is not a normalised path"),
+    Case("info on a directory half-committed by a killed run",
+         lambda c: ["info", outside_commit(c)], "is half-committed"),
+    Case("neuron --out a report's index.html",
+         lambda c: ["neuron", c.model(), "3", "--text", text(c), "--out", earlier_report(c) + "/index.html"],
+         "already exists and was not written by headscope"),
+    Case("sharded: a 4 GiB sparse index.json",
+         lambda c: ["info", c.ckpt(lambda d: (shard(d), sparse("model.safetensors.index.json")(d)))],
+         "model.safetensors.index.json is over the input size limit"),
+    Case("a 4 GiB sparse vocab.json", lambda c: ["info", c.ckpt(sparse("vocab.json"))],
+         "vocab.json is over the input size limit: expected at most 64.0 MiB, got 4096.0 MiB"),
+    Case("a 4 GiB sparse tokenizer.json", lambda c: ["info", c.ckpt(sparse("tokenizer.json"))],
+         "tokenizer.json is over the input size limit"),
+    Case("config.json with a 5000-digit integer", lambda c: ["info", c.ckpt(write("config.json", '{"n_layer": '
+                                                                            + BIG_INT + "}"))],
+         "holds a number headscope does not read"),
+    Case("index.json with a 5000-digit integer",
+         lambda c: ["info", c.ckpt(sharded_index('{"metadata": {"total_size": ' + BIG_INT + '}, "weight_map": {}}'))],
+         "holds a number headscope does not read"),
+    Case("index.json nested too deeply",
+         lambda c: ["info", c.ckpt(sharded_index("[" * 100_000 + "]" * 100_000))], "JSON nested too deeply"),
+    Case("survey --categories with a 5000-digit integer",
+         lambda c: ["survey", c.model(), "--categories", str(c.file("cat.json", '{"a": ' + BIG_INT + "}"))],
+         "holds a number headscope does not read"),
+    Case("neurons --calibration with a 5000-digit integer",
+         lambda c: ["neurons", c.model(), "--calibration", str(c.file("cal.json", '{"version": ' + BIG_INT + "}"))],
+         "holds a number headscope does not read"),
+    Case("vocab.json without <|endoftext|>", lambda c: ["info", c.ckpt(without_eot)], "has no <|endoftext|> token"),
+    Case("tokenizer ids beyond the embedding", lambda c: ["info", c.ckpt(renumbered_vocab)],
+         "has token ids up to 60000, but the embedding W_E has 50257 rows"),
+]
+
+
 # -- running a case -------------------------------------------------------------------
 
 
@@ -883,6 +979,8 @@ def snapshot(root: Path) -> dict[str, str]:
             out[rel] = "dir"
         elif not stat.S_ISREG(mode):   # never opened: a FIFO would block
             out[rel] = f"special:{stat.S_IFMT(mode)}"
+        elif os.lstat(p).st_size > 1 << 26:    # a sparse giant: its size and time, never read whole
+            out[rel] = f"large:{os.lstat(p).st_size}:{os.lstat(p).st_mtime_ns}"
         else:
             out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
     return out
