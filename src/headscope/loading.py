@@ -396,14 +396,36 @@ def _shapes(cfg: Config) -> dict[str, tuple[int, ...]]:
     return out
 
 
-def _all_finite(t: torch.Tensor, chunk: int = 1 << 22) -> bool:
-    """Every entry finite, in bounded temporaries: a finite sum proves it (NaN and ±Inf
-    propagate); only an overflowing sum needs the elementwise test."""
-    acc = torch.float32 if t.dtype in (torch.float16, torch.bfloat16) else None
+def _max_abs(t: torch.Tensor, chunk: int = 1 << 22) -> float:
+    """max |t| in bounded temporaries; NaN or inf if any entry is not finite (max propagates NaN)."""
+    m = 0.0
     for c in t.reshape(-1).split(chunk):
-        if not math.isfinite(float(c.sum(dtype=acc))) and not bool(torch.isfinite(c).all()):
-            return False
-    return True
+        v = float(c.abs().amax()) if c.numel() else 0.0
+        if not math.isfinite(v):
+            return v
+        m = max(m, v)
+    return m
+
+
+def max_weight(cfg: Config) -> float:
+    """The largest |w| headscope accepts in a checkpoint of shape `cfg` (README, JSON notes).
+
+    Two chains of weights must stay inside float32 (F = FLT_MAX, d = d_model, with a
+    normalised residual x̂, |x̂_i| ≤ √d, and every |w| ≤ b):
+
+    - the attention score ``(x̂ γ W_Q)·(x̂ γ W_K)``, four weights summed over at most d⁴
+      terms: b ≤ F^(1/4) / (2d);
+    - the residual stream, which a LayerNorm squares and sums over d: each layer adds at
+      most (d + d_mlp)·d^1.5·b³ (x̂ γ W_V W_O and x̂ γ W_in W_out), so with L layers
+      2·L·(d + d_mlp)·d^1.5·b³ ≤ √(F/d).
+
+    The bound is the smaller of the two (the factors 2 leave room for biases, embeddings
+    and rounding). GPT-2 small: about 700; real checkpoints stay far below it.
+    """
+    F, d = float(torch.finfo(torch.float32).max), cfg.d_model
+    score = F ** 0.25 / (2 * d)
+    residual = (math.sqrt(F / d) / (2 * cfg.n_layers * (d + cfg.d_mlp) * d ** 1.5)) ** (1 / 3)
+    return min(score, residual)
 
 
 @functools.lru_cache(maxsize=1)
@@ -512,6 +534,7 @@ class Checkpoint:
         touches are released as it goes.
         """
         batch, size = [], 0
+        bound = max_weight(self.cfg)
         itemsize = {n: torch.empty((), dtype=dt).element_size() for n, dt in FLOAT_DTYPES.items()}
         groups = []
         for name, shape in self.shapes.items():
@@ -526,8 +549,14 @@ class Checkpoint:
             with self.source.open() as get:
                 for name in group:
                     t = get(self.names[name])
-                    if not _all_finite(t):
+                    m = _max_abs(t)
+                    if not math.isfinite(m):
                         raise HeadscopeError(f"weight {self.names[name]} contains NaN or Inf values")
+                    if m > bound:
+                        raise HeadscopeError(
+                            f"weight {self.names[name]} holds a value of magnitude {m:.3g}, over the bound "
+                            f"{bound:.3g} within which float32 analyses of a model of this shape cannot overflow "
+                            "(README, JSON notes: finite weights, finite figures)")
                     del t
         if self.untied:
             with self.source.open() as get:

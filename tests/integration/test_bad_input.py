@@ -920,6 +920,16 @@ def sharded_index(text: str):
 
 
 BIG_INT = "1" * 5000
+C_ATTN1 = "transformer.h.1.attn.c_attn.weight"
+
+
+def scaled(name: str, factor: float, dtype: torch.dtype | None = None):
+    """A checkpoint breaker: tensor `name` times `factor` (every tensor cast to `dtype` first, if given)."""
+    def fn(state: dict):
+        if dtype is not None:
+            state.update({k: v.to(dtype) for k, v in state.items()})
+        state[name] = state[name].to(dtype or state[name].dtype) * factor
+    return edit_state(fn)
 
 CASES += [
     Case("report --out whose manifest lists ../victim.txt",
@@ -956,6 +966,14 @@ CASES += [
     Case("neurons --calibration with a 5000-digit integer",
          lambda c: ["neurons", c.model(), "--calibration", str(c.file("cal.json", '{"version": ' + BIG_INT + "}"))],
          "holds a number headscope does not read"),
+    Case("layer-1 c_attn scaled by 1e20 (finite float32): survey",
+         lambda c: ["survey", c.ckpt(scaled(C_ATTN1, 1e20))], f"weight {C_ATTN1} holds a value of magnitude"),
+    Case("layer-1 c_attn scaled by 1e20: head --json",
+         lambda c: ["head", c.ckpt(scaled(C_ATTN1, 1e20)), "1.2", "--json"], "within which float32 analyses"),
+    Case("a float64 checkpoint holding 1e300: atlas",
+         lambda c: ["atlas", c.ckpt(scaled(C_ATTN1, 1e300, torch.float64))], f"weight {C_ATTN1} holds a value of"),
+    Case("a float64 checkpoint holding 1e300: kernels",
+         lambda c: ["kernels", c.ckpt(scaled(C_ATTN1, 1e300, torch.float64))], "over the bound"),
     Case("vocab.json without <|endoftext|>", lambda c: ["info", c.ckpt(without_eot)], "has no <|endoftext|> token"),
     Case("tokenizer ids beyond the embedding", lambda c: ["info", c.ckpt(renumbered_vocab)],
          "has token ids up to 60000, but the embedding W_E has 50257 rows"),
@@ -1068,3 +1086,23 @@ def test_text_longer_than_n_ctx_is_windowed(ctx: Ctx, capsys, monkeypatch):
     assert cal["n_windows"] > 1
     assert main(["kernels", model, "--corpus", str(long), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["corpus"]["n_windows"] > 1
+
+
+def test_weights_just_inside_the_bound_give_finite_figures(ctx: Ctx, capsys, monkeypatch):
+    """Every weight matrix scaled to 0.9 × the load bound (headscope.loading.max_weight): accepted, and every
+    analysis prints finite numbers (the bound is what keeps float32 from overflowing, README JSON notes)."""
+    from headscope.config import read_config
+    from headscope.loading import max_weight
+
+    bound = max_weight(read_config(ctx.tiny / "config.json"))
+
+    def to_bound(state: dict):
+        for k, v in state.items():
+            if v.dim() and v.abs().max() > 0 and not k.endswith(("wte.weight", "wpe.weight")):
+                state[k] = v / v.abs().max() * (0.9 * bound)
+    model = ctx.ckpt(edit_state(to_bound))
+    monkeypatch.chdir(ctx.root)
+    for argv in (["survey", model], ["head", model, "1.2"], ["atlas", model], ["kernels", model]):
+        capsys.readouterr()
+        assert main([*argv, "--json"]) == 0, capsys.readouterr().err
+        json.loads(capsys.readouterr().out, parse_constant=lambda name: pytest.fail(f"{argv[0]}: {name}"))
