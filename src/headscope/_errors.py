@@ -8,6 +8,11 @@ class HeadscopeError(Exception):
     """
 
 
+class BadArgument(HeadscopeError, ValueError):
+    """A bad argument to a library call (``headscope.load(dtype=torch.int8)``): a ValueError
+    for Python callers, one line (exit 2) on the command line. The message shows expected vs got."""
+
+
 class NotApplicable(HeadscopeError):
     """An analysis that does not apply to this model or input (not a bug, not bad input).
 

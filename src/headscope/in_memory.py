@@ -32,10 +32,10 @@ import hashlib
 
 import torch
 
-from ._errors import HeadscopeError, expected_got
+from ._errors import BadArgument, HeadscopeError, expected_got
 from .config import Config, tie_word_embeddings
 from .loading import _BUFFERS, Model, _DictSource, _strip, check_device, state_dict_checkpoint
-from .tokenizer import bundled_gpt2_tokenizer
+from .tokenizer import bundled_gpt2_tokenizer, check_tokenizer
 
 SKIPPED_BUFFERS = tuple("." + b for b in _BUFFERS)   # causal-mask buffers, not weights
 
@@ -86,14 +86,18 @@ def from_transformers(hf_model, *, device="cpu", dtype: torch.dtype = torch.floa
     cfg = Config.from_hf_dict(hf)
     state = hf_model.state_dict()                # detached by the state-dict source
     ckpt = state_dict_checkpoint(state, cfg, tie_word_embeddings=tie_word_embeddings(hf), where="model in memory")
+    ckpt.check_values()                          # finite, and inside the float32 bound (as a checkpoint on disk)
     raw = ckpt.raw(dtype, device).validate()     # shares the transformers tensors where no cast or move is needed
     if tokenizer is None:
         tokenizer = bundled_gpt2_tokenizer()
         if len(tokenizer) != cfg.d_vocab:
             raise HeadscopeError(f"the model's vocabulary has {cfg.d_vocab} tokens, not GPT-2's {len(tokenizer)}: "
                                  "pass its tokenizer, headscope.load(model, tokenizer=…)")
-    elif len(tokenizer) != cfg.d_vocab:
-        raise HeadscopeError(expected_got("tokenizer vocabulary size (W_E rows)", cfg.d_vocab, len(tokenizer)))
+    else:
+        if not all(callable(getattr(tokenizer, m, None)) for m in ("encode", "decode", "get_vocab", "__len__")):
+            raise BadArgument(expected_got("tokenizer=", "a transformers GPT-2 tokenizer (encode, decode, get_vocab, "
+                                           "len)", type(tokenizer).__name__))
+        check_tokenizer(tokenizer, cfg.d_vocab, "tokenizer=")
     return InMemoryModel(cfg=cfg, checkpoint=ckpt, tokenizer=tokenizer, source=f"memory:{type(hf_model).__name__}",
                          directory=None, device=torch.device(device), dtype=dtype, _raw=raw,
                          weights_sha256=_sha256(ckpt.source.state))

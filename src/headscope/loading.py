@@ -65,7 +65,7 @@ from typing import Callable, Iterator
 import torch
 from safetensors import SafetensorError, safe_open
 
-from ._errors import HeadscopeError, expected_got
+from ._errors import BadArgument, HeadscopeError, expected_got
 from ._safetensors import write_safetensors
 from .config import Config, read_hf_config, tie_word_embeddings
 from .corpus import read_json_file
@@ -769,14 +769,14 @@ def load(
     >>> model = headscope.load("gpt2")              # doctest: +SKIP
     >>> W = model.weights()                         # processed, TransformerLens names
     """
+    check_dtype(dtype)
     if not isinstance(model, (str, os.PathLike)):   # in memory: headscope.in_memory (tokenizer= is for it)
         from .in_memory import from_transformers
         return from_transformers(model, device=device, dtype=dtype, tokenizer=tokenizer)
     if tokenizer is not None:
-        raise HeadscopeError("tokenizer= is for a model in memory; a checkpoint brings its own tokenizer")
+        raise BadArgument("tokenizer= is for a model in memory (a checkpoint brings its own tokenizer): "
+                          + expected_got("tokenizer=", None, type(tokenizer).__name__))
     check_device(device)
-    if dtype not in FLOAT_DTYPES.values():
-        raise HeadscopeError(f"dtype: expected one of {', '.join(FLOAT_DTYPES)}, got {dtype}")
     directory, source = resolve(model, revision)
     refuse_unfinished(directory)        # never a half-committed mix of two outputs
     hf = read_hf_config(directory / "config.json")
@@ -789,11 +789,21 @@ def load(
                  device=torch.device(device), dtype=dtype)
 
 
+def check_dtype(dtype) -> None:
+    """Refuse (:class:`BadArgument`, a ValueError) anything but a floating torch dtype headscope computes in."""
+    if not isinstance(dtype, torch.dtype) or dtype not in FLOAT_DTYPES.values():
+        raise BadArgument(expected_got("dtype", f"one of {', '.join(FLOAT_DTYPES)} (torch dtypes)",
+                                       f"{dtype!r} ({type(dtype).__name__})"))
+
+
 def check_device(device) -> None:
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError, ValueError):
-        raise HeadscopeError(f"--device {device!r} is not a torch device (expected cpu, cuda, cuda:1, mps)") from None
+        raise BadArgument(f"--device {device!r} is not a torch device (expected cpu, cuda, cuda:1, mps)") from None
+    if dev.type not in ("cpu", "cuda", "mps"):
+        raise BadArgument(expected_got(f"--device {device}", "cpu, cuda, cuda:N or mps (devices that compute)",
+                                       dev.type))
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise HeadscopeError(f"--device {device}: CUDA is not available on this machine")
     if dev.type == "mps" and not torch.backends.mps.is_available():

@@ -974,6 +974,9 @@ CASES += [
          lambda c: ["atlas", c.ckpt(scaled(C_ATTN1, 1e300, torch.float64))], f"weight {C_ATTN1} holds a value of"),
     Case("a float64 checkpoint holding 1e300: kernels",
          lambda c: ["kernels", c.ckpt(scaled(C_ATTN1, 1e300, torch.float64))], "over the bound"),
+    Case("--device meta", lambda c: ["info", c.model(), "--device", "meta"],
+         "--device meta: expected cpu, cuda, cuda:N or mps (devices that compute), got meta"),
+    Case("--device xla", lambda c: ["atlas", c.model(), "--device", "xla"], "got xla"),
     Case("vocab.json without <|endoftext|>", lambda c: ["info", c.ckpt(without_eot)], "has no <|endoftext|> token"),
     Case("tokenizer ids beyond the embedding", lambda c: ["info", c.ckpt(renumbered_vocab)],
          "has token ids up to 60000, but the embedding W_E has 50257 rows"),
@@ -1106,3 +1109,22 @@ def test_weights_just_inside_the_bound_give_finite_figures(ctx: Ctx, capsys, mon
         capsys.readouterr()
         assert main([*argv, "--json"]) == 0, capsys.readouterr().err
         json.loads(capsys.readouterr().out, parse_constant=lambda name: pytest.fail(f"{argv[0]}: {name}"))
+
+
+def test_load_arguments_raise_value_error_with_expected_and_got(tiny_hf_dir):
+    """headscope.load's arguments: a ValueError (headscope.BadArgument) naming what was expected and what came."""
+    import headscope
+    from transformers import GPT2LMHeadModel
+
+    hf = GPT2LMHeadModel.from_pretrained(tiny_hf_dir)
+    for model in (tiny_hf_dir, hf):
+        with pytest.raises(ValueError, match=r"dtype: expected one of float16, bfloat16, float32, float64 .*got 'float32' \(str\)"):
+            headscope.load(model, dtype="float32")
+        with pytest.raises(ValueError, match=r"dtype: expected .*got torch.int8"):     # it used to zero the weights
+            headscope.load(model, dtype=torch.int8)
+        with pytest.raises(ValueError, match="got meta"):
+            headscope.load(model, device="meta")
+    with pytest.raises(ValueError, match="tokenizer=: expected a transformers GPT-2 tokenizer .*got object"):
+        headscope.load(hf, tokenizer=object())
+    with pytest.raises(ValueError, match="tokenizer=: expected None, got object"):
+        headscope.load(tiny_hf_dir, tokenizer=object())
