@@ -43,7 +43,9 @@ class NonFiniteError(ValueError):
 
 
 def _clean(x, path: str):
-    if isinstance(x, bool) or x is None or isinstance(x, str):
+    if isinstance(x, str):      # a lone surrogate (an undecodable file name) spelled out: JSON stays UTF-8
+        return x if x.isascii() else x.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(x, bool) or x is None:
         return x
     if isinstance(x, (int, np.integer)):
         return int(x)

@@ -8,6 +8,7 @@ Bad input becomes one line on stderr and exit status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import sys
 
@@ -31,6 +32,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "reproduce": ("reproduce", "measure the seed studies' claims on a model: published vs measured, pass/fail"),
     "report": ("report", "write a self-contained HTML report of a model (every analysis)"),
 }
+
+
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EPIPE}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -81,8 +85,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("headscope: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        return 0
+    except OSError as e:
+        # disk full, file-size limit, quota, read-only file system: the output rule kept the earlier output
+        # whole (temporary + rename); report it in one line
+        if e.errno not in _WRITE_ERRNOS:
+            raise
+        where = f" {e.filename}" if e.filename else ""
+        print(f"headscope: error: cannot write{where}: {e.strerror} (an earlier output, if any, is unchanged)",
+              file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -125,6 +125,10 @@ def resolve_c(weights: Weights, c: float | str | None = None) -> tuple[float, st
         raise HeadscopeError(f"c: expected 'measured', 'gpt2' or a positive number, got {c!r}") from None
     if not math.isfinite(value) or value <= 0:
         raise HeadscopeError(f"c: expected a positive number, got {c!r}")
+    top = math.sqrt(float(torch.finfo(torch.float32).max) / weights.cfg.d_model)
+    if value > top:     # c is an embedding norm: its square, summed over d_model, must fit float32
+        raise HeadscopeError(f"c: expected a positive number at most {top:.3g} (an embedding norm whose square "
+                             f"summed over d_model {weights.cfg.d_model} fits float32), got {c!r}")
     return value, "given"
 
 

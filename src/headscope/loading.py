@@ -58,6 +58,7 @@ import os
 import pickle
 import re
 import shutil
+import stat
 import zipfile
 from pathlib import Path
 from typing import Callable, Iterator
@@ -69,7 +70,7 @@ from ._errors import BadArgument, HeadscopeError, expected_got
 from ._safetensors import write_safetensors
 from .config import Config, read_hf_config, tie_word_embeddings
 from .corpus import read_json_file
-from ._atomic import atomic_directory, refuse_unfinished
+from ._atomic import atomic_directory, kind_of, refuse_unfinished
 from .tokenizer import TOKENIZER_FILES, check_tokenizer, gpt2_bpe_files, load_tokenizer, to_str_tokens
 from .weights import Block, Processing, Weights, process_block, process_embed, process_unembed
 
@@ -341,17 +342,33 @@ def _weight_map(directory: Path) -> dict[str, str]:
     return wm
 
 
+def _present(path: Path) -> bool:
+    """Whether the weight file `path` is there: a regular file (or a link to one) → True, nothing → False;
+    anything else (a FIFO, a device, a dangling link) is refused, never passed over for another file."""
+    if not os.path.lexists(path):
+        return False
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        raise HeadscopeError(f"{path} cannot be read ({e.strerror}); headscope does not fall back to another "
+                             "weight file beside it") from None
+    if not stat.S_ISREG(mode):
+        raise HeadscopeError(f"{path} is {kind_of(mode)}, not a regular file; headscope reads only regular files "
+                             "and does not fall back to another weight file beside it")
+    return True
+
+
 def _open_source(directory: Path) -> _Source:
     d = Path(directory)
-    if (d / WEIGHTS_FILE).is_file():
+    if _present(d / WEIGHTS_FILE):
         return _SafetensorsSource(d, [WEIGHTS_FILE])
-    if (d / INDEX_FILE).is_file():
+    if _present(d / INDEX_FILE):
         wm = _weight_map(d)
         for name in sorted(set(wm.values())):
             if not (d / name).is_file():
                 raise HeadscopeError(f"{d}: missing shard {name} (listed in {INDEX_FILE})")
         return _SafetensorsSource(d, sorted(set(wm.values())), wm)
-    if (d / BIN_FILE).is_file():
+    if _present(d / BIN_FILE):
         return _BinSource(d / BIN_FILE)
     if (d / (BIN_FILE + ".index.json")).exists():
         raise HeadscopeError(f"{d}: sharded pytorch_model.bin files are not supported (convert them to safetensors)")
@@ -681,6 +698,13 @@ def resolve(model: str | os.PathLike, revision: str | None = None) -> tuple[Path
     ``HF_HUB_OFFLINE=1`` only the local cache is consulted.
     """
     p = Path(model).expanduser()
+    try:
+        str(p).encode("utf-8")
+    except UnicodeEncodeError:  # undecodable bytes (surrogate escapes): the safetensors reader takes UTF-8 paths only
+        shown = str(p).encode("utf-8", "backslashreplace").decode("utf-8")
+        raise HeadscopeError(f"checkpoint path {shown} is not valid UTF-8 (its undecodable bytes are shown as "
+                             "surrogate escapes); headscope cannot open it: rename it or link to it from a UTF-8 "
+                             "path") from None
     if revision is not None and (not isinstance(revision, str) or not revision.strip()):
         raise HeadscopeError(f"--revision: expected a branch, tag or commit name, got {revision!r}")
     if p.exists():

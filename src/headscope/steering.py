@@ -33,6 +33,7 @@ checkpoint is measured beside it, with its rebuild error.
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 import torch
@@ -68,6 +69,19 @@ class Rebuild:
     selected_eigenvalues: list[float]
 
 
+def _check_steerable(alpha: float, W_new: Tensor, cfg) -> None:
+    """Refuse an α whose steered form overflows, or whose W_Q', W_K' (≈ √|W'| each) would pass the
+    bound a checkpoint must keep to load (:func:`headscope.loading.max_weight`)."""
+    from .loading import max_weight
+
+    top = float(W_new.abs().max()) if W_new.numel() else 0.0
+    bound = max_weight(cfg)
+    if not math.isfinite(top) or math.sqrt(top) > bound:
+        raise HeadscopeError(f"--scale-negative {alpha:g}: the steered QK form reaches {top:.3g}, so its W_Q', W_K' "
+                             f"would pass the bound {bound:.3g} of a loadable checkpoint (README, JSON notes); "
+                             "choose a smaller |α|")
+
+
 def steered_qk(weights: Weights, layer: int, head: int, alpha: float, *, select: str | list[int] = "negative",
                keep_skew: bool = True, rel_tol: float = 1e-9) -> Rebuild:
     """Processed W_Q', W_K', b_Q', b_K' of the steered head (module docstring)."""
@@ -94,6 +108,7 @@ def steered_qk(weights: Weights, layer: int, head: int, alpha: float, *, select:
     # from W itself, not from form.sym + form.skew: the form drops eigenvalues below its tolerance
     # (|λ| ≤ 1e-6 max|λ|), which would make even α = 1 inexact
     W_new = (W if keep_skew else (W + W.T) / 2) + (Vs * ((alpha - 1.0) * ls)) @ Vs.T
+    _check_steerable(alpha, W_new, cfg)
     # W' and W live in span B on both sides (W' = B (BᵀW'B) Bᵀ): their SVDs are those of r × r cores
     Uc, sig, Vhc = torch.linalg.svd(B.T @ W_new @ B)
     U, Vh = B @ Uc, Vhc @ B.T                                                         # [d r], [r d]

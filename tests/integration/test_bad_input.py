@@ -911,6 +911,14 @@ def without_eot(d: Path):
     (d / "vocab.json").write_text(json.dumps(vocab))
 
 
+def torch_bin(d: Path):
+    """The weights also as pytorch_model.bin; model.safetensors removed (the breaker puts something there)."""
+    from safetensors.torch import load_file
+
+    torch.save(dict(load_file(str(d / "model.safetensors"))), d / "pytorch_model.bin")
+    (d / "model.safetensors").unlink()
+
+
 def sharded_index(text: str):
     """A checkpoint breaker: sharded, then its index.json replaced by `text`."""
     def mutate(d: Path):
@@ -977,6 +985,25 @@ CASES += [
     Case("--device meta", lambda c: ["info", c.model(), "--device", "meta"],
          "--device meta: expected cpu, cuda, cuda:N or mps (devices that compute), got meta"),
     Case("--device xla", lambda c: ["atlas", c.model(), "--device", "xla"], "got xla"),
+    Case("head spec with a superscript digit", lambda c: ["head", c.model(), "1.²"],
+         "LAYER.HEAD (e.g. 1.5), got '1.²'"),
+    Case("head spec with Arabic-Indic digits", lambda c: ["head", c.model(), "١.٢"], "LAYER.HEAD (e.g. 1.5)"),
+    Case("head spec with a 5000-digit layer", lambda c: ["head", c.model(), BIG_INT + ".1"], "LAYER.HEAD (e.g. 1.5)"),
+    Case("steer --scale-negative 1e308", lambda c: ["steer", c.model(), "1.2", "--scale-negative", "1e308", "--out",
+                                                    steer_out(c)], "--scale-negative 1e+308: the steered QK form"),
+    Case("kernels --c 1e308", lambda c: ["kernels", c.model(), "--c", "1e308"],
+         "c: expected a positive number at most"),
+    Case("steer --eigen 0,0", lambda c: steer0(c, "--eigen", "0,0"), "expected distinct eigenvalue indices, got 0"),
+    Case("steer --eigen with an Arabic-Indic digit", lambda c: steer0(c, "--eigen", "0,١"),
+         "--eigen: expected comma-separated integers"),
+    Case("model.safetensors a FIFO beside pytorch_model.bin",
+         lambda c: ["info", c.ckpt(lambda d: (torch_bin(d), os.mkfifo(d / "model.safetensors")))],
+         "model.safetensors is a FIFO, not a regular file", may_hang=True),
+    Case("model.safetensors a link to /dev/zero beside pytorch_model.bin",
+         lambda c: ["info", c.ckpt(lambda d: (torch_bin(d), os.symlink("/dev/zero", d / "model.safetensors")))],
+         "model.safetensors is a character device", may_hang=True),
+    Case("checkpoint path not UTF-8", lambda c: ["info", c.ckpt(name=os.fsdecode(b"ck\xffpt"))],
+         "is not valid UTF-8"),
     Case("vocab.json without <|endoftext|>", lambda c: ["info", c.ckpt(without_eot)], "has no <|endoftext|> token"),
     Case("tokenizer ids beyond the embedding", lambda c: ["info", c.ckpt(renumbered_vocab)],
          "has token ids up to 60000, but the embedding W_E has 50257 rows"),
@@ -1128,3 +1155,54 @@ def test_load_arguments_raise_value_error_with_expected_and_got(tiny_hf_dir):
         headscope.load(hf, tokenizer=object())
     with pytest.raises(ValueError, match="tokenizer=: expected None, got object"):
         headscope.load(tiny_hf_dir, tokenizer=object())
+
+
+# -- standard output closed, broken or full; the file-size limit; file names that are not UTF-8 -----
+
+
+def _subprocess(argv: list[str], cwd: Path, **kw) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HEADSCOPE_TEST_"))}
+    src = str(Path(__import__("headscope").__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join([src, *filter(None, [os.environ.get("PYTHONPATH")])])
+    return subprocess.Popen([sys.executable, "-m", "headscope", *argv], cwd=cwd, env=env, stderr=subprocess.PIPE,
+                            **kw)
+
+
+def _one_line(p: subprocess.Popen, expect: str) -> None:
+    err = p.stderr.read().decode("utf-8", "replace")
+    p.stderr.close()
+    assert p.wait(timeout=120) == 2, err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("headscope: error: ") and expect in err, err
+
+
+def test_standard_output_closed_broken_or_full(ctx: Ctx):
+    argv = ["info", ctx.model(), "--json"]
+    _one_line(_subprocess(argv, ctx.root, stdout=subprocess.DEVNULL, preexec_fn=lambda: os.close(1)),
+              "standard output is closed")
+    with open("/dev/full", "wb") as full:
+        _one_line(_subprocess(argv, ctx.root, stdout=full), "cannot write to standard output: No space left on device")
+    p = _subprocess(argv, ctx.root, stdout=subprocess.PIPE)
+    p.stdout.close()                                    # the reader goes away before headscope prints
+    _one_line(p, "broken pipe")
+
+
+def test_file_size_limit_is_one_line_and_the_earlier_output_stays_whole(ctx: Ctx, monkeypatch):
+    import resource
+
+    monkeypatch.chdir(ctx.root)
+    assert main(steer0(ctx)) == 0
+    before = snapshot(ctx.root)
+    limit = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 10, 256 << 10))  # 256 KiB: no weights fit
+    argv = ["steer", ctx.model(), "1.2", "--scale-negative", "0.5", "--out", steer_out(ctx)]
+    _one_line(_subprocess(argv, ctx.root, stdout=subprocess.DEVNULL, preexec_fn=limit), "File too large")
+    assert snapshot(ctx.root) == before
+
+
+def test_a_file_name_that_is_not_utf8_gives_valid_utf8_json(ctx: Ctx):
+    name = os.fsdecode(b"t\xff.txt")
+    ctx.file(name, LONG[:200])
+    p = _subprocess(["neuron", ctx.model(), "3", "--text", name, "--json"], ctx.root, stdout=subprocess.PIPE)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    doc = json.loads(out.decode("utf-8"))                 # strict: valid UTF-8
+    assert doc["texts"][0]["name"].startswith("t\\udcff.txt")   # the undecodable byte spelled as its surrogate escape

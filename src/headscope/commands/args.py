@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import sys
 
 import torch
@@ -22,9 +23,43 @@ def load_model(args) -> Model:
 def emit(args, result, text: str | None = None) -> None:
     """Print ``result.to_dict()`` as JSON with ``--json``, else the human text."""
     if args.json:
-        sys.stdout.write(dumps(result.to_dict() if hasattr(result, "to_dict") else result))
+        write_stdout(dumps(result.to_dict() if hasattr(result, "to_dict") else result))
     else:
-        sys.stdout.write((text if text is not None else str(result)).rstrip("\n") + "\n")
+        write_stdout((text if text is not None else str(result)).rstrip("\n") + "\n")
+
+
+def write_stdout(text: str) -> None:
+    """Write and flush `text` on standard output; a closed, broken or full stdout is one line (exit 2).
+
+    Text that is not UTF-8 (a file name with undecodable bytes, held as surrogate escapes)
+    is written with those escapes spelled out (``\\udcff``), so the output is valid UTF-8.
+    """
+    if sys.stdout is None:
+        raise HeadscopeError("standard output is closed, so the result cannot be printed; "
+                             "redirect it (> FILE, or > /dev/null)")
+    try:
+        try:
+            sys.stdout.write(text)
+        except UnicodeEncodeError:
+            sys.stdout.write(text.encode("utf-8", "backslashreplace").decode("utf-8"))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _drop_stdout()
+        raise HeadscopeError("standard output was closed by its reader (broken pipe) "
+                             "before the result was written") from None
+    except OSError as e:
+        _drop_stdout()
+        raise HeadscopeError(f"cannot write to standard output: {e.strerror}") from None
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so the unwritten rest is not retried (with a traceback) at exit."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+    except (OSError, ValueError, AttributeError):   # not a real file (captured in tests)
+        pass
 
 
 def parse_float(value: str, what: str) -> float:
@@ -40,6 +75,6 @@ def parse_float(value: str, what: str) -> float:
 def parse_head(spec: str, cfg) -> tuple[int, int]:
     """Parse ``L.H`` (e.g. ``1.5``) and check it exists in the model."""
     parts = str(spec).split(".")
-    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+    if len(parts) != 2 or not all(p.isascii() and p.isdigit() and len(p) <= 9 for p in parts):  # "1.²" is not
         raise HeadscopeError(f"head must be written LAYER.HEAD (e.g. 1.5), got {spec!r}")
     return cfg.check_head(int(parts[0]), int(parts[1]))

@@ -20,6 +20,7 @@ eigenvalues among the top 64 (--select negative-top64), and its rebuild error is
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from .._atomic import refuse_foreign_dir
@@ -48,12 +49,16 @@ def run(args) -> int:
     alpha = parse_float(args.alpha, "--scale-negative")
     select = args.select or ("negative-top64" if args.preset == "seed" else "negative")
     if args.eigen is not None:
-        try:
-            select = [int(x) for x in args.eigen.split(",") if x.strip()]
-        except ValueError:
-            raise HeadscopeError(f"--eigen: expected comma-separated integers, got {args.eigen!r}") from None
+        items = [x.strip() for x in args.eigen.split(",") if x.strip()]
+        if not all(re.fullmatch(r"-?[0-9]{1,9}", x) for x in items):      # ASCII digits only
+            raise HeadscopeError(f"--eigen: expected comma-separated integers, got {args.eigen!r}")
+        select = [int(x) for x in items]
         if not select:
             raise HeadscopeError(f"--eigen: expected at least one eigenvalue index, got {args.eigen!r}")
+        twice = sorted({i for i in select if select.count(i) > 1})
+        if twice:       # each selected eigenvalue is scaled once: a repeat would scale it twice
+            raise HeadscopeError(f"--eigen: expected distinct eigenvalue indices, got {twice[0]} more than once "
+                                 f"in {args.eigen!r}")
     refuse_foreign_dir(Path(args.out), MARKER)          # before any work
     model = load_model(args)
     layer, head = parse_head(args.head, model.cfg)
