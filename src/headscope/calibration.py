@@ -26,7 +26,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+import sys
 from pathlib import Path
+from typing import Callable
 
 import torch
 from jaxtyping import Float
@@ -35,7 +37,7 @@ from . import layer0
 from ._atomic import atomic_write_text, json_object_with
 from ._errors import HeadscopeError
 from ._json import dumps
-from .corpus import read_json_file, windows
+from .corpus import check_window, iter_windows, read_json_file
 from .forward import run_with_cache
 from .layer0 import SEED_QUERY
 from .loading import Model
@@ -147,11 +149,22 @@ def text_sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _windows(model, text: str, window: int | None) -> list[torch.Tensor]:
-    """Windows [BOS] + chunk of at most `window` (default n_ctx) tokens (:func:`headscope.corpus.windows`)."""
-    if not text.strip():
-        raise HeadscopeError("calibration text is empty")
-    return windows(model, [text], n_ctx=model.cfg.n_ctx if window is None else min(window, model.cfg.n_ctx))
+#: a text longer than this (characters) is long work: calibrate prints its progress on stderr
+PROGRESS_CHARS = 4 << 20
+
+
+def _progress(what: str, total: int) -> Callable[[int, int], None] | None:
+    """A progress callback printing ``what: 30% of N MiB of text`` at every tenth, for long texts only."""
+    if total <= PROGRESS_CHARS:
+        return None
+    shown = [0]
+
+    def report(done: int, _total: int) -> None:
+        tenth = 10 * done // total
+        if tenth > shown[0]:
+            shown[0] = tenth
+            print(f"{what}: {10 * tenth}% of {total / 2**20:.1f} M characters of text", file=sys.stderr, flush=True)
+    return report
 
 
 @torch.no_grad()
@@ -174,13 +187,17 @@ def calibrate(
     w = layer0.view(model, processing)
     qid = layer0.token_id(model, query)
     c = layer0.measure_c(w) if c is None else float(c)
-    chunks = _windows(model, text, window)
-    P = max(x.numel() for x in chunks)
+    if not text.strip():
+        raise HeadscopeError("calibration text is empty")
+    n_ctx = check_window(model, model.cfg.n_ctx if window is None else min(window, model.cfg.n_ctx))
     H = model.cfg.n_heads
-    log_sum = torch.full((H, P), -math.inf, dtype=torch.float64)                 # log Σ_w exp(L_w)
-    counts = torch.zeros(P, dtype=torch.long)
-    scales = []
-    for x in chunks:
+    log_sum = torch.full((H, n_ctx), -math.inf, dtype=torch.float64)             # log Σ_w exp(L_w)
+    counts = torch.zeros(n_ctx, dtype=torch.long)
+    scales = []                  # float32, one per token: bounded by the input size limit
+    P = n_windows = n_tokens = 0
+    # windows streamed from the text, tokenised piece by piece: memory does not grow with its length
+    for x in iter_windows(model, text, n_ctx, progress=_progress("calibrate", len(text))):
+        P, n_windows, n_tokens = max(P, x.numel()), n_windows + 1, n_tokens + x.numel() - 1
         cache = run_with_cache(w, x[None], names=["blocks.0.attn.hook_k", "blocks.0.ln2.hook_scale"], stop_at_layer=1)
         scores = layer0.fixed_query_scores(w, cache["blocks.0.attn.hook_k"], qid)   # [1 head q k]
         L = torch.logsumexp(scores, dim=-1)[0]                                    # [head q]
@@ -188,12 +205,15 @@ def calibrate(
         log_sum[:, :p] = torch.logaddexp(log_sum[:, :p], L)
         counts[:p] += 1
         scales.append(cache["blocks.0.ln2.hook_scale"][0, 1:] if p > 1 else cache["blocks.0.ln2.hook_scale"][0])
+    if not n_windows:
+        raise HeadscopeError("empty corpus: the texts contain no tokens")
+    log_sum, counts = log_sum[:, :P], counts[:P]
     log_denom = log_sum - counts.double().log()                                   # [head P]
     log_seed = log_denom - layer0.log_Z(w, qid, P, c)
     return Calibration(
         fingerprint=model.fingerprint, processing=processing.to_dict(), query=query, query_id=qid,
-        text_sha256=text_sha256(text), n_text_tokens=sum(x.numel() - 1 for x in chunks),
-        n_windows=len(chunks), window=P, c=c, ln2_scale=float(torch.cat(scales).median()),
+        text_sha256=text_sha256(text), n_text_tokens=n_tokens,
+        n_windows=n_windows, window=P, c=c, ln2_scale=float(torch.cat(scales).median()),
         counts=counts.tolist(), log_denom=log_denom, log_seed_denom=log_seed,
     )
 

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from ._errors import HeadscopeError
-from .corpus import read_json_file
+from .corpus import CHECKPOINT_FILE_LIMIT, read_json_file
 
 def _is_index(x) -> bool:
     """An integer (Python, numpy or 0-d torch), not a bool."""
@@ -198,7 +198,7 @@ def read_hf_config(path: Path) -> dict:
     path = Path(path)
     if not os.path.lexists(path):
         raise HeadscopeError(f"missing config.json in {path.parent}")
-    hf = read_json_file(path, "checkpoint file", object_pairs_hook=_no_duplicate_keys)
+    hf = read_json_file(path, "checkpoint file", object_pairs_hook=_no_duplicate_keys, limit=CHECKPOINT_FILE_LIMIT)
     if not isinstance(hf, dict):
         raise HeadscopeError(f"{path} is not a JSON object")
     return hf

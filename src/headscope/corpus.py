@@ -27,7 +27,7 @@ import math
 import os
 import stat
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import torch
 
@@ -151,7 +151,13 @@ def read_capped(path: str | os.PathLike, what: str = "input file", limit: int | 
     return read_input_bytes(path, what, limit=limit)
 
 
-def read_json_file(path: str | os.PathLike, what: str, *, hint: str = "", object_pairs_hook=None):
+#: the size limit of a checkpoint's own small files (config.json, the shard index, tokenizer files), which
+#: --max-input-mb (for the user's texts) does not change: GPT-2's largest, tokenizer.json, is 1.4 MB
+CHECKPOINT_FILE_LIMIT = 64 * 2**20
+
+
+def read_json_file(path: str | os.PathLike, what: str, *, hint: str = "", object_pairs_hook=None,
+                   limit: int | None = None):
     """The JSON value in the file `path` (`what`, e.g. "calibration file"), read by :func:`read_capped`.
 
     One-line errors: not UTF-8, not JSON (`hint` appended), nesting deeper than Python's
@@ -160,7 +166,7 @@ def read_json_file(path: str | os.PathLike, what: str, *, hint: str = "", object
     import json
     import sys
 
-    text = decode_text(read_capped(path, what), path, what)
+    text = decode_text(read_capped(path, what, limit), path, what)
     try:
         return json.loads(text, object_pairs_hook=object_pairs_hook)
     except json.JSONDecodeError as e:
@@ -221,6 +227,13 @@ def read_corpus(paths: str | os.PathLike | Sequence[str | os.PathLike], *,
     return out
 
 
+def check_window(model, n_ctx: int) -> int:
+    """`n_ctx`, a window length in 2..the model's n_ctx; refused otherwise."""
+    if not 2 <= n_ctx <= model.cfg.n_ctx:
+        raise HeadscopeError(f"window length: expected 2..{model.cfg.n_ctx}, got {n_ctx}")
+    return n_ctx
+
+
 def windows(
     model,
     texts: Iterable[tuple[str, str] | str],
@@ -232,20 +245,69 @@ def windows(
     `texts` holds strings or ``(name, text)`` pairs (as :func:`read_corpus` returns);
     `n_ctx` defaults to the model's; `max_windows` keeps the first windows only.
     """
-    n_ctx = model.cfg.n_ctx if n_ctx is None else n_ctx
-    if not 2 <= n_ctx <= model.cfg.n_ctx:
-        raise HeadscopeError(f"window length: expected 2..{model.cfg.n_ctx}, got {n_ctx}")
+    n_ctx = check_window(model, model.cfg.n_ctx if n_ctx is None else n_ctx)
     if max_windows is not None and max_windows < 1:
         raise HeadscopeError(f"max_windows: expected ≥ 1, got {max_windows}")
     out: list[torch.Tensor] = []
     for item in texts:
         text = item[1] if isinstance(item, tuple) else item
-        ids = model.tokenizer.encode(text)
-        for start in range(0, len(ids), n_ctx - 1):
-            chunk = ids[start:start + n_ctx - 1]
-            out.append(torch.tensor([model.bos_id] + chunk, dtype=torch.long))    # [≤ n_ctx]
+        for win in iter_windows(model, text, n_ctx):
+            out.append(win)
             if max_windows is not None and len(out) >= max_windows:
                 return out
     if not out:
         raise HeadscopeError("empty corpus: the texts contain no tokens")
     return out
+
+
+#: texts are tokenised in pieces of about this many characters (memory independent of the text's length)
+PIECE_CHARS = 1 << 18
+
+
+def text_pieces(text: str, size: int | None = None) -> Iterator[str]:
+    """`text` in consecutive pieces of at most about `size` characters (default :data:`PIECE_CHARS`).
+
+    Each cut is just before a space that follows a non-space character, where GPT-2's
+    pre-tokenizer always splits (no pre-token spans it), so the pieces encoded one by one
+    give exactly the ids of the whole text. A stretch of `size` characters without such a
+    space is extended to the next one: a piece is never longer than `size` plus the
+    longest run of text without a word boundary.
+    """
+    size = PIECE_CHARS if size is None else size
+
+    def safe(i: int) -> bool:
+        return text[i] == " " and not text[i - 1].isspace()
+
+    start, n = 0, len(text)
+    while n - start > size:
+        cut = text.rfind(" ", start + 1, start + size)
+        while cut > start and not safe(cut):
+            cut = text.rfind(" ", start + 1, cut)
+        if cut <= start:                            # no boundary within `size`: the next one after it
+            cut = text.find(" ", start + size)
+            while cut != -1 and not safe(cut):
+                cut = text.find(" ", cut + 1)
+            if cut == -1:
+                break
+        yield text[start:cut]
+        start = cut
+    yield text[start:]
+
+
+def iter_windows(model, text: str, n_ctx: int, progress: Callable[[int, int], None] | None = None
+                 ) -> Iterator[torch.Tensor]:
+    """The windows ``[BOS] + chunk`` of one text, as :func:`windows` cuts them, streamed: the text is
+    tokenised piece by piece (:func:`text_pieces`), so memory does not grow with its length.
+    `progress(done, total)` is called with characters tokenised so far after each piece."""
+    ids: list[int] = []
+    done = 0
+    for piece in text_pieces(text):
+        ids += model.tokenizer.encode(piece)
+        done += len(piece)
+        while len(ids) >= n_ctx - 1:
+            yield torch.tensor([model.bos_id] + ids[:n_ctx - 1], dtype=torch.long)      # [n_ctx]
+            del ids[:n_ctx - 1]
+        if progress is not None:
+            progress(done, len(text))
+    if ids:
+        yield torch.tensor([model.bos_id] + ids, dtype=torch.long)                       # [≤ n_ctx]

@@ -69,7 +69,7 @@ from safetensors import SafetensorError, safe_open
 from ._errors import BadArgument, HeadscopeError, expected_got
 from ._safetensors import write_safetensors
 from .config import Config, read_hf_config, tie_word_embeddings
-from .corpus import read_json_file
+from .corpus import CHECKPOINT_FILE_LIMIT, read_json_file
 from ._atomic import atomic_directory, kind_of, refuse_unfinished
 from .tokenizer import TOKENIZER_FILES, check_tokenizer, gpt2_bpe_files, load_tokenizer, to_str_tokens
 from .weights import Block, Processing, Weights, process_block, process_embed, process_unembed
@@ -332,7 +332,7 @@ class _DictSource(_Source):
 def _weight_map(directory: Path) -> dict[str, str]:
     """``weight_map`` of model.safetensors.index.json: key → shard file name (checked)."""
     path = directory / INDEX_FILE
-    index = read_json_file(path, "shard index")       # capped: a huge index is refused unread
+    index = read_json_file(path, "shard index", limit=CHECKPOINT_FILE_LIMIT)   # a huge index is refused unread
     wm = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(wm, dict) or not wm or not all(isinstance(k, str) and isinstance(v, str) for k, v in wm.items()):
         raise HeadscopeError(f"{path}: expected a 'weight_map' object of tensor name → shard file")

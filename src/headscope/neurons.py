@@ -438,6 +438,18 @@ class NeuronRanking(HtmlRepr):
         return d
 
 
+#: the largest k of the robust ranking: its running top-k holds 2 × k × (d_mlp + n_random) scores and ids
+#: (about 24·k·(d_mlp + 32) bytes, 90 MB at k = 1024 for GPT-2), so memory stays bounded
+MAX_K = 1024
+
+
+def check_k(k: int) -> None:
+    """Refuse a k of the robust ranking past :data:`MAX_K` (its memory grows with k)."""
+    if k > MAX_K:
+        raise HeadscopeError(f"--k: expected at most {MAX_K} (the robust score's running top-k takes memory in "
+                             f"proportion to k), got {k}")
+
+
 @torch.no_grad()
 def rank_neurons(circuit: Circuit, choice: HeadChoice, tokenizer=None, *, variant=None, k: int = 10,
                  n_random: int = 32, seed: int = 0, chunk: int = CHUNK, dtype=torch.float32) -> NeuronRanking:
@@ -453,6 +465,7 @@ def rank_neurons(circuit: Circuit, choice: HeadChoice, tokenizer=None, *, varian
     """
     if k < 1 or n_random < 1:
         raise HeadscopeError(f"rank_neurons: expected k ≥ 1 and n_random ≥ 1, got k {k}, n_random {n_random}")
+    check_k(k)
     v = parse_variant(variant)
     n = choice.position if v.position is None else v.position
     circuit._check_n(n)

@@ -37,25 +37,25 @@ def load_tokenizer(directory: Path):
     """
     from transformers import GPT2TokenizerFast
 
-    from .corpus import decode_text, read_capped, read_json_file
+    from .corpus import CHECKPOINT_FILE_LIMIT as LIMIT, decode_text, read_capped, read_json_file
 
     directory = Path(directory)
     tj = directory / "tokenizer.json"
     vocab, merges = directory / "vocab.json", directory / "merges.txt"
     if tj.exists():
-        read_capped(tj, "tokenizer file")           # the input rule and its cap, before tokenizers reads it
+        read_capped(tj, "tokenizer file", LIMIT)    # the input rule and its cap, before tokenizers reads it
         try:
             return GPT2TokenizerFast(tokenizer_file=str(tj))
         except Exception as e:  # tokenizers raises its own exception types
             raise HeadscopeError(f"cannot read the tokenizer in {directory}: {str(e).splitlines()[0]}") from None
     if vocab.exists() and merges.exists():
-        v = read_json_file(vocab, "tokenizer file")
+        v = read_json_file(vocab, "tokenizer file", limit=LIMIT)
         if not isinstance(v, dict) or not all(isinstance(k, str) and type(i) is int and i >= 0 for k, i in v.items()):
             raise HeadscopeError(f"tokenizer file {vocab}: expected a JSON object of token → non-negative id")
         if EOT not in v:
             raise HeadscopeError(f"tokenizer file {vocab} has no {EOT} token: GPT-2's vocabulary ends with it and "
                                  "headscope prepends it as BOS; add it (GPT-2: id 50256) or use GPT-2's vocab.json")
-        lines = decode_text(read_capped(merges, "tokenizer file"), merges, "tokenizer file").split("\n")
+        lines = decode_text(read_capped(merges, "tokenizer file", LIMIT), merges, "tokenizer file").split("\n")
         pairs = [tuple(line.split(" ")) for line in lines if line.strip() and not line.startswith("#version")]
         if any(len(p) != 2 for p in pairs):
             raise HeadscopeError(f"tokenizer file {merges}: expected one merge 'A B' per line")

@@ -1004,6 +1004,8 @@ CASES += [
          "model.safetensors is a character device", may_hang=True),
     Case("checkpoint path not UTF-8", lambda c: ["info", c.ckpt(name=os.fsdecode(b"ck\xffpt"))],
          "is not valid UTF-8"),
+    Case("neurons --rank robust --k 100000", lambda c: ["neurons", c.model(), "--rank", "robust", "--k", "100000"],
+         "--k: expected at most 1024 (the robust score's running top-k takes memory in proportion to k), got 100000"),
     Case("vocab.json without <|endoftext|>", lambda c: ["info", c.ckpt(without_eot)], "has no <|endoftext|> token"),
     Case("tokenizer ids beyond the embedding", lambda c: ["info", c.ckpt(renumbered_vocab)],
          "has token ids up to 60000, but the embedding W_E has 50257 rows"),

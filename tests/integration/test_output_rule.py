@@ -583,3 +583,46 @@ def test_the_lock_is_shared_within_a_process_and_released(tmp_path):
     with atomic_directory(out, marker="k") as s:                  # a killed writer's lock file is reused
         (s / "k").write_text("3")
     assert sorted(p.name for p in out.iterdir()) == [MANIFEST, "k"]
+
+
+# -- bounded resources: long texts are tokenised in pieces, long work shows progress -------------
+
+
+TRICKY = ("Une phrase  avec deux espaces,\ttabulations\n\nnouvelles lignes — et des mots: l'été, don't, 12345 "
+          "ünïcödé   trois espaces " + "sanstrouniespace" * 9 + " fin. ") * 7
+
+
+def test_texts_are_tokenised_in_pieces_with_the_ids_of_the_whole(tiny, monkeypatch):
+    import headscope.corpus as corpus
+
+    whole = tiny.tokenizer.encode(TRICKY)
+    ref = corpus.windows(tiny, [TRICKY], n_ctx=40)
+    seen = []
+    encode = tiny.tokenizer.encode
+    monkeypatch.setattr(tiny.tokenizer, "encode", lambda text, *a, **k: seen.append(len(text)) or encode(text, *a, **k))
+    for size in (8, 50, 64, 101):
+        monkeypatch.setattr(corpus, "PIECE_CHARS", size)
+        pieces = list(corpus.text_pieces(TRICKY))
+        assert "".join(pieces) == TRICKY and len(pieces) > 10
+        assert sum(map(tiny.tokenizer.encode, pieces), []) == whole       # the cuts never change a token
+        seen.clear()
+        got = corpus.windows(tiny, [TRICKY], n_ctx=40)
+        # never the whole text at once: at most `size` plus the longest run without a word boundary (145)
+        assert max(seen) <= size + 145 and len(seen) >= len(pieces)
+        assert [w.tolist() for w in got] == [w.tolist() for w in ref]
+
+
+def test_calibrate_streams_and_shows_progress_on_long_texts(tiny_hf_dir, tmp_path, capsys, monkeypatch):
+    import headscope.calibration as calibration
+    import headscope.corpus as corpus
+
+    text = tmp_path / "long.txt"
+    text.write_text(TRICKY)
+    ok("calibrate", str(tiny_hf_dir), "--text", str(text), "--out", str(tmp_path / "ref.json"), capsys=capsys)
+    monkeypatch.setattr(corpus, "PIECE_CHARS", 64)
+    monkeypatch.setattr(calibration, "PROGRESS_CHARS", 100)            # a "long" text, for the test
+    capsys.readouterr()
+    assert main(["calibrate", str(tiny_hf_dir), "--text", str(text), "--out", str(tmp_path / "c.json")]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[:2] == [f"calibrate: {p}% of 0.0 M characters of text" for p in (10, 20)] and len(err) == 10, err
+    assert (tmp_path / "c.json").read_bytes() == (tmp_path / "ref.json").read_bytes()     # same calibration

@@ -32,7 +32,7 @@ processing, ln2_scale.
 from __future__ import annotations
 
 from .._errors import HeadscopeError
-from ..neurons import parse_variant, rank_neurons, scan_neurons
+from ..neurons import check_k, parse_variant, rank_neurons, scan_neurons
 from .args import emit, load_model, parse_float
 from .circuit_args import add_calibration_arguments, circuit_from_args
 
@@ -75,6 +75,7 @@ def run(args) -> int:
         raise HeadscopeError(f"--top: expected at least 1, got {args.top}")
     if args.k < 1:
         raise HeadscopeError(f"--k: expected at least 1, got {args.k}")
+    check_k(args.k)                                     # before any work
     variant = parse_variant(args.variant) if args.variant is not None else None
     model = load_model(args)
     circuit, choice = circuit_from_args(args, model)
