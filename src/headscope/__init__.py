@@ -11,7 +11,7 @@ Public API (everything else is private)::
 Convention: activations are row vectors, matrices multiply from the right (x @ W).
 """
 
-from ._errors import HeadscopeError, NotApplicable
+from ._errors import BadArgument, HeadscopeError, NotApplicable
 from ._version import __version__
 from .config import Config
 from .forward import Cache, all_names, run_with_cache
@@ -47,7 +47,7 @@ from .report import ReportOptions, ReportResult, build_report
 
 __all__ = [
     "__version__",
-    "Block", "Cache", "Config", "HeadscopeError", "Model", "NotApplicable", "Processing", "Weights",
+    "BadArgument", "Block", "Cache", "Config", "HeadscopeError", "Model", "NotApplicable", "Processing", "Weights",
     "all_names", "bundled_gpt2_tokenizer", "escape_token", "from_hf_state_dict", "load",
     "process", "run_with_cache", "save_checkpoint", "to_hf_state_dict", "to_str_tokens",
     "layer0", "HeadKernel", "KernelReport", "analyse_kernels", "read_corpus", "sample_corpus",

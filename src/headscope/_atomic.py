@@ -497,7 +497,10 @@ class _DirLock:
         self.fd = None
 
     def __del__(self):
-        self.release()
+        try:
+            self.release()
+        except Exception:       # at interpreter exit os may be gone; the kernel drops the lock anyway
+            pass
 
 
 _HELD: dict[tuple[int, int], "weakref.ref[_DirLock]"] = {}
@@ -533,13 +536,17 @@ def _lock_dir(directory: Path, what: str) -> _DirLock:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as e:
-                if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                if e.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL):
+                    pass                    # a file system without flock: write unlocked, as without fcntl
+                elif e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                     os.close(fd)
                     raise HeadscopeError(f"cannot lock {what} {directory}: {e.strerror}") from None
-                holder = _lock_holder(fd)
-                os.close(fd)
-                raise HeadscopeError(f"{what} {directory} is being written by another headscope run ({holder}); "
-                                     "wait for it to finish, or choose another output directory") from None
+                else:
+                    holder = _lock_holder(fd)
+                    os.close(fd)
+                    raise HeadscopeError(f"{what} {directory} is being written by another headscope run "
+                                         f"({holder}); wait for it to finish, or choose another output "
+                                         "directory") from None
         try:
             now = os.lstat(path)
         except OSError:
@@ -547,7 +554,8 @@ def _lock_dir(directory: Path, what: str) -> _DirLock:
         if now is None or (now.st_dev, now.st_ino) != (fst.st_dev, fst.st_ino):
             os.close(fd)                    # released and removed by its holder meanwhile: take the new one
             continue
-        argv = " ".join([os.path.basename(sys.argv[0] or "python"), *sys.argv[1:]])[:1000]
+        prog = os.path.basename(sys.argv[0] or "python")
+        argv = " ".join(["headscope" if prog == "__main__.py" else prog, *sys.argv[1:]])[:1000]
         with contextlib.suppress(OSError):
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"pid {os.getpid()}: {argv}\n".encode("utf-8", "backslashreplace"), 0)

@@ -149,6 +149,7 @@ def test_tokenizer_vocab_must_match_W_E(tiny_hf_dir, tmp_path, capsys):
     d = copy_ckpt(tiny_hf_dir, tmp_path / "c")
     vocab = json.loads((d / "vocab.json").read_text())
     vocab = {k: v for k, v in vocab.items() if v < 50000}
+    vocab["<|endoftext|>"] = 50000          # kept (without it the vocabulary is refused for that, issue 25)
     (d / "vocab.json").write_text(json.dumps(vocab))
     merges = (d / "merges.txt").read_text().splitlines()
     (d / "merges.txt").write_text("\n".join(merges[: 50000 - 256]) + "\n")

@@ -626,3 +626,31 @@ def test_calibrate_streams_and_shows_progress_on_long_texts(tiny_hf_dir, tmp_pat
     err = capsys.readouterr().err.splitlines()
     assert err[:2] == [f"calibrate: {p}% of 0.0 M characters of text" for p in (10, 20)] and len(err) == 10, err
     assert (tmp_path / "c.json").read_bytes() == (tmp_path / "ref.json").read_bytes()     # same calibration
+
+
+def test_two_reports_into_one_directory_never_leave_it_refused(tiny_hf_dir, tmp_path, capsys):
+    """A full and a --stages report at once: the second is refused (naming the first); later runs work."""
+    out, model = tmp_path / "rep", str(tiny_hf_dir)
+    flag = tmp_path / "paused"
+    first = headscope("report", model, "--out", str(out), "--stages", "model", "attention", "--no-progress",
+                      cwd=tmp_path, env={"HEADSCOPE_TEST_PAUSE": "file:index.html",
+                                         "HEADSCOPE_TEST_PAUSE_FLAG": str(flag)})
+    try:
+        deadline = time.monotonic() + 180
+        while not flag.exists():
+            assert first.poll() is None, first.stderr.read()
+            assert time.monotonic() < deadline, "the first report never reached its index page"
+            time.sleep(0.02)
+        fails(["report", model, "--out", str(out), "--stages", "model", "--no-progress"], capsys,
+              f"is being written by another headscope run (pid {first.pid}: headscope report")
+        first.send_signal(signal.SIGKILL)
+        assert first.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+        first.stderr.close()
+    ok("report", model, "--out", str(out), "--stages", "model", "--no-progress", capsys=capsys)
+    ok("report", model, "--out", str(out), "--stages", "model", "attention", "--no-progress", capsys=capsys)
+    ok("report", model, "--out", str(out), "--stages", "model", "--no-progress", capsys=capsys)
+    assert not (out / "data" / "attention.json").exists() and temporaries(out) == []
