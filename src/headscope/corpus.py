@@ -60,10 +60,11 @@ def _amount(n: int) -> str:
     return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n} bytes"
 
 
-def _too_large(what: str, path, size: int | None, limit: int) -> HeadscopeError:
+def _too_large(what: str, path, size: int | None, limit: int, fixed: bool = False) -> HeadscopeError:
     got = _amount(size) if size is not None else "more than that"
+    hint = "a fixed limit" if fixed else "raise the limit with --max-input-mb"
     return HeadscopeError(f"{what} {path} is over the input size limit: expected at most "
-                          f"{_amount(limit)}, got {got} (raise the limit with --max-input-mb)")
+                          f"{_amount(limit)}, got {got} ({hint})")
 
 
 def read_input_bytes(path: str | os.PathLike, what: str = "input file", *, limit: int | None = None) -> bytes:
@@ -74,6 +75,7 @@ def read_input_bytes(path: str | os.PathLike, what: str = "input file", *, limit
     which is opened non-blocking so a FIFO swapped in cannot hang), and a file larger
     than `limit` bytes (default :func:`max_input_bytes`).
     """
+    fixed = limit is not None and limit == CHECKPOINT_FILE_LIMIT
     limit = max_input_bytes() if limit is None else limit
     try:
         st = os.stat(path)
@@ -89,7 +91,7 @@ def read_input_bytes(path: str | os.PathLike, what: str = "input file", *, limit
         raise HeadscopeError(f"{what} {path} is {kind_of(st.st_mode)}, not a regular file; "
                              "headscope reads only regular files")
     if st.st_size > limit:
-        raise _too_large(what, path, st.st_size, limit)
+        raise _too_large(what, path, st.st_size, limit, fixed)
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
                      | getattr(os, "O_CLOEXEC", 0))
@@ -105,7 +107,7 @@ def read_input_bytes(path: str | os.PathLike, what: str = "input file", *, limit
             chunks.append(chunk)
             n += len(chunk)
             if n > limit:               # it grew while being read
-                raise _too_large(what, path, None, limit)
+                raise _too_large(what, path, None, limit, fixed)
     except OSError as e:
         raise HeadscopeError(f"cannot read {what} {path}: {e.strerror}") from None
     finally:
