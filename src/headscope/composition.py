@@ -1,0 +1,174 @@
+"""Weight-based maps between heads and through the vocabulary, as in "A Mathematical Framework".
+
+Composition scores (the Framework's definition, TransformerLens's ``all_composition_scores``)
+---------------------------------------------------------------------------------------
+For a head A of layer l_A writing W_OV^A = W_V^A W_O^A [d d] and a head B of a later
+layer l_B > l_A reading it::
+
+    score(A → B) = ‖W_OV^A · M_B‖_F / (‖W_OV^A‖_F ‖M_B‖_F)
+
+with M_B = W_Q^B W_K^Bᵀ (Q-composition: A's output feeds B's query), W_K^B W_Q^Bᵀ
+(K-composition: A's output feeds B's key) or W_V^B W_O^B (V-composition). Pairs with
+l_B ≤ l_A score 0 (as TransformerLens masks them). Every matrix is a product of two
+rank-e factors (e = d_head), so no d × d product is formed: for a factor F [d e],
+‖F X‖_F = ‖R_F X‖_F with R_F [e e] the triangular factor of F = Q R (Q orthonormal
+columns), and likewise on the right. Hence, e.g. for K-composition,
+‖W_V^A W_O^A W_K^B W_Q^Bᵀ‖_F = ‖R_V^A (W_O^A W_K^B) R_Q^Bᵀ‖_F — an e × e matrix per
+pair, W_O^A W_K^B [e e] costing e²·d. All in float64. The weights are read as given:
+``model.weights()`` (the default processing, equal to TransformerLens's) gives
+TransformerLens's figures.
+
+The Framework's copying score
+-----------------------------
+Σλ/Σ|λ| over the eigenvalues of the full OV circuit W_E W_V W_O W_U [vocab vocab] (raw
+— processed, not effective — token embeddings, every token of the vocabulary). Its
+nonzero eigenvalues are those of the e × e matrix W_O (W_U W_E) W_V (AB and BA share
+their nonzero eigenvalues, A = W_E W_V, B = W_O W_U); W_U W_E [d d] is formed once per
+model, summed over vocabulary chunks, in float64 (:func:`vocab_gram`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from jaxtyping import Float
+
+from ._html_repr import HtmlRepr
+from .weights import Weights
+
+Tensor = torch.Tensor
+MODES = ("Q", "K", "V")
+EDGES = 10          #: strongest edges listed per mode
+CHUNK = 8192        #: vocabulary rows per chunk of W_U W_E
+
+
+def _r(F: Float[Tensor, "... d e"]) -> Float[Tensor, "... e e"]:
+    """R with FᵀF = RᵀR (QR of F, float64): ‖F X‖_F = ‖R X‖_F for any X."""
+    return torch.linalg.qr(F.double(), mode="r")[1]
+
+
+def vocab_gram(weights: Weights, chunk: int = CHUNK) -> Float[Tensor, "d d"]:
+    """W_U W_E [d_model d_model] in float64, summed over vocabulary chunks (no vocab-sized float64 copy)."""
+    d = weights.cfg.d_model
+    G = torch.zeros(d, d, dtype=torch.float64)
+    for i in range(0, weights.cfg.d_vocab, chunk):
+        G += weights.W_U[:, i:i + chunk].double() @ weights.W_E[i:i + chunk].double()
+    return G
+
+
+def framework_ov_eigenvalues(weights: Weights, layer: int, gram: Tensor | None = None) -> Tensor:
+    """Eigenvalues [head e] (complex) of W_O[h] (W_U W_E) W_V[h]: the nonzero ones of W_E W_OV[h] W_U."""
+    G = vocab_gram(weights) if gram is None else gram
+    b = weights.blocks[layer]
+    GV = torch.einsum("cd,hde->hce", G, b.W_V.double())                                  # [h d e]
+    return torch.linalg.eigvals(b.W_O.double() @ GV)                                     # [h e]
+
+
+def _factors(weights: Weights):
+    """Per layer the e × e factors R of W_Q, W_K, W_V, W_Oᵀ ([L h e e] each) and W_O, W_Q, W_K, W_V [L h ...]."""
+    st = lambda name: torch.stack([getattr(b, name).double() for b in weights.blocks])  # noqa: E731
+    W_Q, W_K, W_V, W_O = st("W_Q"), st("W_K"), st("W_V"), st("W_O")                    # [L h d e] ×3, [L h e d]
+    R = {"Q": _r(W_Q), "K": _r(W_K), "V": _r(W_V), "O": _r(W_O.transpose(-1, -2))}      # [L h e e]
+    return R, {"Q": W_Q, "K": W_K, "V": W_V, "O": W_O}
+
+
+def composition_scores(weights: Weights) -> dict[str, Float[Tensor, "L h L h"]]:
+    """{mode: scores [layer_A head_A layer_B head_B]} for modes Q, K, V (module docstring); 0 where l_B ≤ l_A."""
+    cfg = weights.cfg
+    L, H = cfg.n_layers, cfg.n_heads
+    R, W = _factors(weights)
+    # ‖W_OV^A‖_F = ‖R_V R_Oᵀ‖_F ; ‖W_Q W_Kᵀ‖_F = ‖R_Q R_Kᵀ‖_F
+    n_ov = (R["V"] @ R["O"].transpose(-1, -2)).flatten(-2).norm(dim=-1)                # [L h]
+    n_qk = (R["Q"] @ R["K"].transpose(-1, -2)).flatten(-2).norm(dim=-1)                # [L h]
+    # reader B: (the matrix A's output meets, the factor on B's far side, ‖M_B‖)
+    reads = {"Q": ("Q", R["K"], n_qk), "K": ("K", R["Q"], n_qk), "V": ("V", R["O"], n_ov)}
+    out = {m: torch.zeros(L, H, L, H, dtype=torch.float64) for m in MODES}
+    for la in range(L):
+        left = R["V"][la]                                                                # [h e e]
+        for lb in range(la + 1, L):
+            for m in MODES:
+                near, far, norm_b = reads[m]
+                mid = torch.einsum("aed,bdf->abef", W["O"][la], W[near][lb])             # [hA hB e e]
+                core = left[:, None] @ mid @ far[lb][None].transpose(-1, -2)             # [hA hB e e]
+                num = core.flatten(-2).norm(dim=-1)                                      # [hA hB]
+                den = n_ov[la][:, None] * norm_b[lb][None, :]
+                out[m][la, :, lb, :] = torch.where(den > 0, num / torch.where(den > 0, den, 1.0), 0.0)
+    return out
+
+
+@dataclasses.dataclass
+class Edge:
+    mode: str
+    source: tuple[int, int]       # (layer, head) writing
+    target: tuple[int, int]       # (layer, head) reading
+    score: float
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class Composition(HtmlRepr):
+    """Q-, K-, V-composition scores of every pair of heads in different layers (module docstring)."""
+
+    fingerprint: str
+    processing: dict
+    n_layers: int
+    n_heads: int
+    scores: dict[str, list]       # mode → [L][h][L][h]
+    edges: dict[str, list[Edge]]  # mode → the strongest EDGES, descending
+    baseline: float               # 1/√d_model: the score of two unrelated (random) heads
+
+    def score(self, mode: str, source: tuple[int, int], target: tuple[int, int]) -> float:
+        return self.scores[mode][source[0]][source[1]][target[0]][target[1]]
+
+    def matrix(self, mode: str) -> list[list[float]]:
+        """[source layer·head][target layer·head] (L·h × L·h), rows the writers."""
+        L, H = self.n_layers, self.n_heads
+        s = self.scores[mode]
+        return [[s[la][ha][lb][hb] for lb in range(L) for hb in range(H)] for la in range(L) for ha in range(H)]
+
+    def to_dict(self) -> dict:
+        return {"fingerprint": self.fingerprint, "processing": self.processing, "n_layers": self.n_layers,
+                "n_heads": self.n_heads, "scores": self.scores, "baseline": self.baseline,
+                "edges": {m: [e.to_dict() for e in v] for m, v in self.edges.items()}}
+
+    def render(self) -> str:
+        lines = [f"composition scores ({self.n_layers} layers × {self.n_heads} heads; "
+                 f"random-pair baseline ≈ {self.baseline:.3f})"]
+        for m in MODES:
+            lines.append(f"{m}-composition, strongest edges:")
+            lines += [f"  L{e.source[0]}H{e.source[1]} → L{e.target[0]}H{e.target[1]}  {e.score:.4f}"
+                      for e in self.edges[m]]
+        return "\n".join(lines)
+
+
+def strongest_edges(scores: Tensor, mode: str, k: int = EDGES) -> list[Edge]:
+    """The k largest scores of [L h L h] (ties by index), as edges."""
+    L, H = scores.shape[0], scores.shape[1]
+    flat = scores.flatten()
+    k = min(k, int((flat > 0).sum()))
+    order = torch.argsort(flat, descending=True, stable=True)[:k]
+    out = []
+    for i in order.tolist():
+        la, ha, lb, hb = i // (H * L * H), (i // (L * H)) % H, (i // H) % L, i % H
+        out.append(Edge(mode, (la, ha), (lb, hb), float(flat[i])))
+    return out
+
+
+@torch.no_grad()
+def composition(model_or_weights, processing=None, k: int = EDGES) -> Composition:
+    """Composition scores of a model (processed by default) or of given weights, with the strongest edges."""
+    if isinstance(model_or_weights, Weights):
+        W, fp = model_or_weights, ""
+    else:
+        W, fp = model_or_weights.weights(processing), model_or_weights.fingerprint
+    s = composition_scores(W)
+    e, d = W.cfg.d_head, W.cfg.d_model
+    return Composition(
+        fingerprint=fp, processing=W.processing.to_dict(), n_layers=W.cfg.n_layers, n_heads=W.cfg.n_heads,
+        scores={m: s[m].tolist() for m in MODES}, edges={m: strongest_edges(s[m], m, k) for m in MODES},
+        # unrelated heads (independent, isotropic factors): E‖AB‖²_F ≈ ‖A‖²_F ‖B‖²_F / d, so ≈ 1/√d
+        baseline=float((1.0 / d) ** 0.5) if e else 0.0,
+    )
