@@ -355,3 +355,22 @@ def test_logit_diff_column_is_the_direct_computation(tiny):
     assert A.atlas(tiny, [0], n_tokens=n).rows[0].dla_logit_diff is None          # on demand only
     with pytest.raises(headscope.HeadscopeError, match="logit diff"):
         A.atlas(tiny, [0], n_tokens=n, logit_diff=(" Mrs", "Mrs. Smith's"))
+
+
+def test_composition_and_logit_diff_commands(tiny_hf_dir, tiny):
+    from headscope import composition
+
+    p = _cli("composition", str(tiny_hf_dir), "--edges", "4", "--json")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    want = composition.composition(tiny, k=4)
+    got = [(e["source"], e["target"], e["score"]) for e in d["edges"]["K"]]
+    assert [list(g[:2]) for g in got] == [[list(e.source), list(e.target)] for e in want.edges["K"]]
+    assert [g[2] for g in got] == pytest.approx([e.score for e in want.edges["K"]], rel=1e-6)
+    assert len(d["edges"]["V"]) == 4 and d["scores"]["Q"][1][0][0][0] == 0.0     # no layer-1 → layer-0 edge
+    p = _cli("atlas", str(tiny_hf_dir), "--layers", "1", "--tokens", "50", "--logit-diff", " Mrs", " Mr")
+    assert p.returncode == 0 and "DLA A−B" in p.stdout, p.stderr
+    p = _cli("atlas", str(tiny_hf_dir), "--tokens", "50", "--logit-diff", " Mrs", "Mr s")
+    assert p.returncode == 2 and p.stderr.startswith("headscope: error: logit diff") and "Traceback" not in p.stderr
+    p = _cli("composition", str(tiny_hf_dir), "--edges", "0")
+    assert p.returncode == 2 and p.stderr.startswith("headscope: error: --edges")
