@@ -113,7 +113,9 @@ Metrics (one value per head; ``None`` = not applicable, stated in the rendering)
   computed (``survey=True``, or merged from a report's survey stage).
 
 Per head the atlas also keeps the top ``EIGEN_SHOWN`` eigenvalues of S (by |λ|) and of
-the OV circuit (by modulus, [re, im]) for the head's page.
+the OV circuits (by modulus, [re, im]) for the head's page, and ``directions``: the
+singular values of W_OV and W_QK and, for their top singular directions, the frequent
+tokens each reads and writes (:func:`headscope.composition.head_directions`).
 
 Cost: one pass of the N tokens through the MLPs (the weights' dtype), then per layer
 Q, K = X̂ W_Q, X̂ W_K and W_U[:, T] X̂ (3 N d² multiply-adds) and (W_U X̂) W_V (d³), in
@@ -135,6 +137,7 @@ from . import bilinear, clustering, composition, layer0
 from ._errors import HeadscopeError
 from ._html_repr import HtmlRepr
 from .loading import Model
+from .tokenizer import to_str_tokens
 from .weights import Processing
 
 Tensor = torch.Tensor
@@ -378,6 +381,7 @@ class HeadRow:
     qk_eigenvalues: list[float] = dataclasses.field(default_factory=list)        # S, by |λ|
     ov_eigenvalues: list[list[float]] = dataclasses.field(default_factory=list)  # [re, im], by modulus
     ov_framework_eigenvalues: list[list[float]] = dataclasses.field(default_factory=list)  # [re, im]
+    directions: dict = dataclasses.field(default_factory=dict)   # composition.head_directions: SVD of W_OV, W_QK
     dla_logit_diff: float | None = None   # on demand (module docstring)
     dla_top_token: int | None = None
 
@@ -558,6 +562,7 @@ def atlas(model: Model, layers: Sequence[int] | None = None, *, n_tokens: int = 
         ov_fw = composition.framework_ov_eigenvalues(W, l, gram)                     # [h e]
         bound = W_O.flatten(1).norm(dim=1) * W_V.flatten(1).norm(dim=1)              # [h] ‖W_O‖‖W_V‖
         bound_eff, bound_fw = (bound * HX.norm()).tolist(), (bound * gram.norm()).tolist()
+        dirs = composition.head_directions(W, l, ids, lambda t: to_str_tokens(model.tokenizer, t))
         Xc = X - X.mean(0)                                                           # token-centred
         lam_c = weighted_eigenvalues(_per_head(Xc, W_Q), _per_head(Xc, W_K))         # [h 2e]
         if pair is not None:
@@ -576,7 +581,7 @@ def atlas(model: Model, layers: Sequence[int] | None = None, *, n_tokens: int = 
                 qk_negative_fraction=frac, n_negative_top=n_neg, n_eigen_top=n_top,
                 qk_self=qk_self, n_self_rows=n_rows, ov_copying_effective=copying_score(ov[h], bound_eff[h]),
                 ov_copying_framework=copying_score(ov_fw[h], bound_fw[h]), qk_negative_mass=negative_mass(lam_c[h]),
-                ov_framework_eigenvalues=_sorted_complex(ov_fw[h], EIGEN_SHOWN),
+                ov_framework_eigenvalues=_sorted_complex(ov_fw[h], EIGEN_SHOWN), directions=dirs[h],
                 dla_logit_diff=None if pair is None else _float(dla[h].mean()),
                 dla_top_token=None if pair is None else int(ids[int(dla[h].argmax())]),
                 positional_share=None if share is None else _float(share[h]),

@@ -119,6 +119,8 @@ class Composition(HtmlRepr):
     scores: dict[str, list]       # mode → [L][h][L][h]
     edges: dict[str, list[Edge]]  # mode → the strongest EDGES, descending
     baseline: float               # 1/√d_model: the score of two unrelated (random) heads
+    incoming: dict[str, list] = dataclasses.field(default_factory=dict)  # mode → [L][h] max over writers
+    outgoing: dict[str, list] = dataclasses.field(default_factory=dict)  # mode → [L][h] max over readers
 
     def score(self, mode: str, source: tuple[int, int], target: tuple[int, int]) -> float:
         return self.scores[mode][source[0]][source[1]][target[0]][target[1]]
@@ -132,6 +134,7 @@ class Composition(HtmlRepr):
     def to_dict(self) -> dict:
         return {"fingerprint": self.fingerprint, "processing": self.processing, "n_layers": self.n_layers,
                 "n_heads": self.n_heads, "scores": self.scores, "baseline": self.baseline,
+                "incoming": self.incoming, "outgoing": self.outgoing,
                 "edges": {m: [e.to_dict() for e in v] for m, v in self.edges.items()}}
 
     def render(self) -> str:
@@ -169,6 +172,62 @@ def composition(model_or_weights, processing=None, k: int = EDGES) -> Compositio
     return Composition(
         fingerprint=fp, processing=W.processing.to_dict(), n_layers=W.cfg.n_layers, n_heads=W.cfg.n_heads,
         scores={m: s[m].tolist() for m in MODES}, edges={m: strongest_edges(s[m], m, k) for m in MODES},
+        incoming={m: s[m].amax(dim=(0, 1)).tolist() for m in MODES},   # [L h]: the reader's strongest writer
+        outgoing={m: s[m].amax(dim=(2, 3)).tolist() for m in MODES},   # [L h]: the writer's strongest reader
         # unrelated heads (independent, isotropic factors): E‖AB‖²_F ≈ ‖A‖²_F ‖B‖²_F / d, so ≈ 1/√d
         baseline=float((1.0 / d) ** 0.5) if e else 0.0,
     )
+
+
+# -- per head: singular directions of W_OV and W_QK read through the vocabulary ----------------
+
+
+DIRECTIONS = 3      #: singular directions kept per circuit
+DIRECTION_TOKENS = 5  #: tokens listed at each end of a direction
+
+
+def _low_rank_svd(L: Float[Tensor, "h d e"], R: Float[Tensor, "h d e"]):
+    """SVD of L Rᵀ [h d d] (rank ≤ e) from e × e cores: (U [h d e], σ [h e], V [h d e]) with L Rᵀ = U diag σ Vᵀ."""
+    QL, RL = torch.linalg.qr(L.double())
+    QR, RR = torch.linalg.qr(R.double())
+    Uc, sig, Vhc = torch.linalg.svd(RL @ RR.transpose(-1, -2))
+    return QL @ Uc, sig, QR @ Vhc.transpose(-1, -2)
+
+
+def head_directions(weights: Weights, layer: int, ids: Tensor, tokens, k: int = DIRECTIONS,
+                    n: int = DIRECTION_TOKENS) -> list[dict]:
+    """Per head of `layer`: the singular values of W_OV = W_V W_O and W_QK = W_Q W_Kᵀ and, for the
+    top `k` singular triples (σ, u, v), the tokens of `ids` each side reads or writes.
+
+    OV: W_OV = Σ σ_i u_i v_iᵀ: a token t whose embedding W_E[t] has a large u_i component
+    (``reads``) makes the head write σ_i (W_E[t]·u_i) v_i, raising the logits of the tokens s
+    with large W_U[:, s]·v_i (``writes``); the ``-`` lists are the other end (the sign pair
+    (u, v) → (−u, −v) is the same direction). QK: W_QK = Σ σ_i u_i v_iᵀ: queries with large
+    W_E[t]·u_i score keys with large W_E[s]·v_i highly. Tokens are the given ids' (e.g. the
+    atlas's frequent tokens), read through the processed W_E and W_U. `tokens(ids)` gives
+    their strings. Float64, from e × e cores (:func:`_low_rank_svd`).
+    """
+    b = weights.blocks[layer]
+    E = weights.W_E[ids].double()                                                  # [N d]
+    Uu = weights.W_U[:, ids].double()                                              # [d N]
+    out = []
+    ov = _low_rank_svd(b.W_V.double(), b.W_O.double().transpose(-1, -2))
+    qk = _low_rank_svd(b.W_Q.double(), b.W_K.double())
+    ids = ids.tolist()
+
+    def ends(scores: Tensor) -> tuple[list[str], list[str]]:
+        top = torch.argsort(scores, descending=True, stable=True)
+        return tokens([ids[i] for i in top[:n]]), tokens([ids[i] for i in top.flip(0)[:n]])
+
+    for h in range(weights.cfg.n_heads):
+        row = {"ov_singular_values": ov[1][h].tolist(), "qk_singular_values": qk[1][h].tolist(),
+               "ov_directions": [], "qk_directions": []}
+        for i in range(min(k, ov[1].shape[-1])):
+            (r_hi, r_lo), (w_hi, w_lo) = ends(E @ ov[0][h, :, i]), ends(ov[2][h, :, i] @ Uu)
+            row["ov_directions"].append({"sigma": float(ov[1][h, i]), "reads": r_hi, "writes": w_hi,
+                                         "reads_neg": r_lo, "writes_neg": w_lo})
+            (q_hi, q_lo), (k_hi, k_lo) = ends(E @ qk[0][h, :, i]), ends(E @ qk[2][h, :, i])
+            row["qk_directions"].append({"sigma": float(qk[1][h, i]), "queries": q_hi, "keys": k_hi,
+                                         "queries_neg": q_lo, "keys_neg": k_lo})
+        out.append(row)
+    return out

@@ -216,6 +216,30 @@ class AtlasView:
 
     # -- a head's own section ------------------------------------------------------------------
 
+    def directions(self, r: dict) -> list:
+        """The head's top singular directions of W_OV and W_QK, read through the vocabulary (tables)."""
+        d = r.get("directions") or {}
+        out = []
+        if d.get("ov_directions"):
+            rows = [(f"{i + 1}", x["sigma"], _toks(x["reads"]), _toks(x["writes"]), _toks(x["reads_neg"]),
+                     _toks(x["writes_neg"])) for i, x in enumerate(d["ov_directions"])]
+            out.append(H.table(["", "σ", "reads (+)", "writes (+)", "reads (−)", "writes (−)"], rows, numeric=(1,),
+                               caption="W_OV = W_V W_O = Σ σ u vᵀ: frequent tokens whose embedding has the largest "
+                                       "(+) or most negative (−) u component, and the tokens whose unembedding "
+                                       "the head then raises (headscope.composition.head_directions)."))
+        if d.get("qk_directions"):
+            rows = [(f"{i + 1}", x["sigma"], _toks(x["queries"]), _toks(x["keys"]), _toks(x["queries_neg"]),
+                     _toks(x["keys_neg"])) for i, x in enumerate(d["qk_directions"])]
+            out.append(H.table(["", "σ", "queries (+)", "keys (+)", "queries (−)", "keys (−)"], rows, numeric=(1,),
+                               caption="W_QK = W_Q W_Kᵀ = Σ σ u vᵀ: queries along u score keys along v highly "
+                                       "(both read through the token embeddings of the frequent tokens)."))
+        if d.get("ov_singular_values"):
+            out.append(H.figure(F.spectrum_plot({"σ of W_OV": d["ov_singular_values"][:EIGEN_SHOWN],
+                                                 "σ of W_QK": d["qk_singular_values"][:EIGEN_SHOWN]}, width=420,
+                                                height=260, title=f"{_name(r)}: singular values", ylabel="σ"),
+                                "Singular values of the head's OV and QK matrices (largest first)."))
+        return out
+
     def head_section(self, r: dict) -> H.Safe:
         name = _name(r)
         kv = H.kv_table([
@@ -247,7 +271,11 @@ class AtlasView:
         back = H.Safe('<p class="crumbs">') + H.link(H.rel(head_page(r["layer"], r["head"]), ATLAS_PAGE) +
                                                       f"#grid-qk_self", "← the atlas") + H.Safe("</p>") \
             if self.links else H.Safe("")
-        return H.section("Atlas: the head from its weights", H.join([kv, H.grid(figs), back]))
+        return H.section("Atlas: the head from its weights", H.join([kv, H.grid(figs), *self.directions(r), back]))
+
+
+def _toks(ts: list[str]) -> str:
+    return " ".join(repr(t) for t in ts)
 
 
 def search_entries(rows: list[dict], results: dict) -> list[tuple[str, str, str]]:
