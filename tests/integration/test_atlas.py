@@ -3,6 +3,7 @@ checkpoints whose statistics were not chosen for it (hub-layout random weights, 
 
 from __future__ import annotations
 
+import html
 import importlib
 import json
 import math
@@ -300,6 +301,13 @@ def test_atlas_page_grids_tooltips_and_links(atlas_report, planted3_model):
     assert ["L2H3", search[names.index("L2H3")][1], "heads/L2H3.html"] in search
     head = (out / "heads/L2H7.html").read_text()
     assert "Atlas: the head from its weights" in head and 'href="../atlas.html#grid-qk_self"' in head
+    # the head's singular directions, read through the vocabulary: the copying head reads and writes the same
+    # tokens, the copy-suppression head writes (−) what it reads (+)
+    for name, writes in (("L2H3", "writes"), ("L2H7", "writes_neg")):
+        d = next(r for r in data["rows"] if f"L{r['layer']}H{r['head']}" == name)["directions"]["ov_directions"][0]
+        assert d["reads"] == d[writes], (name, d)
+        page = (out / f"heads/{name}.html").read_text()
+        assert "reads (+)" in page and "queries (+)" in page and html.escape(repr(d["reads"][0])) in page
     index = (out / "index.html").read_text()
     assert 'href="atlas.html"' in index and len(re.findall(r'class="cell"', index)) == 2 * len(names)
 
