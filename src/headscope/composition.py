@@ -43,9 +43,17 @@ EDGES = 10          #: strongest edges listed per mode
 CHUNK = 8192        #: vocabulary rows per chunk of W_U W_E
 
 
+def _one_thread():
+    """headscope.atlas.small_matrices: one torch thread for many small decompositions (far faster)."""
+    from .atlas import small_matrices
+
+    return small_matrices()
+
+
 def _r(F: Float[Tensor, "... d e"]) -> Float[Tensor, "... e e"]:
     """R with FᵀF = RᵀR (QR of F, float64): ‖F X‖_F = ‖R X‖_F for any X."""
-    return torch.linalg.qr(F.double(), mode="r")[1]
+    with _one_thread():
+        return torch.linalg.qr(F.double(), mode="r")[1]
 
 
 def vocab_gram(weights: Weights, chunk: int = CHUNK) -> Float[Tensor, "d d"]:
@@ -62,7 +70,8 @@ def framework_ov_eigenvalues(weights: Weights, layer: int, gram: Tensor | None =
     G = vocab_gram(weights) if gram is None else gram
     b = weights.blocks[layer]
     GV = torch.einsum("cd,hde->hce", G, b.W_V.double())                                  # [h d e]
-    return torch.linalg.eigvals(b.W_O.double() @ GV)                                     # [h e]
+    with _one_thread():
+        return torch.linalg.eigvals(b.W_O.double() @ GV)                                 # [h e]
 
 
 def _factors(weights: Weights):
@@ -188,9 +197,10 @@ DIRECTION_TOKENS = 5  #: tokens listed at each end of a direction
 
 def _low_rank_svd(L: Float[Tensor, "h d e"], R: Float[Tensor, "h d e"]):
     """SVD of L Rᵀ [h d d] (rank ≤ e) from e × e cores: (U [h d e], σ [h e], V [h d e]) with L Rᵀ = U diag σ Vᵀ."""
-    QL, RL = torch.linalg.qr(L.double())
-    QR, RR = torch.linalg.qr(R.double())
-    Uc, sig, Vhc = torch.linalg.svd(RL @ RR.transpose(-1, -2))
+    with _one_thread():
+        QL, RL = torch.linalg.qr(L.double())
+        QR, RR = torch.linalg.qr(R.double())
+        Uc, sig, Vhc = torch.linalg.svd(RL @ RR.transpose(-1, -2))
     return QL @ Uc, sig, QR @ Vhc.transpose(-1, -2)
 
 
