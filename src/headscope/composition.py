@@ -74,35 +74,37 @@ def framework_ov_eigenvalues(weights: Weights, layer: int, gram: Tensor | None =
         return torch.linalg.eigvals(b.W_O.double() @ GV)                                 # [h e]
 
 
-def _factors(weights: Weights):
-    """Per layer the e × e factors R of W_Q, W_K, W_V, W_Oᵀ ([L h e e] each) and W_O, W_Q, W_K, W_V [L h ...]."""
+def composition_scores(weights: Weights, max_elements: int = 1 << 24) -> dict[str, Float[Tensor, "L h L h"]]:
+    """{mode: scores [layer_A head_A layer_B head_B]} for modes Q, K, V (module docstring); 0 where l_B ≤ l_A.
+
+    With R_X the e × e factor of W_X (and R_O that of W_Oᵀ): the writer's left factor
+    P_A = R_V^A W_O^A [e d]; the reader's right factor W_Q R_Kᵀ (Q), W_K R_Qᵀ (K) or
+    W_V R_Oᵀ (V) [d e]; the numerator is ‖P_A · right_B‖_F. All writers of the layers below
+    a reader layer meet its heads in one matrix product ([writers·e d] @ [d heads·e]),
+    chunked to at most `max_elements` entries.
+    """
+    cfg = weights.cfg
+    L, H, e = cfg.n_layers, cfg.n_heads, cfg.d_head
     st = lambda name: torch.stack([getattr(b, name).double() for b in weights.blocks])  # noqa: E731
     W_Q, W_K, W_V, W_O = st("W_Q"), st("W_K"), st("W_V"), st("W_O")                    # [L h d e] ×3, [L h e d]
     R = {"Q": _r(W_Q), "K": _r(W_K), "V": _r(W_V), "O": _r(W_O.transpose(-1, -2))}      # [L h e e]
-    return R, {"Q": W_Q, "K": W_K, "V": W_V, "O": W_O}
-
-
-def composition_scores(weights: Weights) -> dict[str, Float[Tensor, "L h L h"]]:
-    """{mode: scores [layer_A head_A layer_B head_B]} for modes Q, K, V (module docstring); 0 where l_B ≤ l_A."""
-    cfg = weights.cfg
-    L, H = cfg.n_layers, cfg.n_heads
-    R, W = _factors(weights)
-    # ‖W_OV^A‖_F = ‖R_V R_Oᵀ‖_F ; ‖W_Q W_Kᵀ‖_F = ‖R_Q R_Kᵀ‖_F
-    n_ov = (R["V"] @ R["O"].transpose(-1, -2)).flatten(-2).norm(dim=-1)                # [L h]
-    n_qk = (R["Q"] @ R["K"].transpose(-1, -2)).flatten(-2).norm(dim=-1)                # [L h]
-    # reader B: (the matrix A's output meets, the factor on B's far side, ‖M_B‖)
-    reads = {"Q": ("Q", R["K"], n_qk), "K": ("K", R["Q"], n_qk), "V": ("V", R["O"], n_ov)}
+    T = lambda x: x.transpose(-1, -2)  # noqa: E731
+    n_ov = (R["V"] @ T(R["O"])).flatten(-2).norm(dim=-1)                                 # [L h] ‖W_V W_O‖_F
+    n_qk = (R["Q"] @ T(R["K"])).flatten(-2).norm(dim=-1)                                 # [L h] ‖W_Q W_Kᵀ‖_F
+    left = R["V"] @ W_O                                                                  # [L h e d]
+    right = {"Q": (W_Q @ T(R["K"]), n_qk), "K": (W_K @ T(R["Q"]), n_qk), "V": (W_V @ T(R["O"]), n_ov)}
     out = {m: torch.zeros(L, H, L, H, dtype=torch.float64) for m in MODES}
-    for la in range(L):
-        left = R["V"][la]                                                                # [h e e]
-        for lb in range(la + 1, L):
-            for m in MODES:
-                near, far, norm_b = reads[m]
-                mid = torch.einsum("aed,bdf->abef", W["O"][la], W[near][lb])             # [hA hB e e]
-                core = left[:, None] @ mid @ far[lb][None].transpose(-1, -2)             # [hA hB e e]
-                num = core.flatten(-2).norm(dim=-1)                                      # [hA hB]
-                den = n_ov[la][:, None] * norm_b[lb][None, :]
-                out[m][la, :, lb, :] = torch.where(den > 0, num / torch.where(den > 0, den, 1.0), 0.0)
+    step = max(1, max_elements // (H * e * H * e))                                       # writer layers per product
+    for lb in range(1, L):
+        for m in MODES:
+            fac, norm_b = right[m]
+            Rb = fac[lb].permute(1, 0, 2).reshape(cfg.d_model, H * e)                     # [d hB·e]
+            for la0 in range(0, lb, step):
+                la1 = min(lb, la0 + step)
+                C = left[la0:la1].reshape(-1, cfg.d_model) @ Rb                          # [n·hA·e hB·e]
+                num = C.view(la1 - la0, H, e, H, e).square().sum((2, 4)).sqrt()           # [n hA hB]
+                den = n_ov[la0:la1, :, None] * norm_b[lb][None, None, :]
+                out[m][la0:la1, :, lb, :] = torch.where(den > 0, num / torch.where(den > 0, den, 1.0), 0.0)
     return out
 
 

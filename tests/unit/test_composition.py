@@ -47,6 +47,8 @@ def test_composition_scores_equal_the_d_by_d_definition():
                             assert got == pytest.approx(_direct(W, mode, la, ha, lb, hb), rel=1e-10)
     # Q and K differ (the reader's two sides), so a swap of conventions is caught
     assert not torch.allclose(s["Q"], s["K"])
+    chunked = C.composition_scores(W, max_elements=1)                                # one writer layer per product
+    assert all(torch.equal(chunked[m], s[m]) for m in C.MODES)
 
 
 def test_a_planted_k_composition_is_the_strongest_edge_and_random_pairs_sit_at_one_over_root_d():
