@@ -136,12 +136,6 @@ class Composition(HtmlRepr):
     def score(self, mode: str, source: tuple[int, int], target: tuple[int, int]) -> float:
         return self.scores[mode][source[0]][source[1]][target[0]][target[1]]
 
-    def matrix(self, mode: str) -> list[list[float]]:
-        """[source layer·head][target layer·head] (L·h × L·h), rows the writers."""
-        L, H = self.n_layers, self.n_heads
-        s = self.scores[mode]
-        return [[s[la][ha][lb][hb] for lb in range(L) for hb in range(H)] for la in range(L) for ha in range(H)]
-
     def to_dict(self) -> dict:
         return {"fingerprint": self.fingerprint, "processing": self.processing, "n_layers": self.n_layers,
                 "n_heads": self.n_heads, "scores": self.scores, "baseline": self.baseline,
