@@ -599,9 +599,10 @@ def atlas(model: Model, layers: Sequence[int] | None = None, *, n_tokens: int = 
         spec={"n_tokens": N, "frequency": "corpus" if corpus else "bpe-merge-order", "top": TOP,
               "rel_tol": REL_TOL, "silent": SILENT, "window": P, "seed": SEED, "prompts": PROMPTS,
               "embeddings": "full", "embedding_dtype": str(W.dtype).replace("torch.", ""), "metric_dtype": "float64",
-              "eigen_shown": EIGEN_SHOWN, "logit_diff": None if pair is None else
-              {"tokens": list(logit_diff), "ids": pair[0]}},
+              "eigen_shown": EIGEN_SHOWN},
     )
+    if pair is not None:
+        result.spec["logit_diff"] = {"tokens": list(logit_diff), "ids": pair[0]}
     result.add_kernel_categories(categories)
     if survey:
         from .survey import survey as run_survey

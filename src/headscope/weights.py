@@ -61,11 +61,6 @@ class Processing:
     fold_value_biases: bool = False
     center_reading_weights: bool = False
 
-    def __post_init__(self):
-        if self.center_reading_weights and not self.fold_ln:
-            raise HeadscopeError("processing: center_reading_weights needs fold_ln (only a folded LayerNorm's "
-                                 "output lies in 1⊥, which makes the centring exact)")
-
     @classmethod
     def default(cls) -> "Processing":
         """The processing the seed studies assume: TransformerLens' defaults, tensor for tensor."""
@@ -310,6 +305,9 @@ def process(
     wrong thing).
     """
     processing = processing or Processing.default()
+    if processing.center_reading_weights and not processing.fold_ln:
+        raise HeadscopeError("processing: center_reading_weights needs fold_ln (only a folded LayerNorm's "
+                             "output lies in 1⊥, which makes the centring exact)")
     if weights.processing != Processing.none():
         raise HeadscopeError(
             f"weights are already processed ({weights.processing.label()}); process raw weights"

@@ -90,4 +90,4 @@ def test_default_centres_the_readers_as_transformer_lens(tiny):
     lu = headscope.run_with_cache(u, tokens, names=["logits"]).logits.log_softmax(-1)
     torch.testing.assert_close(lc, lu, atol=2e-5, rtol=1e-5)
     with pytest.raises(HeadscopeError, match="needs fold_ln"):
-        Processing(center_reading_weights=True)
+        headscope.process(tiny.raw, Processing(center_reading_weights=True))
