@@ -32,6 +32,25 @@ Metrics (one value per head; ``None`` = not applicable, stated in the rendering)
   U = [P W_Q, P W_K] [d 2e]; its nonzero eigenvalues are those of R M_S Rᵀ [2e 2e] for
   UᵀU = RᵀR (R from U's QR) (nonzero eigenvalues of AB and BA agree: take A = U, B = M_S Uᵀ, then
   A = M_S Rᵀ, B = R). No d × d eigen-decomposition is needed.
+  It carries no information for small heads: S = sym(W_Q W_Kᵀ) has rank ≤ 2e, and
+  generically d_head positive and d_head negative nonzero eigenvalues (Sylvester's law
+  of inertia: S = U M_S Uᵀ and M_S has inertia (e, e, 0)), so whenever 2·d_head ≤ TOP
+  the fraction is exactly 0.5 for every head of full rank; at GPT-2-small's shape
+  (2e = 128 > 64) it reads 0.484–0.516 on the 144 random heads of a GPT-2-small-shaped
+  checkpoint. ``qk_negative_mass`` is the
+  column that separates.
+
+``qk_negative_mass``  Σ_{λ<0} |λ| / Σ |λ| over the eigenvalues λ of the token-token form
+  X̃ S X̃ᵀ [N N], X̃ = X̂ − mean_t x̂_t the token-centred effective embeddings: the
+  negative eigenvalues of S weighted by how much of the vocabulary's variance each
+  reads (its eigenvalues are those of Σ^½ S Σ^½, Σ = X̃ᵀX̃). Equals (1 − tr(X̃ S X̃ᵀ)/Σ|λ|)/2.
+  A head whose scores ignore token identity on the self diagonal gives ≈ 0.5 (the
+  signs of a random S's weighted eigenvalues balance: measured 0.481–0.523 over the
+  144 heads of a random GPT-2-small-shaped checkpoint); towards 1 a token scores itself below its
+  typical key (self-suppression, seed 002's L1H5); towards 0 it attends to itself.
+  Centring removes the common component of the vocabulary, which adds a large rank-one
+  term unrelated to token identity (uncentred, random heads spread 0.41–0.63). From
+  R M_S Rᵀ [2e 2e] with [X̃ W_Q, X̃ W_K] = Q R, as for qk_symmetry. None when S reads nothing.
 
 ``qk_self``  mean over the N tokens of the standardised self score
   z_t = (s_tt − mean_s s_ts) / std_s s_ts, the diagonal entry of row t of the head's
@@ -44,14 +63,37 @@ Metrics (one value per head; ``None`` = not applicable, stated in the rendering)
   0/0, undefined: such rows are left out of the mean (``n_self_rows`` counts the rest;
   None when no row is left).
 
-``ov_copying``  the copying score of "A Mathematical Framework for Transformer
-  Circuits": Σ_i λ_i / Σ_i |λ_i| over the eigenvalues of the OV circuit
-  M = X̂ W_V[h] W_O[h] W_U[:, T] [N N] (the logit change of every token of T when the
-  head attends to every token of T; W_U processed: final LN folded, centred). In
-  [−1, 1]: +1 copies (positive eigenvalues), −1 suppresses copying (negative ones,
-  e.g. GPT-2's L10H7). M has rank ≤ e: its nonzero eigenvalues are those of the
-  e × e matrix W_O[h] (W_U[:, T] X̂) W_V[h] (AB vs BA with A = X̂ W_V, B = W_O W_U[:, T]);
-  W_U[:, T] X̂ [d d] is formed once per layer. None when M = 0.
+``ov_copying_framework``  the copying score of "A Mathematical Framework for Transformer
+  Circuits": Σ_i λ_i / Σ_i |λ_i| over the eigenvalues of the full OV circuit
+  W_E W_V[h] W_O[h] W_U [vocab vocab] — every token, the (processed) token embeddings
+  W_E as the head's input, no LayerNorm, no positions, no earlier blocks. Its nonzero
+  eigenvalues are those of W_O[h] (W_U W_E) W_V[h] [e e]
+  (:func:`headscope.composition.framework_ov_eigenvalues`; W_U W_E formed once per
+  model). In [−1, 1]: +1 copies, −1 suppresses copying. TransformerLens users get this
+  figure from ``model.OV`` and ``W_E``/``W_U``.
+
+``ov_copying_effective``  the same score over what the head actually reads in the
+  atlas's model of the residual stream: the eigenvalues of M = X̂ W_V[h] W_O[h] W_U[:, T]
+  [N N] (the logit change of every token of T when the head attends to every token of
+  T; W_U processed: final LN folded, centred). M has rank ≤ e: its nonzero eigenvalues
+  are those of the e × e matrix W_O[h] (W_U[:, T] X̂) W_V[h] (AB vs BA with A = X̂ W_V,
+  B = W_O W_U[:, T]); W_U[:, T] X̂ [d d] is formed once per layer. None when M = 0
+  (both columns: every |λ| ≤ REL_TOL · ‖W_O‖_F ‖middle‖_F ‖W_V‖_F, its rounding).
+
+  When they differ: for a layer-0 head X̂ is LN1(W_E + mean W_pos), close to W_E up to
+  a per-token scale, so the two agree; for deeper heads x̂_t carries what the MLPs and
+  attention of earlier blocks add to the token (GPT-2's MLP0 rewrites the embedding
+  almost entirely), which the Framework's score ignores, and the effective score reads
+  only the N frequent tokens, not the whole vocabulary (rare tokens, many of them
+  glitch tokens, weigh equally in the Framework's trace). On a trained model the two can
+  disagree in sign; on the planted copying (2.3) and copy-suppression (2.7) heads, whose
+  OV acts on the free block every token carries unchanged, both are ±1.
+
+``dla_logit_diff``  (on demand: ``logit_diff=(A, B)``, CLI ``--logit-diff A B``) direct
+  logit attribution of the head's OV circuit to the token pair from weights: the mean
+  over the N frequent tokens t of x̂_t W_V[h] W_O[h] (W_U[:, A] − W_U[:, B]) — the
+  logit difference A − B the head adds when it attends with weight one to a typical
+  token; the token with the largest such value is kept as ``dla_top_token``.
 
 ``positional_share``  Σ_rows Var_i(position part) / Σ_rows (Var_i(position part) +
   Var_i(content part)) of the head's scores on a window of ``WINDOW`` tokens drawn
@@ -72,7 +114,9 @@ Metrics (one value per head; ``None`` = not applicable, stated in the rendering)
   computed (``survey=True``, or merged from a report's survey stage).
 
 Per head the atlas also keeps the top ``EIGEN_SHOWN`` eigenvalues of S (by |λ|) and of
-the OV circuit (by modulus, [re, im]) for the head's page.
+the OV circuits (by modulus, [re, im]) for the head's page, and ``directions``: the
+singular values of W_OV and W_QK and, for their top singular directions, the frequent
+tokens each reads and writes (:func:`headscope.composition.head_directions`).
 
 Cost: one pass of the N tokens through the MLPs (the weights' dtype), then per layer
 Q, K = X̂ W_Q, X̂ W_K and W_U[:, T] X̂ (3 N d² multiply-adds) and (W_U X̂) W_V (d³), in
@@ -90,10 +134,11 @@ import numpy as np
 import torch
 from jaxtyping import Float
 
-from . import bilinear, clustering, layer0
+from . import bilinear, clustering, composition, layer0
 from ._errors import HeadscopeError
 from ._html_repr import HtmlRepr
 from .loading import Model
+from .tokenizer import to_str_tokens
 from .weights import Processing
 
 Tensor = torch.Tensor
@@ -110,14 +155,23 @@ PROMPTS = 32           #: category prompts whose mean attention outputs enter th
 #: metric → (short label, what it means); the order of the report's grids
 METRICS = {
     "qk_self": ("self score z", "mean standardised score of a token for itself (negative: self-suppression)"),
-    "ov_copying": ("OV copying", "Σλ/Σ|λ| of the OV circuit W_E W_OV W_U (negative: copy suppression)"),
+    "ov_copying_effective": ("OV copying (effective)",
+                             "Σλ/Σ|λ| of the OV circuit over the N frequent tokens' effective embeddings "
+                             "(negative: copy suppression)"),
+    "ov_copying_framework": ("OV copying (Framework)",
+                             "Σλ/Σ|λ| of the full OV circuit W_E W_OV W_U over the whole vocabulary"),
+    "qk_negative_mass": ("negative λ mass", "Σ|λ<0|/Σ|λ| of sym(W_QK) over token-centred effective embeddings "
+                                             "(0.5 random, → 1 self-suppression)"),
     "qk_symmetry": ("QK symmetry", "‖sym‖/(‖sym‖+‖skew‖) of W_QK over effective embeddings"),
-    "qk_negative_fraction": ("negative λ share", "share of negative eigenvalues among the top 64 of sym(W_QK)"),
+    "qk_negative_fraction": ("negative λ share", "share of negative eigenvalues among the top 64 of sym(W_QK) "
+                                                 "(exactly 0.5 when 2·d_head ≤ 64: Sylvester's inertia)"),
     "positional_share": ("positional share", "share of score variance from position rather than content"),
     "semantic_loss": ("semantic loss", "the survey's semantic loss (lower: more semantic)"),
 }
-SIGNED = {"qk_self", "ov_copying"}                       #: metrics with a meaningful sign
-UNIT = {"qk_symmetry", "qk_negative_fraction", "positional_share"}   #: metrics in [0, 1]
+SIGNED = {"qk_self", "ov_copying_effective", "ov_copying_framework", "dla_logit_diff"}  #: metrics with a sign
+UNIT = {"qk_symmetry", "qk_negative_fraction", "qk_negative_mass", "positional_share"}   #: metrics in [0, 1]
+#: on demand only (atlas(logit_diff=…)): not a grid unless computed
+OPTIONAL = {"dla_logit_diff": ("logit diff (DLA)", "mean over frequent tokens of x̂ W_OV (W_U[A] − W_U[B])")}
 
 
 # -- the metrics of one head (small matrices only; see the module docstring) ----------------
@@ -227,10 +281,34 @@ def low_rank_eigenvalues(A: Float[Tensor, "... n e"], B: Float[Tensor, "... e n"
         return torch.linalg.eigvals(BA)
 
 
-def copying_score(eigenvalues: Tensor) -> float | None:
-    """Σ λ / Σ |λ| (real: the trace over the total modulus), None when every λ is 0."""
+def copying_score(eigenvalues: Tensor, scale: float = 0.0, rel_tol: float = REL_TOL) -> float | None:
+    """Σ λ / Σ |λ| (real: the trace over the total modulus), None when every λ is 0.
+
+    ``scale`` (e.g. ‖W_O‖_F ‖W_U W_E‖_F ‖W_V‖_F, a bound on every |λ|): eigenvalues all at
+    most rel_tol · scale are rounding of an OV circuit that is zero (e.g. a head writing
+    where no unembedding reads, whose W_O·1 = 0 holds only to float rounding) — None.
+    """
     total = float(eigenvalues.abs().sum())
-    return None if total == 0.0 else float(eigenvalues.real.sum()) / total
+    if total == 0.0 or float(eigenvalues.abs().max()) <= rel_tol * scale:
+        return None
+    return float(eigenvalues.real.sum()) / total
+
+
+def weighted_eigenvalues(q: Float[Tensor, "... n e"], k: Float[Tensor, "... n e"]) -> Float[Tensor, "... r"]:
+    """The (at most 2e) nonzero eigenvalues of sym(q kᵀ) [n n], from R M_S Rᵀ with [q k] = Q R (float64)."""
+    R = column_factor(torch.cat([q, k], dim=-1))                                   # [... 2e 2e]
+    M_S, _ = _pair_forms(q.shape[-1])
+    A = R @ M_S @ R.transpose(-1, -2)
+    with small_matrices():
+        return torch.linalg.eigvalsh((A + A.transpose(-1, -2)) / 2)
+
+
+def negative_mass(lam: Float[Tensor, "r"], rel_tol: float = REL_TOL) -> float | None:
+    """Σ_{λ<0} |λ| / Σ |λ| (eigenvalues with |λ| ≤ rel_tol · max|λ| dropped), None when every λ is 0."""
+    if lam.numel() == 0 or float(lam.abs().max()) == 0.0:
+        return None
+    lam = lam[lam.abs() > rel_tol * float(lam.abs().max())]
+    return float((-lam).clamp_min(0).sum() / lam.abs().sum())
 
 
 def positional_share(content: Float[Tensor, "... q k"], position: Float[Tensor, "... q k"]) -> Tensor:
@@ -295,12 +373,18 @@ class HeadRow:
     n_eigen_top: int                   # nonzero eigenvalues among the top TOP of S
     qk_self: float | None
     n_self_rows: int                   # tokens whose self score is defined (module docstring)
-    ov_copying: float | None
+    ov_copying_effective: float | None
+    ov_copying_framework: float | None
+    qk_negative_mass: float | None
     positional_share: float | None
     kernel_category: str | None = None
     semantic_loss: float | None = None
     qk_eigenvalues: list[float] = dataclasses.field(default_factory=list)        # S, by |λ|
     ov_eigenvalues: list[list[float]] = dataclasses.field(default_factory=list)  # [re, im], by modulus
+    ov_framework_eigenvalues: list[list[float]] = dataclasses.field(default_factory=list)  # [re, im]
+    directions: dict = dataclasses.field(default_factory=dict)   # composition.head_directions: SVD of W_OV, W_QK
+    dla_logit_diff: float | None = None   # on demand (module docstring)
+    dla_top_token: int | None = None
 
     @property
     def name(self) -> str:
@@ -353,22 +437,25 @@ class Atlas(HtmlRepr):
     def render(self) -> str:
         def f(x, w=8, p=3):
             return f"{'n/a':>{w}}" if x is None else f"{x:>{w}.{p}f}"
-        lines = [f"{'head':>6}  {'self z':>8}  {'copying':>8}  {'symm':>8}  {'neg λ':>8}  {'pos':>8}  "
-                 f"{'kernel':<15}  {'sem loss':>8}"]
+        lines = [f"{'head':>6}  {'self z':>8}  {'copy eff':>8}  {'copy FW':>8}  {'symm':>8}  {'neg λ':>8}  "
+                 f"{'neg mass':>8}  {'pos':>8}  {'kernel':<15}  {'sem loss':>8}"
+                 + (f"  {'DLA A−B':>8}" if self.spec.get("logit_diff") else "")]
         for r in self.rows:
-            lines.append(f"{r.layer:>3}.{r.head:<2}  {f(r.qk_self)}  {f(r.ov_copying)}  {f(r.qk_symmetry)}  "
-                         f"{f(r.qk_negative_fraction)}  {f(r.positional_share)}  {(r.kernel_category or '—'):<15}  "
-                         f"{f(r.semantic_loss)}")
+            lines.append(f"{r.layer:>3}.{r.head:<2}  {f(r.qk_self)}  {f(r.ov_copying_effective)}  "
+                         f"{f(r.ov_copying_framework)}  {f(r.qk_symmetry)}  {f(r.qk_negative_fraction)}  "
+                         f"{f(r.qk_negative_mass)}  {f(r.positional_share)}  {(r.kernel_category or '—'):<15}  "
+                         f"{f(r.semantic_loss)}" + (f"  {f(r.dla_logit_diff)}" if self.spec.get("logit_diff") else ""))
         for l in self.layers:
             rows = [r for r in self.rows if r.layer == l and r.qk_self is not None]
             if rows:
                 low = min(rows, key=lambda r: r.qk_self)
                 lines.append(f"layer {l}: most negative self score {low.name} ({low.qk_self:.3f})")
-        cop = [r for r in self.rows if r.ov_copying is not None]
-        if cop:
-            hi, lo = max(cop, key=lambda r: r.ov_copying), min(cop, key=lambda r: r.ov_copying)
-            lines.append(f"largest OV copying {hi.name} ({hi.ov_copying:.3f}); most negative {lo.name} "
-                         f"({lo.ov_copying:.3f})")
+        for col in ("ov_copying_effective", "ov_copying_framework"):
+            cop = [r for r in self.rows if getattr(r, col) is not None]
+            if cop:
+                hi, lo = max(cop, key=lambda r: getattr(r, col)), min(cop, key=lambda r: getattr(r, col))
+                lines.append(f"{col}: largest {hi.name} ({getattr(hi, col):.3f}); most negative {lo.name} "
+                             f"({getattr(lo, col):.3f})")
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -404,11 +491,12 @@ def _kernel_categories(model: Model, view, c: float) -> tuple[dict[int, str], st
 @torch.no_grad()
 def atlas(model: Model, layers: Sequence[int] | None = None, *, n_tokens: int = DEFAULT_TOKENS,
           corpus: str | Path | None = None, kernels: bool = True, survey: bool = False,
-          processing: Processing | None = None, progress=None) -> Atlas:
+          processing: Processing | None = None, logit_diff: tuple[str, str] | None = None,
+          progress=None) -> Atlas:
     """One row per head of `layers` (default: every layer) from the weights (module docstring).
 
     ``kernels`` adds layer 0's kernel categories, ``survey`` runs the semantic-head survey
-    for its loss. ``progress``, if given, has ``set_total(n)`` and ``update()`` (called per layer).
+    for its loss, ``logit_diff`` = (A, B) (two strings, each one token) the dla_logit_diff column. ``progress``, if given, has ``set_total(n)`` and ``update()`` (called per layer).
     """
     cfg = model.cfg
     layers = _check_layers(cfg, layers)
@@ -432,6 +520,8 @@ def atlas(model: Model, layers: Sequence[int] | None = None, *, n_tokens: int = 
     P = min(WINDOW, cfg.n_ctx)
     win = torch.from_numpy(rng.integers(0, N, size=P))                               # indices into freq
     W_U = W.W_U[:, ids].to("cpu", torch.float64)                                     # [d N]
+    gram = composition.vocab_gram(W)                                                 # [d d] W_U W_E
+    pair = None if logit_diff is None else _logit_diff_direction(model, W, logit_diff)  # (ids, [d])
 
     pos_l0, categories = None, {}
     if 0 in layers:
@@ -470,6 +560,15 @@ def atlas(model: Model, layers: Sequence[int] | None = None, *, n_tokens: int = 
         lam = lam / s                                                                # [h 2e], logit units
         HX = W_U @ X                                                                 # [d d] = W_U[:, T] X̂
         ov = low_rank_eigenvalues(_per_head(HX, W_V), W_O)                           # [h e]
+        ov_fw = composition.framework_ov_eigenvalues(W, l, gram)                     # [h e]
+        bound = W_O.flatten(1).norm(dim=1) * W_V.flatten(1).norm(dim=1)              # [h] ‖W_O‖‖W_V‖
+        bound_eff, bound_fw = (bound * HX.norm()).tolist(), (bound * gram.norm()).tolist()
+        dirs = composition.head_directions(W, l, ids, lambda t: to_str_tokens(model.tokenizer, t))
+        Xc = X - X.mean(0)                                                           # token-centred
+        lam_c = weighted_eigenvalues(_per_head(Xc, W_Q), _per_head(Xc, W_K))         # [h 2e]
+        if pair is not None:
+            dla = _per_head(X, W_V) @ (W_O @ pair[1])[..., None]                     # [h N 1]
+            dla = dla[..., 0]                                                        # [h N]
         if l == 0:
             share = pos_l0
         else:
@@ -481,7 +580,11 @@ def atlas(model: Model, layers: Sequence[int] | None = None, *, n_tokens: int = 
                 layer=l, head=h, qk_symmetry=symmetry_ratio(float(sym[h]), float(skew[h])),
                 qk_sym_rms=float(sym[h]) / (N * s), qk_skew_rms=float(skew[h]) / (N * s),
                 qk_negative_fraction=frac, n_negative_top=n_neg, n_eigen_top=n_top,
-                qk_self=qk_self, n_self_rows=n_rows, ov_copying=copying_score(ov[h]),
+                qk_self=qk_self, n_self_rows=n_rows, ov_copying_effective=copying_score(ov[h], bound_eff[h]),
+                ov_copying_framework=copying_score(ov_fw[h], bound_fw[h]), qk_negative_mass=negative_mass(lam_c[h]),
+                ov_framework_eigenvalues=_sorted_complex(ov_fw[h], EIGEN_SHOWN), directions=dirs[h],
+                dla_logit_diff=None if pair is None else _float(dla[h].mean()),
+                dla_top_token=None if pair is None else int(ids[int(dla[h].argmax())]),
                 positional_share=None if share is None else _float(share[h]),
                 qk_eigenvalues=lam[h][:EIGEN_SHOWN].tolist(), ov_eigenvalues=_sorted_complex(ov[h], EIGEN_SHOWN),
             ))
@@ -498,6 +601,8 @@ def atlas(model: Model, layers: Sequence[int] | None = None, *, n_tokens: int = 
               "embeddings": "full", "embedding_dtype": str(W.dtype).replace("torch.", ""), "metric_dtype": "float64",
               "eigen_shown": EIGEN_SHOWN},
     )
+    if pair is not None:
+        result.spec["logit_diff"] = {"tokens": list(logit_diff), "ids": pair[0]}
     result.add_kernel_categories(categories)
     if survey:
         from .survey import survey as run_survey
@@ -505,6 +610,14 @@ def atlas(model: Model, layers: Sequence[int] | None = None, *, n_tokens: int = 
         res = run_survey(model, layers, processing=processing)
         result.add_semantic_loss({(r.layer, r.head): r.semantic_loss for r in res.rows})
     return result
+
+
+def _logit_diff_direction(model: Model, W, pair: tuple[str, str]) -> tuple[list[int], Tensor]:
+    """([id_A, id_B], W_U[:, A] − W_U[:, B] float64 [d]); each string must be exactly one token."""
+    if len(pair) != 2:
+        raise HeadscopeError(f"logit diff: expected two tokens, got {len(pair)}")
+    ids = [layer0.token_id(model, text, "logit diff") for text in pair]
+    return ids, (W.W_U[:, ids[0]].double() - W.W_U[:, ids[1]].double()).cpu()
 
 
 def _positional_share_deep(X: Tensor, sigma: Tensor, win: Tensor, W_pos: Tensor, ln1_w: Tensor, W_Q: Tensor,

@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "head": ("head", "QK bilinear form, eigenvalues and token clusters of one head"),
     "steer": ("steer", "scale a head's QK eigenvalues and write the steered checkpoint"),
     "atlas": ("atlas", "every head from its weights: QK symmetry, self score, OV copying, positional share"),
+    "composition": ("composition", "Q-, K-, V-composition scores of every pair of heads, strongest edges"),
     "reproduce": ("reproduce", "measure the seed studies' claims on a model: published vs measured, pass/fail"),
     "report": ("report", "write a self-contained HTML report of a model (every analysis)"),
 }

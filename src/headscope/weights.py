@@ -20,6 +20,13 @@ Processing (each an explicit, recorded option; all exact up to float rounding):
   reads LN(x) sees ``((x - mean)/σ) @ (diag(w) W) + b @ W``, so w is folded into the
   rows of W and b into the reader's bias; the LayerNorm keeps only centring and
   scaling (w = 1, b = 0).
+- ``center_reading_weights`` (with fold_ln only; TransformerLens's ``fold_ln`` does it
+  under ``center_weights=True``): what reads a LayerNorm's output reads a vector of 1⊥
+  once the LN is folded, so the mean over d_model of each reader column is invisible;
+  it is subtracted from W_Q, W_K, W_V, W_in (after folding, biases folded first) and
+  W_U (after folding ln_final, before ``center_unembed``). Exact; it makes the
+  processed tensors equal TransformerLens's (``Processing.default()``).
+  ``Processing.default_uncentred()`` is the earlier default, without it.
 - ``center_writing_weights``: every reader of the residual stream centres it first,
   so the mean over d_model of what W_E, W_pos, W_O, W_out, b_O and b_out write is
   invisible; it is subtracted.
@@ -52,11 +59,17 @@ class Processing:
     center_writing_weights: bool = False
     center_unembed: bool = False
     fold_value_biases: bool = False
+    center_reading_weights: bool = False
 
     @classmethod
     def default(cls) -> "Processing":
-        """The processing the seed studies assume (TransformerLens' defaults)."""
-        return cls(True, True, True, True)
+        """The processing the seed studies assume: TransformerLens' defaults, tensor for tensor."""
+        return cls(True, True, True, True, True)
+
+    @classmethod
+    def default_uncentred(cls) -> "Processing":
+        """headscope's earlier default: as :meth:`default` but W_Q, W_K, W_V, W_in, W_U keep their d_model mean."""
+        return cls(True, True, True, True, False)
 
     @classmethod
     def none(cls) -> "Processing":
@@ -226,6 +239,10 @@ def process_block(block: Block, processing: Processing) -> Block:
             setattr(b, f"W_{X}", W * b.ln1_w[None, :, None])
         b.b_in = b.b_in + b.ln2_b @ b.W_in
         b.W_in = b.W_in * b.ln2_w[:, None]
+        if processing.center_reading_weights:                # readers of 1⊥: drop the d_model mean
+            for X in ("Q", "K", "V"):
+                setattr(b, f"W_{X}", _center(getattr(b, f"W_{X}"), dim=1))
+            b.W_in = _center(b.W_in, dim=0)
         b.ln1_w, b.ln1_b = torch.ones_like(b.ln1_w), torch.zeros_like(b.ln1_b)
         b.ln2_w, b.ln2_b = torch.ones_like(b.ln2_w), torch.zeros_like(b.ln2_b)
     if processing.center_writing_weights:
@@ -266,6 +283,8 @@ def process_unembed(
     if processing.fold_ln:
         b_U = b_U + ln_final_b @ W_U
         W_U.mul_(ln_final_w[:, None])
+        if processing.center_reading_weights:
+            W_U.sub_(W_U.mean(dim=0, keepdim=True))
         ln_final_w, ln_final_b = torch.ones_like(ln_final_w), torch.zeros_like(ln_final_b)
     if processing.center_unembed:
         W_U.sub_(W_U.mean(dim=-1, keepdim=True))
@@ -279,13 +298,16 @@ def process(
 ) -> Weights:
     """Return processed weights; the raw ones are left untouched.
 
-    Rewrites are applied to the raw weights in the fixed order fold_ln,
-    center_writing_weights, center_unembed, fold_value_biases (block by block:
+    Rewrites are applied to the raw weights in the fixed order fold_ln (with
+    center_reading_weights), center_writing_weights, center_unembed, fold_value_biases (block by block:
     :func:`process_block`, :func:`process_embed`, :func:`process_unembed`). Asking for
     processing of already-processed weights is refused (results would record the
     wrong thing).
     """
     processing = processing or Processing.default()
+    if processing.center_reading_weights and not processing.fold_ln:
+        raise HeadscopeError("processing: center_reading_weights needs fold_ln (only a folded LayerNorm's "
+                             "output lies in 1⊥, which makes the centring exact)")
     if weights.processing != Processing.none():
         raise HeadscopeError(
             f"weights are already processed ({weights.processing.label()}); process raw weights"

@@ -3,6 +3,7 @@ checkpoints whose statistics were not chosen for it (hub-layout random weights, 
 
 from __future__ import annotations
 
+import html
 import importlib
 import json
 import math
@@ -59,18 +60,45 @@ def test_semantic_head_has_the_most_negative_self_score_of_its_layer(planted_atl
 
 
 @pytest.mark.slow
-def test_copy_heads_have_the_extreme_copying_scores(planted_atlas, planted3_manifest):
+@pytest.mark.parametrize("column", ["ov_copying_effective", "ov_copying_framework"])
+def test_copy_heads_have_the_extreme_copying_scores(planted_atlas, planted3_manifest, column):
     heads = planted3_manifest["layer2"]["copy_heads"]
-    rows = [r for r in planted_atlas.rows if r.ov_copying is not None]
-    top, bottom = max(rows, key=lambda r: r.ov_copying), min(rows, key=lambda r: r.ov_copying)
+    value = lambda r: getattr(r, column)                                              # noqa: E731
+    rows = [r for r in planted_atlas.rows if value(r) is not None]
+    top, bottom = max(rows, key=value), min(rows, key=value)
     assert (top.layer, top.head) == (heads["copying"]["layer"], heads["copying"]["head"])
     assert (bottom.layer, bottom.head) == (heads["copy_suppression"]["layer"], heads["copy_suppression"]["head"])
-    assert top.ov_copying > 0.9 and bottom.ov_copying < -0.9          # construction: eigenvalues of one sign
+    assert value(top) > 0.9 and value(bottom) < -0.9          # construction: eigenvalues of one sign
     planted = {(top.layer, top.head), (bottom.layer, bottom.head)}
-    assert max(abs(r.ov_copying) for r in rows if (r.layer, r.head) not in planted) < 0.5
+    assert max(abs(value(r)) for r in rows if (r.layer, r.head) not in planted) < 0.5
     # layer-0 contextual heads carry only planted value dims that W_U cannot read: OV circuit 0
+    # (to rounding: the centred W_U meets W_O·1 = 0 only to float precision)
     ctx = planted3_manifest["layer0"]["contextual_heads"]
-    assert all(planted_atlas.row(0, h).ov_copying is None for h in ctx)
+    assert all(value(planted_atlas.row(0, h)) is None for h in ctx)
+
+
+@pytest.mark.slow
+def test_negative_mass_separates_the_semantic_head(planted_atlas, planted3_manifest):
+    """qk_negative_mass: the self-suppressing semantic head stands out; the negative-λ share cannot (inertia)."""
+    sem = planted3_manifest["layer1"]["semantic_head"]
+    r = planted_atlas.row(sem["layer"], sem["head"])
+    others = [x.qk_negative_mass for x in planted_atlas.rows if x is not r]
+    assert r.qk_negative_mass > max(others) + 0.08           # measured 0.631 against ≤ 0.512
+    assert all(0.45 < x < 0.55 for x in others)
+
+
+@pytest.mark.slow
+def test_planted_k_composition_is_the_strongest_edge(planted3_model, planted3_manifest):
+    from headscope import composition
+
+    edge = planted3_manifest["layer2"]["k_composition"]
+    c = composition.composition(planted3_model)
+    top = c.edges["K"][0]
+    assert top.source == (edge["writer"]["layer"], edge["writer"]["head"])
+    assert top.target == (edge["reader"]["layer"], edge["reader"]["head"])
+    assert top.score > 1.5 * c.edges["K"][1].score             # measured 0.126 against 0.060
+    for mode in ("Q", "V"):                                    # nothing planted there: no edge that strong
+        assert c.edges[mode][0].score < 0.75 * top.score
 
 
 @pytest.mark.slow
@@ -116,7 +144,7 @@ def test_low_rank_eigenvalues_match_the_d_by_d_decomposition(planted_atlas, plan
 
 
 def _direct(model, layer, head, ids):
-    """qk_symmetry, qk_self, ov_copying from the n × n matrices themselves (no identity used)."""
+    """qk_symmetry, qk_self, ov_copying_effective from the n × n matrices themselves (no identity used)."""
     W = model.weights()
     prompts, _ = prompts_for(model, None, n_prompts=A.PROMPTS, length=16, seed=A.SEED)
     means = bilinear.mean_attn_outputs(W, prompts.tokens, layer)
@@ -140,7 +168,7 @@ def test_metrics_equal_direct_computation_on_the_tiny_model(tiny):
         symm, self_z, copying = _direct(tiny, r.layer, r.head, ids)
         assert r.qk_symmetry == pytest.approx(symm, rel=1e-9)
         assert r.qk_self == pytest.approx(self_z, rel=1e-8, abs=1e-10) and r.n_self_rows == n
-        assert r.ov_copying == pytest.approx(copying, rel=1e-7, abs=1e-9)
+        assert r.ov_copying_effective == pytest.approx(copying, rel=1e-7, abs=1e-9)
         assert 0 <= r.positional_share <= 1 and 0 <= r.qk_negative_fraction <= 1
 
 
@@ -182,13 +210,15 @@ def test_unplanted_checkpoint_numbers_are_in_range_or_not_applicable(fuzzed):
     assert "NaN" not in text and "Infinity" not in text
     for r in at.rows:
         if r.layer == 0:   # W_Q = W_K = W_V = 0: no form, no OV circuit, scores constant in every row
-            assert (r.qk_symmetry, r.qk_self, r.n_self_rows, r.qk_negative_fraction, r.ov_copying,
+            assert (r.qk_symmetry, r.qk_self, r.n_self_rows, r.qk_negative_fraction, r.ov_copying_effective,
                     r.positional_share) == (None, None, 0, None, None, None), r
             assert r.kernel_category is not None        # a uniform kernel is still a kernel
             continue
         assert 0 <= r.qk_symmetry <= 1 and 0 <= r.qk_negative_fraction <= 1 and 0 <= r.positional_share <= 1
-        assert -1 <= r.ov_copying <= 1 and math.isfinite(r.qk_self) and r.n_self_rows == 300
+        assert -1 <= r.ov_copying_effective <= 1 and math.isfinite(r.qk_self) and r.n_self_rows == 300
         assert 0.05 < r.qk_symmetry < 0.95                # random W_Q, W_K: neither symmetric nor skew
+        # Sylvester's inertia: 2·d_head = 24 ≤ 64 nonzero eigenvalues, half of each sign
+        assert r.qk_negative_fraction == 0.5 and r.n_eigen_top == 2 * fuzzed.cfg.d_head
     assert re.search(r"^\s+0\.0\s+n/a\s+n/a\s+n/a\s+n/a\s+n/a", at.render(), re.M)
     assert dumps(A.atlas(fuzzed, n_tokens=300)) == text   # deterministic, byte for byte
 
@@ -262,15 +292,22 @@ def test_atlas_page_grids_tooltips_and_links(atlas_report, planted3_model):
     cells = re.findall(r'<a class="cell" href="heads/(L\d+H\d+)\.html" data-head="(L\d+H\d+)"', page)
     assert cells and all(a == b for a, b in cells)
     n_grids = len(re.findall(r'<div class="gridfig" id="grid-', page))
-    assert n_grids == 5 and len(cells) == n_grids * len(names)      # no survey / kernels stage ran: 5 metrics
+    assert n_grids == 7 and len(cells) == n_grids * len(names)      # no survey / kernels stage ran: 7 metrics
     tips = _json_block(page, "hs-atlas-data")
     assert sorted(tips) == sorted(names)
     row = next(r for r in data["rows"] if (r["layer"], r["head"]) == (2, 7))
-    assert f"OV copying: {row['ov_copying']:.4g}" in tips["L2H7"] and tips["L2H7"].startswith("L2H7 (layer 2, head 7)")
+    assert f"OV copying: {row['ov_copying_effective']:.4g}" in tips["L2H7"] and tips["L2H7"].startswith("L2H7 (layer 2, head 7)")
     search = _json_block(page, "hs-search-data")
     assert ["L2H3", search[names.index("L2H3")][1], "heads/L2H3.html"] in search
     head = (out / "heads/L2H7.html").read_text()
     assert "Atlas: the head from its weights" in head and 'href="../atlas.html#grid-qk_self"' in head
+    # the head's singular directions, read through the vocabulary: the copying head reads and writes the same
+    # tokens, the copy-suppression head writes (−) what it reads (+)
+    for name, writes in (("L2H3", "writes"), ("L2H7", "writes_neg")):
+        d = next(r for r in data["rows"] if f"L{r['layer']}H{r['head']}" == name)["directions"]["ov_directions"][0]
+        assert d["reads"] == d[writes], (name, d)
+        page = (out / f"heads/{name}.html").read_text()
+        assert "reads (+)" in page and "queries (+)" in page and html.escape(repr(d["reads"][0])) in page
     index = (out / "index.html").read_text()
     assert 'href="atlas.html"' in index and len(re.findall(r'class="cell"', index)) == 2 * len(names)
 
@@ -289,3 +326,59 @@ def test_atlas_stage_is_cached_and_deterministic(atlas_report, planted3_model, t
     assert after == before                                        # recomputed: byte-identical JSON and HTML
     res = build_report(planted3_model, atlas_report, ReportOptions(stages=["atlas"], progress=False, atlas_tokens=300))
     assert [s.cached for s in res.stages] == [False]              # the token count is part of the key
+
+
+@pytest.mark.slow
+def test_random_gpt2_small_shaped_heads_sit_at_one_half(tmp_path):
+    """At GPT-2 small's shape (d 768, 12 heads of 64) random heads give qk_negative_mass ≈ 0.5 — the value the
+    semantic head is measured against — and a negative-λ share near 0.5 (2·d_head = 128 > TOP: not exactly)."""
+    from headscope.planted.hub import write_hub_checkpoint
+
+    model = headscope.load(write_hub_checkpoint(tmp_path / "rand", n_layer=2, n_embd=768, n_head=12, n_ctx=64, seed=11))
+    at = A.atlas(model, n_tokens=500, kernels=False)
+    mass = [r.qk_negative_mass for r in at.rows]
+    frac = [r.qk_negative_fraction for r in at.rows]
+    assert all(0.45 < m < 0.55 for m in mass), mass
+    assert all(0.4 < f < 0.6 for f in frac), frac
+
+
+def test_logit_diff_column_is_the_direct_computation(tiny):
+    n = 80
+    at = A.atlas(tiny, n_tokens=n, logit_diff=(" Mrs", " Mr"))
+    ids = torch.tensor(headscope.frequent_tokens(tiny.tokenizer, n))
+    W = tiny.weights()
+    a, b = tiny.tokenizer.encode(" Mrs")[0], tiny.tokenizer.encode(" Mr")[0]
+    u = W.W_U[:, a].double() - W.W_U[:, b].double()
+    prompts, _ = prompts_for(tiny, None, n_prompts=A.PROMPTS, length=16, seed=A.SEED)
+    for l in range(tiny.cfg.n_layers):
+        means = bilinear.mean_attn_outputs(W, prompts.tokens, l)
+        X = bilinear.effective_embeddings(W, l, ids, attn_means=means).double()
+        for h in range(tiny.cfg.n_heads):
+            blk = W.blocks[l]
+            v = X @ blk.W_V[h].double() @ blk.W_O[h].double() @ u                          # [n]
+            r = at.row(l, h)
+            assert r.dla_logit_diff == pytest.approx(float(v.mean()), rel=1e-6, abs=1e-9)
+            assert r.dla_top_token == int(ids[int(v.argmax())])
+    assert at.spec["logit_diff"] == {"tokens": [" Mrs", " Mr"], "ids": [a, b]}
+    assert A.atlas(tiny, [0], n_tokens=n).rows[0].dla_logit_diff is None          # on demand only
+    with pytest.raises(headscope.HeadscopeError, match="logit diff"):
+        A.atlas(tiny, [0], n_tokens=n, logit_diff=(" Mrs", "Mrs. Smith's"))
+
+
+def test_composition_and_logit_diff_commands(tiny_hf_dir, tiny):
+    from headscope import composition
+
+    p = _cli("composition", str(tiny_hf_dir), "--edges", "4", "--json")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    want = composition.composition(tiny, k=4)
+    got = [(e["source"], e["target"], e["score"]) for e in d["edges"]["K"]]
+    assert [list(g[:2]) for g in got] == [[list(e.source), list(e.target)] for e in want.edges["K"]]
+    assert [g[2] for g in got] == pytest.approx([e.score for e in want.edges["K"]], rel=1e-6)
+    assert len(d["edges"]["V"]) == 4 and d["scores"]["Q"][1][0][0][0] == 0.0     # no layer-1 → layer-0 edge
+    p = _cli("atlas", str(tiny_hf_dir), "--layers", "1", "--tokens", "50", "--logit-diff", " Mrs", " Mr")
+    assert p.returncode == 0 and "DLA A−B" in p.stdout, p.stderr
+    p = _cli("atlas", str(tiny_hf_dir), "--tokens", "50", "--logit-diff", " Mrs", "Mr s")
+    assert p.returncode == 2 and p.stderr.startswith("headscope: error: logit diff") and "Traceback" not in p.stderr
+    p = _cli("composition", str(tiny_hf_dir), "--edges", "0")
+    assert p.returncode == 2 and p.stderr.startswith("headscope: error: --edges")

@@ -89,7 +89,8 @@ def test_patterns_are_causal_distributions_and_denominators_rebuild_them(case):
         torch.testing.assert_close(pat[..., 0, 0], torch.ones_like(pat[..., 0, 0]))
 
 
-PROCESSINGS = [Processing(**{f.name: True}) for f in dataclasses.fields(Processing)] + [Processing.default()]
+PROCESSINGS = [Processing(**{f.name: True, "fold_ln": f.name == "fold_ln" or f.name == "center_reading_weights"})
+               for f in dataclasses.fields(Processing)] + [Processing.default(), Processing.default_uncentred()]
 
 
 @pytest.mark.parametrize("processing", PROCESSINGS, ids=lambda p: p.label())

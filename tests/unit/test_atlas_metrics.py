@@ -206,3 +206,29 @@ def test_positional_share_splits_the_row_variance():
     vc = sum(c[:, q, : q + 1].var(-1, unbiased=False) for q in range(p))
     torch.testing.assert_close(A.positional_share(c, pos), vp / (vp + vc))
     assert torch.isnan(A.positional_share(row_const, row_const)).all()
+
+
+# -- qk_negative_mass ----------------------------------------------------------------------------
+
+
+def test_negative_mass_is_that_of_the_n_by_n_symmetric_form():
+    X = torch.randn(N, D, generator=_gen(30), dtype=torch.float64)
+    W_Q, W_K = (torch.randn(D, E, generator=_gen(s), dtype=torch.float64) for s in (31, 32))
+    q, k = X @ W_Q, X @ W_K
+    B = q @ k.T
+    lam = torch.linalg.eigvalsh((B + B.T) / 2)                                     # [N], rank ≤ 2e
+    want = float((-lam).clamp_min(0).sum() / lam.abs().sum())
+    low = A.weighted_eigenvalues(q, k)
+    assert low.shape == (2 * E,)
+    assert A.negative_mass(low) == pytest.approx(want, rel=1e-10)
+    # self-suppressing (W_K = −W_Q): every eigenvalue ≤ 0, mass 1; self-attending (W_K = W_Q): 0
+    assert A.negative_mass(A.weighted_eigenvalues(q, -q)) == pytest.approx(1.0, abs=1e-12)
+    assert A.negative_mass(A.weighted_eigenvalues(q, q)) == pytest.approx(0.0, abs=1e-12)
+    assert A.negative_mass(torch.zeros(2 * E, dtype=torch.float64)) is None
+
+
+def test_copying_score_at_rounding_level_of_its_bound_is_not_applicable():
+    lam = torch.tensor([1e-20, 2e-20], dtype=torch.complex128)
+    assert A.copying_score(lam) == 1.0                       # without a scale: the ratio of the noise
+    assert A.copying_score(lam, scale=1.0) is None           # with the bound: rounding of a zero circuit
+    assert A.copying_score(torch.tensor([-0.5, 0.25], dtype=torch.complex128), scale=1.0) == pytest.approx(-1 / 3)

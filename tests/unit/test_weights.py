@@ -70,3 +70,24 @@ def test_nan_weights_refused(tiny):
     bad.blocks[1].W_in[3, 4] = float("nan")
     with pytest.raises(HeadscopeError, match=r"blocks\.1\.W_in contains NaN or Inf"):
         bad.validate()
+
+
+def test_default_centres_the_readers_as_transformer_lens(tiny):
+    """TransformerLens's fold_ln (center_weights=True): W_Q, W_K, W_V, W_in, W_U lose their d_model mean
+    after folding; everything else is the uncentred processing's, and the outputs do not move."""
+    c, u = tiny.weights(Processing.default()), tiny.weights(Processing.default_uncentred())
+    for bc, bu in zip(c.blocks, u.blocks):
+        for name, dim in (("W_Q", 1), ("W_K", 1), ("W_V", 1), ("W_in", 0)):
+            got, ref = getattr(bc, name), getattr(bu, name)
+            torch.testing.assert_close(got, ref - ref.mean(dim, keepdim=True))
+            assert float((got - ref).abs().max()) > 1e-4 * float(ref.abs().max()), name   # it did centre
+        for name in ("b_Q", "b_K", "b_V", "b_in", "W_O", "b_O", "W_out", "b_out"):
+            assert torch.equal(getattr(bc, name), getattr(bu, name)), name
+    ref = u.W_U - u.W_U.mean(0, keepdim=True)
+    torch.testing.assert_close(c.W_U, ref - ref.mean(1, keepdim=True))
+    tokens = torch.randint(0, 50257, (2, 9), generator=torch.Generator().manual_seed(4))
+    lc = headscope.run_with_cache(c, tokens, names=["logits"]).logits.log_softmax(-1)
+    lu = headscope.run_with_cache(u, tokens, names=["logits"]).logits.log_softmax(-1)
+    torch.testing.assert_close(lc, lu, atol=2e-5, rtol=1e-5)
+    with pytest.raises(HeadscopeError, match="needs fold_ln"):
+        headscope.process(tiny.raw, Processing(center_reading_weights=True))

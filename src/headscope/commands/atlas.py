@@ -3,14 +3,18 @@
 Per head, over the effective embeddings of the N most frequent tokens (float64):
 qk_symmetry ‖sym‖/(‖sym‖+‖skew‖) of W_QK; qk_negative_fraction of the top-64
 eigenvalues of its symmetric part; qk_self, the mean standardised score of a token for
-itself (negative: self-suppression); ov_copying, Σλ/Σ|λ| of the OV circuit
-W_E·W_OV·W_U (negative: copy suppression); positional_share of the score variance; the
-layer-0 kernel category; with --survey, the survey's semantic loss. Definitions in
-headscope.atlas.
+itself (negative: self-suppression); qk_negative_mass, the negative eigenvalues' share
+of sym(W_QK) over the centred effective embeddings (0.5 random, → 1 self-suppression);
+ov_copying_framework, Σλ/Σ|λ| of the full OV circuit W_E·W_OV·W_U, and
+ov_copying_effective, the same over the effective embeddings (negative: copy
+suppression); positional_share of the score variance; the layer-0 kernel category;
+with --survey, the survey's semantic loss; with --logit-diff A B, the head's OV
+direct logit attribution to A − B. Definitions in headscope.atlas.
 
   headscope atlas gpt2
   headscope atlas planted/ --layers 1 2 --tokens 1000 --json
   headscope atlas gpt2 --corpus my_text.txt --survey
+  headscope atlas gpt2 --logit-diff " Mrs" " Mr"
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ def add_arguments(p):
     p.add_argument("--corpus", default=None, help="text file for token frequencies (default: BPE merge order)")
     p.add_argument("--survey", action="store_true", help="also run the semantic-head survey for its loss")
     p.add_argument("--no-kernels", action="store_true", help="skip the layer-0 kernel categories")
+    p.add_argument("--logit-diff", nargs=2, default=None, metavar=("A", "B"),
+                   help="add each head's OV direct logit attribution to token A minus token B (one token each)")
 
 
 def run(args) -> int:
@@ -37,6 +43,6 @@ def run(args) -> int:
     model = load_model(args)
     layers = None if args.layers is None else [model.cfg.check_layer(l) for l in args.layers]
     res = atlas(model, layers, n_tokens=args.tokens, corpus=args.corpus, kernels=not args.no_kernels,
-                survey=args.survey)
+                survey=args.survey, logit_diff=None if args.logit_diff is None else tuple(args.logit_diff))
     emit(args, res, res.render())
     return 0

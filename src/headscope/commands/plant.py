@@ -6,7 +6,7 @@
 The directory holds config.json, model.safetensors, GPT-2's tokenizer files and
 planted.json, the manifest of every planted mechanism. With --layers 3 or more, layer 2
 holds a copying head (2.3) and a copy-suppression head (2.7) (``headscope atlas``'s
-``ov_copying``).
+copying columns) and head 2.5's key reads what head 0.1 writes (``headscope composition``).
 """
 
 from __future__ import annotations

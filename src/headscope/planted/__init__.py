@@ -14,7 +14,8 @@ How it is built (the maths of each mechanism lives in its module's docstring):
   categories, contextual heads, a keyword-density head, contextual MLP0 neurons).
 - :mod:`.layer1` plants the seed-002 semantic head in block 1.
 - :mod:`.layer2` (only with ≥ 3 layers) plants a copying and a copy-suppression head
-  in block 2 (their OV circuits; for the atlas's ``ov_copying``).
+  in block 2 (their OV circuits; for the atlas's two copying columns) and a K-composition
+  edge 0.1 → 2.5 (for :mod:`headscope.composition`).
 
 Same seed → byte-identical files.
 """

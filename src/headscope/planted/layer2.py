@@ -27,6 +27,18 @@ the small writes of blocks 0 and 1 into the free block keep it from being exact.
 other head of the model has such an OV circuit (base W_V is random, base W_O writes
 random directions of the free block), so these two heads have the largest and the most
 negative copying scores.
+
+K-composition (an edge for :mod:`headscope.composition` to recover): head
+``KCOMP_READER`` of block 2 gets, on top of its base random W_K, a key that reads what
+layer-0 head ``KCOMP_WRITER`` writes::
+
+    W_K[2, r] += β W_O[0, w]ᵀ / ‖W_O[0, w]‖_F · ‖W_K[2, r]‖_F        (β = KCOMP_GAIN)
+
+so the reader's key space contains the writer's output space (W_O[0, w] is a base
+writer: random rows of the ``free`` block). Its K-composition score with the writer,
+‖W_OV^w W_K^r W_Q^rᵀ‖_F / (‖W_OV^w‖_F ‖W_QK^r‖_F), is then of order 1/√d_head, against
+about 1/√d_model for every pair of unrelated (independent random) heads. The reader's
+query and OV stay the base's, so its other atlas figures stay those of a random head.
 """
 
 from __future__ import annotations
@@ -37,6 +49,8 @@ import torch
 LAYER = 2
 COPY_HEAD, SUPPRESS_HEAD = 3, 7
 GAIN = 0.25          #: γ: W_V W_O = ±γ Π
+KCOMP_WRITER, KCOMP_READER = 1, 5   #: head 0.1 (not contextual) writes what head 2.5's key reads
+KCOMP_GAIN = 2.0     #: β: the planted key part's norm over the base key's
 
 
 def _directions(n: int, size: int, rng: np.random.Generator) -> np.ndarray:
@@ -67,7 +81,14 @@ def plant(w, space, rng) -> dict:
         blk.W_O[head] = sign * g * U.T
         heads[name] = {"layer": LAYER, "head": head, "name": f"{LAYER}.{head}", "sign": int(sign),
                        "ov_copying": "close to +1" if sign > 0 else "close to -1"}
+    Wo = w.blocks[0].W_O[KCOMP_WRITER]                                                 # [e d]
+    Wk = blk.W_K[KCOMP_READER]                                                          # [d e]
+    blk.W_K[KCOMP_READER] = Wk + KCOMP_GAIN * float(Wk.norm()) / float(Wo.norm()) * Wo.T
     return {
+        "k_composition": {"writer": {"layer": 0, "head": KCOMP_WRITER}, "reader": {"layer": LAYER, "head": KCOMP_READER},
+                          "gain": KCOMP_GAIN,
+                          "note": "W_K[reader] += gain * |W_K[reader]| * W_O[writer]^T / |W_O[writer]|: "
+                                  "the strongest K-composition edge"},
         "copy_heads": heads,
         "ov_circuit": {
             "W_V_W_O": "sign * gain * projector onto d_head orthonormal zero-sum directions of the free block",

@@ -6,6 +6,7 @@ Result types inherit :class:`headscope._html_repr.HtmlRepr`, whose ``_repr_html_
 - :class:`~headscope.atlas.Atlas`: the atlas page's grids and table
   (:class:`~headscope.report.builtin.atlas.AtlasView`, without links; each cell's
   ``title`` holds every figure of its head, since notebooks run no report script);
+- :class:`~headscope.composition.Composition`: the composition stage's heatmaps and edge table;
 - :class:`~headscope.survey.SurveyResult`: the survey stage's table and figures;
 - :class:`~headscope.head.HeadAnalysis`: the semantic stage's deep-dive section;
 - :class:`~headscope.kernels.KernelReport`, :class:`~headscope.neurons.NeuronScan`,
@@ -54,6 +55,13 @@ def _atlas(obj) -> H.Safe:
     d = obj.to_dict()
     view = AtlasView(d, d["rows"], links=False)
     return H.join([view.intro(), view.grids(METRICS), view.table(), view.notes()])
+
+
+def _composition(obj) -> H.Safe:
+    from .builtin.composition import CompositionView
+
+    view = CompositionView(obj.to_dict(), links=False)
+    return H.join([view.heatmaps(), view.edges()])
 
 
 def _survey(obj) -> H.Safe:
@@ -159,6 +167,7 @@ def _short(x, width: int = 60) -> str:
 
 def _renderers():
     from ..atlas import Atlas
+    from ..composition import Composition
     from ..head import HeadAnalysis
     from ..kernels import KernelReport
     from ..neurons import NeuronRanking, NeuronScan
@@ -166,7 +175,7 @@ def _renderers():
     from ..steering import SteerResult
     from ..survey import SurveyResult
 
-    return [(Atlas, _atlas), (SurveyResult, _survey), (HeadAnalysis, _head), (KernelReport, _kernels),
+    return [(Atlas, _atlas), (Composition, _composition), (SurveyResult, _survey), (HeadAnalysis, _head), (KernelReport, _kernels),
             (NeuronScan, _neurons), (NeuronRanking, _ranking), (SteerResult, _steer), (ReproduceResult, _reproduce)]
 
 

@@ -6,4 +6,4 @@ To add a stage to the default report, write a module here with one
 
 from . import model, attention, kernels, denominators, calibration, neurons, activations  # noqa: F401
 from . import survey, semantic, steering  # noqa: F401
-from . import atlas  # noqa: F401
+from . import atlas, composition  # noqa: F401

@@ -29,14 +29,14 @@ ATLAS_PAGE = "atlas.html"
 NOT_APPLICABLE = "#bdbdbd"            #: grey: the metric does not apply to this head
 CATEGORY_COLOURS = {"local": F.OKABE_ITO[1], "slowly_decaying": F.OKABE_ITO[2], "uniform": F.OKABE_ITO[5],
                     "increasing": F.OKABE_ITO[6]}
-INDEX_GRIDS = ("qk_self", "ov_copying")   #: grids repeated on index.html
+INDEX_GRIDS = ("qk_self", "ov_copying_effective")   #: grids repeated on index.html
 
 
 @register_stage
 class AtlasStage(Stage):
     name = "atlas"
     title = "Atlas of every head (weights only)"
-    version = 1
+    version = 2
     #: every figure typed ``… | None`` in HeadRow (None: not applicable to the head, stated in the page)
     nullable = tuple(f"rows[].{f.name}" for f in dataclasses.fields(HeadRow) if str(f.type).endswith("| None"))
 
@@ -102,10 +102,12 @@ class AtlasView:
         """Every figure of one head, one per line (the grid's tooltip)."""
         lines = [f"{_name(r)} (layer {r['layer']}, head {r['head']})",
                  f"self score z: {_num(r['qk_self'])} over {r['n_self_rows']} tokens",
-                 f"OV copying: {_num(r['ov_copying'])}",
+                 f"OV copying: {_num(r['ov_copying_effective'])} (effective), "
+                 f"{_num(r.get('ov_copying_framework'))} (Framework)",
                  f"QK symmetry: {_num(r['qk_symmetry'])} (rms sym {_num(r['qk_sym_rms'], 3)}, "
                  f"skew {_num(r['qk_skew_rms'], 3)})",
                  f"negative λ: {r['n_negative_top']} of top {r['n_eigen_top']} ({_num(r['qk_negative_fraction'], 3)})",
+                 f"negative λ mass: {_num(r.get('qk_negative_mass'))}",
                  f"positional share: {_num(r['positional_share'])}"]
         if r.get("kernel_category"):
             lines.append(f"kernel: {r['kernel_category'].replace('_', ' ')}")
@@ -114,7 +116,7 @@ class AtlasView:
         return "\n".join(lines)
 
     def glance(self, r: dict) -> str:
-        return f"self z {_num(r['qk_self'], 3)} · copying {_num(r['ov_copying'], 3)}"
+        return f"self z {_num(r['qk_self'], 3)} · copying {_num(r['ov_copying_effective'], 3)}"
 
     def tip_data(self) -> H.Safe:
         """The tooltips of every grid cell, for the report's script (one JSON block per page)."""
@@ -128,7 +130,7 @@ class AtlasView:
             return (lambda v: CATEGORY_COLOURS.get(v, NOT_APPLICABLE)), F.colour_scale(
                 "categorical", categories=[(c.replace("_", " "), col) for c, col in CATEGORY_COLOURS.items()],
                 label="layer-0 kernel category; grey: not applicable")
-        if metric == "ov_copying":
+        if metric in ("ov_copying_effective", "ov_copying_framework"):
             vmax = 1.0
         elif metric in SIGNED:   # no natural bound: the 95th percentile of |value|, larger values saturate
             vmax = quantile(torch.tensor([abs(v) for v in vals] or [1.0]), 0.95) or 1.0
@@ -171,12 +173,13 @@ class AtlasView:
         rows = []
         for r in self.rows:
             name = H.link(head_page(r["layer"], r["head"]), _name(r)) if self.links else _name(r)
-            rows.append((name, r["qk_self"], r["ov_copying"], r["qk_symmetry"], r["qk_negative_fraction"],
-                         r["positional_share"], (r.get("kernel_category") or "").replace("_", " ") or None,
+            rows.append((name, r["qk_self"], r["ov_copying_effective"], r.get("ov_copying_framework"),
+                         r["qk_symmetry"], r["qk_negative_fraction"], r.get("qk_negative_mass"), r["positional_share"], (r.get("kernel_category") or "").replace("_", " ") or None,
                          r.get("semantic_loss")))
         spec = self.data["spec"]
-        return H.table(["head", "self score z", "OV copying", "QK symmetry", "negative λ share", "positional share",
-                        "kernel category", "semantic loss"], rows, numeric=(1, 2, 3, 4, 5, 7),
+        return H.table(["head", "self score z", "OV copying (effective)", "OV copying (Framework)", "QK symmetry",
+                        "negative λ share", "negative λ mass", "positional share", "kernel category", "semantic loss"],
+                       rows, numeric=(1, 2, 3, 4, 5, 6, 7, 9),
                        caption=f"Every head{' (click a column to sort)' if self.links else ''}. Over the effective "
                                f"embeddings of the {spec['n_tokens']} most frequent tokens ({spec['frequency']}); "
                                f"eigenvalues of sym(W_QK) among the top {spec['top']}; positional share on a window "
@@ -202,22 +205,48 @@ class AtlasView:
         if selfs:
             low = min(selfs, key=lambda r: r["qk_self"])
             out.append(("most negative self score (atlas)", f"{_name(low)} ({low['qk_self']:.3g})"))
-        cop = [r for r in self.rows if r["ov_copying"] is not None]
+        cop = [r for r in self.rows if r["ov_copying_effective"] is not None]
         if cop:
-            hi, lo = max(cop, key=lambda r: r["ov_copying"]), min(cop, key=lambda r: r["ov_copying"])
-            out.append(("largest / most negative OV copying", f"{_name(hi)} ({hi['ov_copying']:.3g}) / "
-                                                              f"{_name(lo)} ({lo['ov_copying']:.3g})"))
+            hi, lo = max(cop, key=lambda r: r["ov_copying_effective"]), min(cop, key=lambda r: r["ov_copying_effective"])
+            out.append(("largest / most negative OV copying", f"{_name(hi)} ({hi['ov_copying_effective']:.3g}) / "
+                                                              f"{_name(lo)} ({lo['ov_copying_effective']:.3g})"))
         n_sym = sum(r["qk_symmetry"] is not None and r["qk_symmetry"] >= 1 - 1e-6 for r in self.rows)
         out.append(("heads with a symmetric QK form (symmetry ≥ 0.999999)", n_sym))
         return out
 
     # -- a head's own section ------------------------------------------------------------------
 
+    def directions(self, r: dict) -> list:
+        """The head's top singular directions of W_OV and W_QK, read through the vocabulary (tables)."""
+        d = r.get("directions") or {}
+        out = []
+        if d.get("ov_directions"):
+            rows = [(f"{i + 1}", x["sigma"], _toks(x["reads"]), _toks(x["writes"]), _toks(x["reads_neg"]),
+                     _toks(x["writes_neg"])) for i, x in enumerate(d["ov_directions"])]
+            out.append(H.table(["", "σ", "reads (+)", "writes (+)", "reads (−)", "writes (−)"], rows, numeric=(1,),
+                               caption="W_OV = W_V W_O = Σ σ u vᵀ: frequent tokens whose embedding has the largest "
+                                       "(+) or most negative (−) u component, and the tokens whose unembedding "
+                                       "the head then raises (headscope.composition.head_directions)."))
+        if d.get("qk_directions"):
+            rows = [(f"{i + 1}", x["sigma"], _toks(x["queries"]), _toks(x["keys"]), _toks(x["queries_neg"]),
+                     _toks(x["keys_neg"])) for i, x in enumerate(d["qk_directions"])]
+            out.append(H.table(["", "σ", "queries (+)", "keys (+)", "queries (−)", "keys (−)"], rows, numeric=(1,),
+                               caption="W_QK = W_Q W_Kᵀ = Σ σ u vᵀ: queries along u score keys along v highly "
+                                       "(both read through the token embeddings of the frequent tokens)."))
+        if d.get("ov_singular_values"):
+            out.append(H.figure(F.spectrum_plot({"σ of W_OV": d["ov_singular_values"][:EIGEN_SHOWN],
+                                                 "σ of W_QK": d["qk_singular_values"][:EIGEN_SHOWN]}, width=420,
+                                                height=260, title=f"{_name(r)}: singular values", ylabel="σ"),
+                                "Singular values of the head's OV and QK matrices (largest first)."))
+        return out
+
     def head_section(self, r: dict) -> H.Safe:
         name = _name(r)
         kv = H.kv_table([
             ("self score z (mean over tokens)", f"{_num(r['qk_self'])} over {r['n_self_rows']} tokens"),
-            ("OV copying Σλ/Σ|λ|", r["ov_copying"]),
+            ("OV copying Σλ/Σ|λ| over effective embeddings", r["ov_copying_effective"]),
+            ("OV copying Σλ/Σ|λ| of W_E W_OV W_U (Framework)", r.get("ov_copying_framework")),
+            ("negative λ mass of sym(W_QK) over centred effective embeddings", r.get("qk_negative_mass")),
             ("QK symmetry ‖sym‖/(‖sym‖+‖skew‖)", r["qk_symmetry"]),
             ("rms logit of sym / skew part", f"{_num(r['qk_sym_rms'], 3)} / {_num(r['qk_skew_rms'], 3)}"),
             (f"negative eigenvalues among the top {r['n_eigen_top']} of sym(W_QK)",
@@ -242,12 +271,16 @@ class AtlasView:
         back = H.Safe('<p class="crumbs">') + H.link(H.rel(head_page(r["layer"], r["head"]), ATLAS_PAGE) +
                                                       f"#grid-qk_self", "← the atlas") + H.Safe("</p>") \
             if self.links else H.Safe("")
-        return H.section("Atlas: the head from its weights", H.join([kv, H.grid(figs), back]))
+        return H.section("Atlas: the head from its weights", H.join([kv, H.grid(figs), *self.directions(r), back]))
+
+
+def _toks(ts: list[str]) -> str:
+    return " ".join(repr(t) for t in ts)
 
 
 def search_entries(rows: list[dict], results: dict) -> list[tuple[str, str, str]]:
     """(label, note, href) for the search box: heads, MLP0 neurons with pages, and their tokens."""
-    out = [(_name(r), f"head page · self z {_num(r['qk_self'], 3)} · copying {_num(r['ov_copying'], 3)}",
+    out = [(_name(r), f"head page · self z {_num(r['qk_self'], 3)} · copying {_num(r['ov_copying_effective'], 3)}",
             head_page(r["layer"], r["head"])) for r in rows]
     seen = set()
     for n in (results.get("neurons") or {}).get("neurons", []):
