@@ -64,7 +64,7 @@ TOP = 50                     #: token lists compared for neuron claims
 SEED_REFERENCE = "seed (GPT-2 Small)"
 PLANTED_REFERENCE = "planted manifest"
 #: contribution variants whose neuron counts the details list (neurons.parse_variant specs)
-NEURON_VARIANTS = ("paper", "code", "pos=without", "ln2=none", f"ln2={AUTHORS_LN2:g}", "max=abs", "glitch=exclude",
+NEURON_VARIANTS = ("paper", "scaled", "code", "pos=without", f"ln2={AUTHORS_LN2:g}", "max=abs", "glitch=exclude",
                    "position=500", "position=255")
 FIDELITY_STRIDE = 8          #: every 8th query position of the sample texts for the circuit-fidelity row
 GPT2_SMALL = {"n_layers": 12, "n_heads": 12, "d_model": 768, "d_head": 64, "d_mlp": 3072,

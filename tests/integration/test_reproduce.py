@@ -84,12 +84,13 @@ def test_planted_checkpoint_passes_every_claim(planted_json, planted_manifest):
     det = d["details"]
     planted = sorted(n["index"] for n in l0["neurons"])
     var = {v["variant"]: v for v in det["neuron_variants"]}
-    assert set(var) == {"paper", "code", "pos=without", "ln2=none", "ln2=1.2", "max=abs", "glitch=exclude",
+    assert set(var) == {"paper", "scaled", "code", "pos=without", "ln2=1.2", "max=abs", "glitch=exclude",
                         "position=500", "position=255"}
-    for name in ("paper", "pos=without", "max=abs", "glitch=exclude", "position=500", "position=255"):
+    for name in ("paper", "scaled", "pos=without", "max=abs", "glitch=exclude", "position=500", "position=255"):
         assert var[name]["neurons"] == planted, name          # the planted neurons are robust to these
-    # without the LN2 divisor (σ̄₂ ≈ 0.16 here) the weakest planted neuron falls below 5
-    assert set(var["ln2=none"]["neurons"]) < set(planted) and set(var["code"]["neurons"]) < set(planted)
+    assert var["paper"]["spec"].startswith("pos=with,ln2=none") and "ln2=median" in var["scaled"]["spec"]
+    # the count under the seed's formula and under the LN2-scaled score both reach the row's details
+    assert rows["n_contextual_neurons"]["measured"] == var["paper"]["neurons"]
     heads = {h["heads"]: h for h in det["neuron_head_sets"]}
     assert heads["published"]["n_neurons"] == heads["auto"]["n_neurons"] == 4
     assert heads["code"]["head_ids"] == [0, 2, 6, 8, 9, 10, 11]
