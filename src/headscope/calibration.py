@@ -9,7 +9,12 @@ at every query position n, the calibration records, per head h and position n,
     log S_h[n]    = L_h[n] − log Z_h[n]                        (the seed's Σ_j pos·content, see layer0)
 
 averaged over the calibration windows that reach position n (the average is taken of
-the denominators themselves, ``log mean_w exp(·)``). Keys are the text's true keys
+the denominators themselves, ``log mean_w exp(·)``). The seed samples the denominators
+"from this text": the windows start every :data:`STRIDE` tokens (overlapping, at most
+``window − 1`` apart so every token is covered), so position n gets a sample from every
+window start s with at least n tokens after s; ``counts[n]`` records how many.
+:func:`check_samples` refuses a position with fewer than :data:`MIN_SAMPLES`
+(``reproduce`` applies it at the scan's position). Keys are the text's true keys
 (forward's ``hook_k``); the query is t_q at position n — the model's computation at n
 had x_n been t_q. It also records σ₂, the median LayerNorm-2 scale of layer 0 over the
 calibration positions (forward's ``blocks.0.ln2.hook_scale``, with the text's own
@@ -34,7 +39,7 @@ from jaxtyping import Float
 
 from . import layer0
 from ._atomic import atomic_write_text, json_object_with
-from ._errors import HeadscopeError
+from ._errors import HeadscopeError, NotApplicable
 from ._json import dumps
 from .corpus import read_text_file, windows
 from .forward import run_with_cache
@@ -46,6 +51,10 @@ Tensor = torch.Tensor
 
 FORMAT = "headscope.calibration"
 FORMAT_VERSION = 1
+#: step between calibration window starts (tokens); min(STRIDE, window − 1) is used
+STRIDE = 128
+#: fewest calibration samples (windows reaching n) at the position a seed row uses
+MIN_SAMPLES = 4
 #: recognises an earlier calibration file, which `save` may replace (headscope._atomic's output rule)
 OWNED = json_object_with(format=FORMAT)
 
@@ -148,11 +157,23 @@ def text_sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _windows(model, text: str, window: int | None) -> list[torch.Tensor]:
-    """Windows [BOS] + chunk of at most `window` (default n_ctx) tokens (:func:`headscope.corpus.windows`)."""
+def _windows(model, text: str, window: int | None, stride: int | None = None) -> list[torch.Tensor]:
+    """Windows [BOS] + chunk of at most `window` (default n_ctx) tokens, starting every
+    min(`stride`, window − 1) tokens (:func:`headscope.corpus.windows`)."""
     if not text.strip():
         raise HeadscopeError("calibration text is empty")
-    return windows(model, [text], n_ctx=model.cfg.n_ctx if window is None else min(window, model.cfg.n_ctx))
+    n_ctx = model.cfg.n_ctx if window is None else min(window, model.cfg.n_ctx)
+    step = min(STRIDE if stride is None else int(stride), n_ctx - 1)
+    return windows(model, [text], n_ctx=n_ctx, stride=max(step, 1))
+
+
+def check_samples(cal: "Calibration", n: int, minimum: int = MIN_SAMPLES) -> int:
+    """The number of calibration samples at position n; NotApplicable below `minimum`."""
+    got = cal.counts[n] if 0 <= n < len(cal.counts) else 0
+    if got < minimum:
+        raise NotApplicable(f"calibration: {got} sample(s) of the denominators at position {n}, fewer than the "
+                            f"minimum {minimum} (a longer calibration text, or a smaller position)")
+    return got
 
 
 @torch.no_grad()
@@ -164,6 +185,7 @@ def calibrate(
     processing: Processing | None = None,
     window: int | None = None,
     c: float | None = None,
+    stride: int | None = None,
 ) -> Calibration:
     """Sample every layer-0 head's denominator on `text` with query token `query`.
 
@@ -175,7 +197,7 @@ def calibrate(
     w = layer0.view(model, processing)
     qid = layer0.token_id(model, query)
     c = layer0.measure_c(w) if c is None else float(c)
-    chunks = _windows(model, text, window)
+    chunks = _windows(model, text, window, stride)
     P = max(x.numel() for x in chunks)
     H = model.cfg.n_heads
     log_sum = torch.full((H, P), -math.inf, dtype=torch.float64)                 # log Σ_w exp(L_w)
@@ -193,7 +215,7 @@ def calibrate(
     log_seed = log_denom - layer0.log_Z(w, qid, P, c)
     return Calibration(
         fingerprint=model.fingerprint, processing=processing.to_dict(), query=query, query_id=qid,
-        text_sha256=text_sha256(text), n_text_tokens=sum(x.numel() - 1 for x in chunks),
+        text_sha256=text_sha256(text), n_text_tokens=len(model.tokenizer.encode(text)),
         n_windows=len(chunks), window=P, c=c, ln2_scale=float(torch.cat(scales).median()),
         counts=counts.tolist(), log_denom=log_denom, log_seed_denom=log_seed,
     )

@@ -193,22 +193,28 @@ def windows(
     texts: Iterable[tuple[str, str] | str],
     n_ctx: int | None = None,
     max_windows: int | None = None,
+    stride: int | None = None,
 ) -> list[torch.Tensor]:
     """Token windows ``[BOS] + tokens`` (1-D int64 tensors of length ≤ n_ctx).
 
     `texts` holds strings or ``(name, text)`` pairs (as :func:`read_corpus` returns);
-    `n_ctx` defaults to the model's; `max_windows` keeps the first windows only.
+    `n_ctx` defaults to the model's; `max_windows` keeps the first windows only;
+    `stride` (default n_ctx − 1: disjoint windows) is the step between window starts,
+    smaller for overlapping windows.
     """
     n_ctx = model.cfg.n_ctx if n_ctx is None else n_ctx
     if not 2 <= n_ctx <= model.cfg.n_ctx:
         raise HeadscopeError(f"window length: expected 2..{model.cfg.n_ctx}, got {n_ctx}")
     if max_windows is not None and max_windows < 1:
         raise HeadscopeError(f"max_windows: expected ≥ 1, got {max_windows}")
+    stride = n_ctx - 1 if stride is None else int(stride)
+    if stride < 1:
+        raise HeadscopeError(f"window stride: expected ≥ 1, got {stride}")
     out: list[torch.Tensor] = []
     for item in texts:
         text = item[1] if isinstance(item, tuple) else item
         ids = model.tokenizer.encode(text)
-        for start in range(0, len(ids), n_ctx - 1):
+        for start in range(0, len(ids), stride):
             chunk = ids[start:start + n_ctx - 1]
             out.append(torch.tensor([model.bos_id] + chunk, dtype=torch.long))    # [≤ n_ctx]
             if max_windows is not None and len(out) >= max_windows:

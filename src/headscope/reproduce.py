@@ -42,7 +42,7 @@ import torch
 from . import bilinear, shipped
 from ._errors import HeadscopeError, NotApplicable
 from ._html_repr import HtmlRepr
-from .calibration import calibrate
+from .calibration import MIN_SAMPLES, STRIDE, calibrate, check_samples
 from .contextual import HEAD_SETS, build_circuit, circuit_fidelity
 from .corpus import windows
 from .denominators import denominator_stability
@@ -255,8 +255,12 @@ class _Work:
 
     @functools.cached_property
     def circuit(self):
-        """(circuit, choice) over the heads the downstream rows use (the published ones by default)."""
-        return build_circuit(self.model, self.calibration, heads=self.heads, processing=self.processing)
+        """(circuit, choice) over the heads the downstream rows use (the published ones by default),
+        at the last calibrated position; NotApplicable when the calibration text gives fewer than
+        calibration.MIN_SAMPLES samples of the denominators there."""
+        circuit, choice = build_circuit(self.model, self.calibration, heads=self.heads, processing=self.processing)
+        check_samples(self.calibration, choice.position)
+        return circuit, choice
 
     @functools.cached_property
     def auto_choice(self):
@@ -610,6 +614,10 @@ def _details(w: _Work, claims: dict, ref: Reference) -> dict:
     put("head_choice_auto", lambda: w.auto_choice.to_dict())
     put("neurons_above_threshold", lambda: [{"neuron": n["neuron"], "max_contribution": n["max_contribution"]}
                                             for n in w.scan.neurons])
+    put("calibration", lambda: {"n_text_tokens": w.calibration.n_text_tokens, "n_windows": w.calibration.n_windows,
+                                "stride": STRIDE, "min_samples": MIN_SAMPLES,
+                                "samples_at": {str(n): w.calibration.counts[n] for n in sorted(
+                                    {0, 255, 500, w.calibration.n_positions - 1}) if n < w.calibration.n_positions}})
     put("neuron_variants", lambda: _neuron_variants(w))
     put("neuron_head_sets", lambda: _neuron_head_sets(w))
     put("neuron_calibration_texts", lambda: _neuron_calibrations(w))
@@ -683,13 +691,19 @@ def _neuron_head_sets(w: _Work) -> list[dict]:
 
 
 def _neuron_calibrations(w: _Work) -> list[dict]:
-    """The neuron count (variant ``paper``, the heads used) with another calibration text."""
+    """The neuron count (variant ``paper``, the heads used) with another calibration text, at the
+    largest position it samples at least MIN_SAMPLES times."""
     name, text = shipped.sample_corpus()[0]
     cal = calibrate(w.model, text, query=SEED_QUERY, processing=w.processing)
-    circuit, choice = build_circuit(w.model, cal, heads=w.circuit[1].heads, processing=w.processing)
+    ok = [n for n, k in enumerate(cal.counts) if k >= MIN_SAMPLES]
+    out = [{"calibration": "headscope:calibration.txt", "position": w.scan.position, "n_neurons": len(w.scan.neurons),
+            "samples": w.calibration.counts[w.scan.position]}]
+    if not ok:
+        return out + [{"calibration": name, "error": f"no position has {MIN_SAMPLES} samples"}]
+    circuit, choice = build_circuit(w.model, cal, heads=w.circuit[1].heads, processing=w.processing, position=ok[-1])
     scan = scan_neurons(circuit, choice, w.model.tokenizer, threshold=DEFAULT_THRESHOLD, top=1)
-    return [{"calibration": "headscope:calibration.txt", "position": w.scan.position, "n_neurons": len(w.scan.neurons)},
-            {"calibration": name, "position": scan.position, "n_neurons": len(scan.neurons)}]
+    return out + [{"calibration": name, "position": scan.position, "n_neurons": len(scan.neurons),
+                   "samples": cal.counts[scan.position]}]
 
 
 def _robust_top(w: _Work, n: int = 10) -> dict:
