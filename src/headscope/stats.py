@@ -85,3 +85,24 @@ def robust_z(x: Tensor, ref: Tensor | None = None) -> Tensor:
     if float(mad) > 0:
         return 0.6745 * dev / mad
     return torch.where(dev == 0, torch.zeros_like(dev), dev.sign() * math.inf)
+
+
+def spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """Spearman's ρ: Pearson's r of the ranks (ties get their mean rank); None below 3 pairs
+    or where either side is constant."""
+    if len(a) != len(b):
+        raise ValueError(f"spearman: expected equal lengths, got {len(a)} and {len(b)}")
+    if len(a) < 3:
+        return None
+
+    def ranks(x):
+        t = torch.tensor([float(v) for v in x], dtype=torch.float64)
+        order = torch.argsort(t, stable=True)
+        r = torch.empty_like(t)
+        r[order] = torch.arange(len(t), dtype=torch.float64)
+        for v in t.unique():                                   # ties: mean rank
+            m = t == v
+            r[m] = r[m].mean()
+        return r
+
+    return pearson(ranks(a), ranks(b))
