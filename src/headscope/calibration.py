@@ -76,6 +76,7 @@ class Calibration:
     counts: list[int]                         # windows reaching position n
     log_denom: Float[Tensor, "head pos"]      # log mean_w exp(L_h[n])
     log_seed_denom: Float[Tensor, "head pos"]  # log mean_w S_h[n]
+    tokens: list[int] | None = None           # the first window's ids (BOS first): Gibson's code variant
 
     @property
     def n_positions(self) -> int:
@@ -95,6 +96,7 @@ class Calibration:
             },
             "log_denom": self.log_denom.tolist(),
             "log_seed_denom": self.log_seed_denom.tolist(),
+            **({"tokens": self.tokens} if self.tokens is not None else {}),
         }
 
     @classmethod
@@ -116,6 +118,7 @@ class Calibration:
                 n_windows=int(d["n_windows"]), window=int(d["window"]),
                 c=float(d["c"]), ln2_scale=float(d["ln2_scale"]),
                 counts=[int(x) for x in d["counts"]], log_denom=ld, log_seed_denom=ls,
+                tokens=[int(x) for x in d["tokens"]] if d.get("tokens") is not None else None,
             )
         except KeyError as e:
             raise HeadscopeError(f"{source}: calibration file is missing the field {e.args[0]!r}") from None
@@ -217,7 +220,7 @@ def calibrate(
         fingerprint=model.fingerprint, processing=processing.to_dict(), query=query, query_id=qid,
         text_sha256=text_sha256(text), n_text_tokens=len(model.tokenizer.encode(text)),
         n_windows=len(chunks), window=P, c=c, ln2_scale=float(torch.cat(scales).median()),
-        counts=counts.tolist(), log_denom=log_denom, log_seed_denom=log_seed,
+        counts=counts.tolist(), log_denom=log_denom, log_seed_denom=log_seed, tokens=chunks[0].tolist(),
     )
 
 

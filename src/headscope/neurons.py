@@ -97,12 +97,14 @@ class ContributionVariant:
     max: str = "signed"               # "signed": max_t score; "abs": max_t |score|
     glitch: str = "keep"              # "keep", "exclude" (under-trained tokens), or a JSON file of strings
     position: int | None = None       # query position n (None: the circuit's)
+    computation: str = "circuit"      # "circuit" (the seed's contextual circuit) or "code" (Gibson's, code_variant)
 
     def spec(self) -> str:
         """The canonical ``--variant`` string of this variant."""
         ln2 = self.ln2 if self.ln2 != "constant" else f"{self.ln2_constant:g}"
-        parts = [f"pos={'with' if self.position_part else 'without'}", f"ln2={ln2}", f"max={self.max}",
-                 f"glitch={self.glitch}"]
+        parts = ["computation=code"] if self.computation == "code" else []
+        parts += [f"pos={'with' if self.position_part else 'without'}", f"ln2={ln2}", f"max={self.max}",
+                  f"glitch={self.glitch}"]
         if self.position is not None:
             parts.append(f"position={self.position}")
         return ",".join(parts)
@@ -114,7 +116,8 @@ class ContributionVariant:
 #: named bases of ``--variant`` (docs/fidelity.md gives the file/line of every choice)
 VARIANTS = {
     "paper": ContributionVariant(),
-    "code": ContributionVariant(name="code", position_part=False, ln2="none", max="abs", position=500),
+    "code": ContributionVariant(name="code", position_part=False, ln2="none", max="abs", position=500,
+                                computation="code"),
     "scaled": ContributionVariant(name="scaled", ln2="median"),
 }
 DEFAULT_VARIANT = "paper"
@@ -152,6 +155,8 @@ def parse_variant(spec: str | ContributionVariant | None) -> ContributionVariant
             if not (math.isfinite(x) and x > 0):
                 raise HeadscopeError(f"--variant ln2: expected median, none or a positive number, got {val!r}")
             kw["ln2"], kw["ln2_constant"] = "constant", x
+        elif key == "computation" and val in ("circuit", "code"):
+            kw["computation"] = val
         elif key == "max" and val in ("signed", "abs"):
             kw["max"] = val
         elif key == "glitch" and val:
@@ -404,7 +409,17 @@ def scan_neurons(
 def _scored_tokens(circuit: Circuit, v: ContributionVariant, n: int, dtype, chunk: int, tokenizer=None
                    ) -> tuple[Tensor, Tensor]:
     """(Y rows of the tokens the variant scores, their token ids)."""
-    Y = token_values(circuit, n, dtype, chunk, position_part=v.position_part)     # [V H*e]
+    if v.computation == "code":                                                   # Gibson's cell, code_variant
+        from . import code_variant
+
+        toks = circuit.calibration.tokens
+        if toks is None:
+            raise HeadscopeError("--variant code needs the calibration text's tokens; this calibration file has "
+                                 "none (recalibrate with `headscope calibrate`)")
+        Y = code_variant.token_values(circuit.weights, circuit.heads, toks, n,
+                                      window=min(code_variant.WINDOW, n)).to(dtype)          # [V H*e]
+    else:
+        Y = token_values(circuit, n, dtype, chunk, position_part=v.position_part)     # [V H*e]
     ids = torch.arange(Y.shape[0])
     drop = excluded_tokens(circuit, v, tokenizer)
     if drop:

@@ -473,8 +473,11 @@ def _denominator_vs_local(c, ref, w):
     note = (f"worst contextual head {worst}: {a:.3f}; local heads " +
             ", ".join(f"{h}: {d.median_rel_spread[h]:.3f}" for h in local) +
             f"; over {d.n_texts} windows of {d.window} tokens")
-    return c["published_text"], f"{a:.3f} vs {b:.3f} (ratio {a / b:.2f})" if b > 0 else f"{a:.3f} vs 0", \
-        c["tolerance"], a * c["min_ratio"] <= b, note
+    measured = f"{a:.3f} vs {b:.3f} (ratio {b / a:.2f})" if a > 0 else f"0 vs {b:.3f}"
+    if ref.planted:
+        return c["published_text"], measured, c["tolerance"], None, note + \
+            "; no verdict: the planted local heads read content only through small random W_Q, W_K (no keyword boost)"
+    return c["published_text"], measured, c["tolerance"], a * c["min_ratio"] <= b, note
 
 
 def _share(c, ref, w, values: dict, ok_value, what: str, planted_note: str = ""):
@@ -542,9 +545,9 @@ def _fidelity(c, ref, w):
     note = (f"heads {f.heads}; over the {w.model.cfg.d_model} d_model coordinates at the {len(pos)} positions "
             f"{pos[0]}–{pos[-1]} (the scan's n = {n}) of the held-out samples joined; every position in the details")
     if ref.planted:
-        pr, pf = c["published"]
-        return c["published"], [round(r, 4), round(fvu, 4)], c["planted_tolerance"], r >= pr and fvu <= pf, \
-            note + "; not planted: the seed's figures as bounds"
+        (rlo, _), (_, fhi) = c["r_range"], c["fvu_range"]
+        return c["published"], [round(r, 4), round(fvu, 4)], c["planted_tolerance"], r >= rlo and fvu <= fhi, \
+            note + "; not planted: the seed band's outer limits (the keyword heads make S̄ text-dependent by design)"
     (rlo, rhi), (flo, fhi) = c["r_range"], c["fvu_range"]
     return c["published"], [round(r, 4), round(fvu, 4)], c["tolerance"], rlo <= r <= rhi and flo <= fvu <= fhi, note
 
@@ -646,7 +649,8 @@ def _position(c, ref, w):
 
 def _negative(c, ref, w):
     f = w.form
-    tol, ok = c["tolerance"], f.n_negative_top == ref.n_negative_top64      # exact: 33, not 32 or 34
+    tol = c["tolerance"] if ref.name == SEED_REFERENCE else "exact"
+    ok = f.n_negative_top == ref.n_negative_top64                              # exact: 33, not 32 or 34
     return ref.n_negative_top64, f.n_negative_top, tol, ok, f"{f.n_negative} negative, {f.n_positive} positive in all"
 
 
