@@ -59,7 +59,11 @@ def test_planted_checkpoint_passes_every_claim(planted_json, planted_manifest):
     assert code == 0, [r for r in d["rows"] if not r["passed"]]
     assert d["reference"] == "planted manifest" and d["ok"]
     assert [r["id"] for r in d["rows"]] == CLAIM_IDS
-    assert all(r["passed"] is True for r in d["rows"]), [r for r in d["rows"] if r["passed"] is not True]
+    # every row passes, or (not planted) says in one line why it has no verdict
+    assert all(r["passed"] is True or (r["passed"] is None and "no verdict" in r["note"]) for r in d["rows"]), \
+        [r for r in d["rows"] if r["passed"] is not True]
+    assert {r["id"] for r in d["rows"] if r["passed"] is None} == {"denominator_vs_local", "denominator_decay"}
+    assert all(r["source"] and r["rejects"] for r in d["rows"])
     rows = {r["id"]: r for r in d["rows"]}
     # the published column is the manifest's
     l0, l1 = planted_manifest["layer0"], planted_manifest["layer1"]
@@ -78,7 +82,8 @@ def test_planted_checkpoint_passes_every_claim(planted_json, planted_manifest):
     # the new rows: ground truth from the manifest (keyword heads) and the seed's figures as bounds
     assert rows["denominator_worst_heads"]["measured"] == sorted(l0["keyword_heads"])
     assert rows["contextual_heads_auto"]["measured"] == sorted(l0["contextual_heads"])
-    assert rows["circuit_fidelity"]["measured"][0] >= 0.95 and "d_model coordinates" in rows["circuit_fidelity"]["note"]
+    assert rows["circuit_fidelity"]["measured"][0] >= 0.9 and "the scan's n = 1023" in rows["circuit_fidelity"]["note"]
+    assert d["details"]["calibration"]["samples_at"]["1023"] >= d["details"]["calibration"]["min_samples"]
     assert rows["steer_alpha_sweep"]["measured"].count("PASS") == 3
     # how sensitive the neuron count is to the contribution's definition, in the details
     det = d["details"]
@@ -133,7 +138,7 @@ def test_tampered_manifest_fails_the_right_rows(planted_dir, tmp_path, capsys):
     # and the text table says FAIL on those rows
     fails = [line.split()[0] for line in text.splitlines() if line.rstrip().endswith("FAIL")]
     assert fails == want
-    assert f"{len(rows) - 4} pass, 4 fail" in text
+    assert f"{len(rows) - 6} pass, 4 fail, 2 without a verdict" in text
 
 
 def test_without_manifest_the_seed_figures_are_the_reference(planted_dir, tmp_path, capsys):
