@@ -253,6 +253,24 @@ class _Work:
                                processing=self.processing)
 
     @functools.cached_property
+    def split_tv(self) -> dict:
+        """Median TV(true, approx) per head over positions n ≥ 1 of the kernel windows, for the
+        seed's split and for the crude split √(|W_pos[i]|² + c²) (row key_split_vs_crude)."""
+        from . import layer0
+
+        w = layer0.view(self.model, self.processing)
+        c = self.kernels.c
+        texts = [(t.name, t.text) for t in [shipped.calibration_text(), *shipped.samples()]]
+        seed, crude = [], []
+        for tokens in windows(self.model, texts, max_windows=KERNEL_WINDOWS):
+            true = layer0.true_pattern(w, tokens)
+            seed.append(layer0.tv_distance(true, layer0.approx_pattern(w, tokens, c))[:, 1:])      # [h p-1]
+            crude.append(layer0.tv_distance(true, layer0.crude_pattern(w, tokens, c))[:, 1:])
+            del true
+        med = lambda xs: torch.cat(xs, dim=1).double().median(dim=1).values.tolist()   # noqa: E731
+        return {"seed": med(seed), "crude": med(crude), "c": c, "n_windows": len(seed)}
+
+    @functools.cached_property
     def calibration(self):
         return calibrate(self.model, shipped.calibration_text().text, query=SEED_QUERY, processing=self.processing)
 
@@ -478,6 +496,18 @@ def _denominator_vs_local(c, ref, w):
         return c["published_text"], measured, c["tolerance"], None, note + \
             "; no verdict: the planted local heads read content only through small random W_Q, W_K (no keyword boost)"
     return c["published_text"], measured, c["tolerance"], a * c["min_ratio"] <= b, note
+
+
+def _key_split_vs_crude(c, ref, w):
+    """The seed's split (add and subtract W_pos[n]) beats the crude split on every contextual head."""
+    d = w.split_tv
+    heads = w.circuit[1].heads
+    better = [h for h in heads if d["seed"][h] < d["crude"][h]]
+    note = "median TV seed / crude: " + ", ".join(f"{h}: {d['seed'][h]:.4f} / {d['crude'][h]:.4f}" for h in heads) + \
+        f" (c = {d['c']:.3g}, {d['n_windows']} windows)"
+    measured = f"{len(better)}/{len(heads)} heads better; median {statistics.median(d['seed'][h] for h in heads):.4f} " \
+        f"vs {statistics.median(d['crude'][h] for h in heads):.4f}"
+    return c["published_text"], measured, c["tolerance"], len(better) == len(heads), note
 
 
 def _share(c, ref, w, values: dict, ok_value, what: str, planted_note: str = ""):
@@ -706,7 +736,7 @@ CHECKS = {
     "tv_contextual": _tv, "kernel_categories": _categories, "contextual_heads": _contextual,
     "contextual_heads_auto": _contextual_auto, "denominator_worst_heads": _worst_heads,
     "denominator_vs_local": _denominator_vs_local, "circuit_fidelity": _fidelity,
-    "translation_equivariance": _translation, "query_dependence": _query_dependence, "mostly_local": _mostly_local,
+    "key_split_vs_crude": _key_split_vs_crude, "translation_equivariance": _translation, "query_dependence": _query_dependence, "mostly_local": _mostly_local,
     "denominator_decay": _denominator_decay,
     "n_contextual_neurons": _n_neurons, "neuron_704_top": _neuron_side, "neuron_704_bottom": _neuron_side,
     "neuron_704_texts": _neuron_texts, "survey_top": _survey_top, "survey_outlier": _survey_outlier,
