@@ -54,7 +54,7 @@ from .neurons import (AUTHORS_LN2, DEFAULT_THRESHOLD, ln2_divisor, parse_variant
                       scan_neurons, token_values)
 from .planted.build import MANIFEST, read_manifest
 from .shipped import seed_claims
-from .stats import robust_z, spearman
+from .stats import robust_z, roc_auc, spearman
 from .steering import authors_steer, steer
 from .survey import position_independence, survey
 from .weights import Processing
@@ -372,6 +372,18 @@ class _Work:
         positions = sorted(set(range(FIDELITY_STRIDE, p, FIDELITY_STRIDE)) | {p - 1})
         return circuit_fidelity(circuit, [tokens], positions=positions)
 
+    @functools.lru_cache(maxsize=None)
+    def neuron_scores(self, j: int) -> torch.Tensor:
+        """score[t, j] of every token t through the circuit ([d_vocab]; variant and position of the scan)."""
+        from .neurons import ln2_divisor, readout, token_values
+
+        self.model.cfg.check_neuron(j)
+        circuit, choice = self.circuit
+        v = self.variant
+        n = choice.position if v.position is None else v.position
+        return token_values(circuit, n, torch.float64, position_part=v.position_part) @ \
+            readout(circuit, torch.float64, ln2_scale=ln2_divisor(circuit, v))[:, j]       # [V]
+
     def true_activation(self, j: int, text: str) -> tuple[float, float, int]:
         """(mean true pre-activation of neuron j over positions ≥ 1, mean circuit prediction over
         every FIDELITY_STRIDE-th position, tokens)."""
@@ -508,6 +520,32 @@ def _key_split_vs_crude(c, ref, w):
     measured = f"{len(better)}/{len(heads)} heads better; median {statistics.median(d['seed'][h] for h in heads):.4f} " \
         f"vs {statistics.median(d['crude'][h] for h in heads):.4f}"
     return c["published_text"], measured, c["tolerance"], len(better) == len(heads), note
+
+
+def _naive_bayes(c, ref, w):
+    """Classify labelled texts by the sum of the neuron's token contributions over their tokens:
+    top and bottom tokens together, top tokens only, and the neuron's true mean activation."""
+    k = c["k"]
+    score = w.neuron_scores(ref.neuron)
+    top = set(score.topk(k).indices.tolist())
+    bottom = set(score.topk(k, largest=False).indices.tolist())
+    rows = []
+    for label, text in shipped.spelling_texts():
+        ids = w.model.tokenizer.encode(text)
+        both = sum(float(score[t]) for t in ids if t in top or t in bottom)
+        only_top = sum(float(score[t]) for t in ids if t in top)
+        only_bottom = sum(float(score[t]) for t in ids if t in bottom)
+        true = w.true_activation(ref.neuron, text)[0]
+        rows.append((label == "commonwealth", both, only_top, only_bottom, true))
+    y = [r[0] for r in rows]
+    auc = [roc_auc([r[i] for r in rows], y) for i in (1, 2, 3, 4)]
+    acc = sum((r[1] > 0) == r[0] for r in rows) / len(rows)
+    measured = (f"AUC {auc[0]:.3f} (top+bottom), {auc[1]:.3f} (top only), {auc[2]:.3f} (bottom only), "
+                f"{auc[3]:.3f} (true activation); accuracy {acc:.2f}")
+    note = (f"neuron {ref.neuron_label}; {len(rows)} shipped texts (data/spelling_texts.json, written for headscope), "
+            f"{k} top and {k} bottom tokens of the scan; accuracy of 'Commonwealth if the sum > 0'")
+    ok = auc[0] >= c["min_auc"] and acc >= c["min_accuracy"] and auc[2] >= c["min_auc"]
+    return c["published_text"], measured, c["tolerance"], ok, note
 
 
 def _share(c, ref, w, values: dict, ok_value, what: str, planted_note: str = ""):
@@ -739,7 +777,7 @@ CHECKS = {
     "key_split_vs_crude": _key_split_vs_crude, "translation_equivariance": _translation, "query_dependence": _query_dependence, "mostly_local": _mostly_local,
     "denominator_decay": _denominator_decay,
     "n_contextual_neurons": _n_neurons, "neuron_704_top": _neuron_side, "neuron_704_bottom": _neuron_side,
-    "neuron_704_texts": _neuron_texts, "survey_top": _survey_top, "survey_outlier": _survey_outlier,
+    "neuron_704_texts": _neuron_texts, "naive_bayes": _naive_bayes, "survey_top": _survey_top, "survey_outlier": _survey_outlier,
     "self_suppression": _self_suppression, "bos_fallback": _bos,
     "position_independence": _position, "negative_eigenvalues": _negative, "sym_vs_skew": _sigma,
     "steer_restores_self": _steer, "steer_alpha_sweep": _steer_sweep,

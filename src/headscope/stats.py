@@ -106,3 +106,14 @@ def spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
         return r
 
     return pearson(ranks(a), ranks(b))
+
+
+def roc_auc(scores: Sequence[float], labels: Sequence[bool]) -> float | None:
+    """Area under the ROC curve: P(score of a positive > score of a negative), ties counting ½
+    (the Mann–Whitney U over n⁺·n⁻); None without both classes."""
+    pos = [float(s) for s, y in zip(scores, labels) if y]
+    neg = [float(s) for s, y in zip(scores, labels) if not y]
+    if not pos or not neg:
+        return None
+    wins = sum((p > n) + 0.5 * (p == n) for p in pos for n in neg)
+    return wins / (len(pos) * len(neg))
