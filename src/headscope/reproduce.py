@@ -384,6 +384,13 @@ class _Work:
         return token_values(circuit, n, torch.float64, position_part=v.position_part) @ \
             readout(circuit, torch.float64, ln2_scale=ln2_divisor(circuit, v))[:, j]       # [V]
 
+    @functools.cached_property
+    def topic_labels(self) -> list:
+        """topics.label_neuron for every neuron of the scan (its top and bottom TOP tokens)."""
+        from .topics import label_neuron
+
+        return [label_neuron(n["neuron"], n["top_tokens"], n["bottom_tokens"]) for n in self.scan.neurons]
+
     def true_activation(self, j: int, text: str) -> tuple[float, float, int]:
         """(mean true pre-activation of neuron j over positions ≥ 1, mean circuit prediction over
         every FIDELITY_STRIDE-th position, tokens)."""
@@ -519,6 +526,9 @@ def _key_split_vs_crude(c, ref, w):
         f" (c = {d['c']:.3g}, {d['n_windows']} windows)"
     measured = f"{len(better)}/{len(heads)} heads better; median {statistics.median(d['seed'][h] for h in heads):.4f} " \
         f"vs {statistics.median(d['crude'][h] for h in heads):.4f}"
+    if ref.planted:
+        return c["published_text"], measured, c["tolerance"], None, note + \
+            "; no verdict: planted token norms are all ≈ c and W_E ⟂ W_pos, so the crude split is as exact as the seed's"
     return c["published_text"], measured, c["tolerance"], len(better) == len(heads), note
 
 
@@ -546,6 +556,48 @@ def _naive_bayes(c, ref, w):
             f"{k} top and {k} bottom tokens of the scan; accuracy of 'Commonwealth if the sum > 0'")
     ok = auc[0] >= c["min_auc"] and acc >= c["min_accuracy"] and auc[2] >= c["min_auc"]
     return c["published_text"], measured, c["tolerance"], ok, note
+
+
+#: a topic label → the shipped sample text of that topic (row neuron_transfer)
+LABEL_TEXTS = {"sport": "sports_report", "cooking": "cooking", "language:fr": "french",
+               "commonwealth_spelling": "british_news", "american_spelling": "american_news"}
+
+
+def _neuron_topics(c, ref, w):
+    labels = w.topic_labels
+    if not labels:
+        raise NotApplicable("no contextual neuron above the threshold to label")
+    share = sum(x.labelled for x in labels) / len(labels)
+    shown = "; ".join(f"{x.neuron}: {'/'.join(x.top) or '—'} vs {'/'.join(x.bottom) or '—'}" for x in labels[:12])
+    note = f"{len(labels)} neurons (top vs bottom labels): {shown}" + ("; …" if len(labels) > 12 else "")
+    if ref.planted:
+        note += "; planted: the lexicons and the planted token sets share topic words by construction"
+    return c["published_text"], round(share, 4), c["tolerance"], share >= c["min_share"], note
+
+
+def _neuron_transfer(c, ref, w):
+    """Neurons labelled with a topic that has a shipped sample text: true mean activation on that
+    text above (top label) or below (bottom label) the mean over the other sample texts."""
+    by = {t.name: t.text for t in shipped.samples()}
+    tests = []
+    for x in w.topic_labels:
+        for side, sign in (("top", 1.0), ("bottom", -1.0)):
+            for label in getattr(x, side):
+                if LABEL_TEXTS.get(label) in by:
+                    tests.append((x.neuron, label, LABEL_TEXTS[label], sign))
+    if not tests:
+        raise NotApplicable("no contextual neuron has a label with a shipped sample text (sport, cooking, "
+                            "French, Commonwealth or American spelling)")
+    results = []
+    for j, label, name, sign in tests:
+        act = {n: w.true_activation(j, t)[0] for n, t in by.items()}
+        others = statistics.mean(v for n, v in act.items() if n != name)
+        results.append((j, label, act[name], others, sign * (act[name] - others) > 0))
+    share = sum(r[4] for r in results) / len(results)
+    note = "; ".join(f"{j} ({label}): {a:.3f} vs {o:.3f}" for j, label, a, o, _ in results[:10]) + \
+        " (true mean activation on the topic's sample vs the other samples; calibrated on calibration.txt)"
+    return c["published_text"], f"{sum(r[4] for r in results)}/{len(results)}", c["tolerance"], \
+        share >= c["min_share"], note
 
 
 def _share(c, ref, w, values: dict, ok_value, what: str, planted_note: str = ""):
@@ -777,7 +829,8 @@ CHECKS = {
     "key_split_vs_crude": _key_split_vs_crude, "translation_equivariance": _translation, "query_dependence": _query_dependence, "mostly_local": _mostly_local,
     "denominator_decay": _denominator_decay,
     "n_contextual_neurons": _n_neurons, "neuron_704_top": _neuron_side, "neuron_704_bottom": _neuron_side,
-    "neuron_704_texts": _neuron_texts, "naive_bayes": _naive_bayes, "survey_top": _survey_top, "survey_outlier": _survey_outlier,
+    "neuron_704_texts": _neuron_texts, "naive_bayes": _naive_bayes, "neuron_topics": _neuron_topics,
+    "neuron_transfer": _neuron_transfer, "survey_top": _survey_top, "survey_outlier": _survey_outlier,
     "self_suppression": _self_suppression, "bos_fallback": _bos,
     "position_independence": _position, "negative_eigenvalues": _negative, "sym_vs_skew": _sigma,
     "steer_restores_self": _steer, "steer_alpha_sweep": _steer_sweep,
