@@ -600,6 +600,38 @@ def _neuron_transfer(c, ref, w):
         share >= c["min_share"], note
 
 
+def _semantic_pairs(c, ref, w):
+    """The seed's named examples as prompts: fillers and the example's category partners, then the
+    query word; the semantic head's attention from the query on the partners."""
+    l, h = w._check_head()
+    W = w.model.weights(w.processing)
+    fillers = c["fillers"]
+    results = []
+    for ex in c["examples"]:
+        words = [ex["query"], *ex["targets"], *fillers]
+        ids = [w.model.tokenizer.encode(x) for x in words]
+        bad = [x for x, i in zip(words, ids) if len(i) != 1]
+        if bad:
+            raise NotApplicable(f"{bad[0]!r} is not one token in this model's vocabulary")
+        q, targets, fill = ids[0][0], [i[0] for i in ids[1:1 + len(ex["targets"])]], [i[0] for i in ids[-len(fillers):]]
+        seq = [w.model.bos_id]
+        for k in range(max(len(targets), len(fill))):                       # filler, target, filler, target, …
+            seq += fill[k:k + 1] + targets[k:k + 1]
+        seq.append(q)
+        cache = run_with_cache(W, torch.tensor([seq]), names=[f"blocks.{l}.attn.hook_pattern"], stop_at_layer=l + 1)
+        att = cache[f"blocks.{l}.attn.hook_pattern"][0, h, -1]                # [k] from the query
+        t_att = [float(att[i]) for i, x in enumerate(seq) if x in targets]
+        f_att = [float(att[i]) for i, x in enumerate(seq) if x in fill]
+        share = sum(t_att)
+        ok = share >= c["min_share"] and min(t_att) > max(f_att)
+        results.append((ex["query"], share, float(att[-1]), ok))
+    measured = "; ".join(f"{q.strip()}: {s:.3f}" for q, s, _, _ in results)
+    note = "attention share on the partners from the query (" + ", ".join(
+        f"{q.strip()} → {'/'.join(t.strip() for t in ex['targets'])}" for (q, *_), ex in zip(results, c["examples"])) + \
+        f"); self {', '.join(f'{s:.3f}' for _, _, s, _ in results)}; fillers {', '.join(x.strip() for x in fillers)}"
+    return c["published_text"], measured, c["tolerance"], all(r[3] for r in results), note
+
+
 def _share(c, ref, w, values: dict, ok_value, what: str, planted_note: str = ""):
     """A share of heads meeting a per-head criterion, against the claim's minimum share."""
     good = sorted(h for h, v in values.items() if ok_value(v))
@@ -831,7 +863,7 @@ CHECKS = {
     "n_contextual_neurons": _n_neurons, "neuron_704_top": _neuron_side, "neuron_704_bottom": _neuron_side,
     "neuron_704_texts": _neuron_texts, "naive_bayes": _naive_bayes, "neuron_topics": _neuron_topics,
     "neuron_transfer": _neuron_transfer, "survey_top": _survey_top, "survey_outlier": _survey_outlier,
-    "self_suppression": _self_suppression, "bos_fallback": _bos,
+    "semantic_pairs": _semantic_pairs, "self_suppression": _self_suppression, "bos_fallback": _bos,
     "position_independence": _position, "negative_eigenvalues": _negative, "sym_vs_skew": _sigma,
     "steer_restores_self": _steer, "steer_alpha_sweep": _steer_sweep,
 }
