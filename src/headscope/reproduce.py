@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import math
 import statistics
 from pathlib import Path
@@ -632,6 +633,65 @@ def _semantic_pairs(c, ref, w):
     return c["published_text"], measured, c["tolerance"], all(r[3] for r in results), note
 
 
+def rules_by_category(pattern: torch.Tensor, prompts) -> dict[str, dict]:
+    """Per category of `prompts`: same-category attention (queries with a partner), self and copy
+    attention, BOS attention (queries without a partner); pattern [b q k] of one head."""
+    from .survey import target_masks
+
+    A = pattern.double()
+    m = target_masks(prompts.tokens, prompts.labels, prompts.related)
+    q = slice(1, None)
+    lab = prompts.labels[:, q]
+    part = (A[:, q] * m["partner"][:, q]).sum(-1)                                 # [b q]
+    copy = (A[:, q] * m["copy"][:, q]).sum(-1)
+    diag = torch.diagonal(A, dim1=-2, dim2=-1)[:, q]
+    bos = A[:, q, 0]
+    has_p, has_c = m["has_partner"][:, q], m["copy"].any(-1)[:, q]
+    mean = lambda x, sel: float(x[sel].mean()) if bool(sel.any()) else None     # noqa: E731
+    out = {}
+    for c, name in enumerate(prompts.names):
+        mine = lab == c
+        out[name] = {"same_category": mean(part, mine & has_p), "self": mean(diag, mine),
+                     "copy": mean(copy, mine & has_c), "bos_fallback": mean(bos, mine & ~has_p),
+                     "n_queries": int(mine.sum())}
+    return out
+
+
+def _three_rules(c, ref, w):
+    """The three rules per category of the seed's list (data/categories_rules.json)."""
+    from .survey import prompts_for
+
+    l, h = w._check_head()
+    data = {k: v for k, v in json.loads(shipped.read("categories_rules.json")).items() if not k.startswith("_")}
+    prompts, _ = prompts_for(w.model, data, n_prompts=c["n_prompts"], length=c["length"], seed=0,
+                             cats_per_prompt=c["cats_per_prompt"])
+    W = w.model.weights(w.processing)
+    cache = run_with_cache(W, prompts.tokens, names=[f"blocks.{l}.attn.hook_pattern"], stop_at_layer=l + 1)
+    per = rules_by_category(cache[f"blocks.{l}.attn.hook_pattern"][:, h], prompts)
+    planted = set(ref.survey_categories) if isinstance(ref.survey_categories, dict) else None
+    verdicts, skipped = {}, []
+    for name, r in per.items():
+        if planted is not None and name not in planted:
+            skipped.append(name)
+            continue
+        if r["same_category"] is None or r["bos_fallback"] is None:
+            skipped.append(name)
+            continue
+        verdicts[name] = (r["same_category"] >= c["min_same"] and r["self"] <= c["max_self"]
+                          and (r["copy"] is None or r["copy"] <= c["max_self"]) and r["bos_fallback"] >= c["min_bos"])
+    if not verdicts:
+        raise NotApplicable("no category of the seed's list has both queries with and without a partner here")
+    fmt = lambda v: "—" if v is None else f"{v:.2f}"                               # noqa: E731
+    measured = "; ".join(f"{n}: {'PASS' if ok else 'FAIL'}" for n, ok in verdicts.items())
+    note = "same / self / copy / BOS per category: " + "; ".join(
+        f"{n} {fmt(r['same_category'])}/{fmt(r['self'])}/{fmt(r['copy'])}/{fmt(r['bos_fallback'])}"
+        for n, r in per.items())
+    if skipped:
+        note += f"; no verdict for {skipped}" + (" (not planted categories)" if planted is not None else
+                                                  " (no query with or without a partner)")
+    return c["published_text"], measured, c["tolerance"], all(verdicts.values()), note
+
+
 def _share(c, ref, w, values: dict, ok_value, what: str, planted_note: str = ""):
     """A share of heads meeting a per-head criterion, against the claim's minimum share."""
     good = sorted(h for h, v in values.items() if ok_value(v))
@@ -863,7 +923,7 @@ CHECKS = {
     "n_contextual_neurons": _n_neurons, "neuron_704_top": _neuron_side, "neuron_704_bottom": _neuron_side,
     "neuron_704_texts": _neuron_texts, "naive_bayes": _naive_bayes, "neuron_topics": _neuron_topics,
     "neuron_transfer": _neuron_transfer, "survey_top": _survey_top, "survey_outlier": _survey_outlier,
-    "semantic_pairs": _semantic_pairs, "self_suppression": _self_suppression, "bos_fallback": _bos,
+    "semantic_pairs": _semantic_pairs, "three_rules_by_category": _three_rules, "self_suppression": _self_suppression, "bos_fallback": _bos,
     "position_independence": _position, "negative_eigenvalues": _negative, "sym_vs_skew": _sigma,
     "steer_restores_self": _steer, "steer_alpha_sweep": _steer_sweep,
 }
