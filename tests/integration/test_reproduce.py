@@ -50,7 +50,8 @@ def test_seed_claims_cover_the_issue():
     assert by["denominator_worst_heads"]["published"] == [6, 8]
     assert by["circuit_fidelity"]["published"] == [0.95, 0.14]
     assert {"contextual_heads_auto", "neuron_704_texts", "survey_outlier", "denominator_vs_local",
-            "translation_equivariance", "query_dependence", "mostly_local", "denominator_decay"} <= set(by)
+            "translation_equivariance", "query_dependence", "mostly_local", "denominator_decay", "key_split_vs_crude",
+            "naive_bayes", "neuron_topics", "neuron_transfer", "semantic_pairs", "three_rules_by_category"} <= set(by)
     assert all(c["tolerance"] for c in claims["claims"])
 
 
@@ -63,7 +64,12 @@ def test_planted_checkpoint_passes_every_claim(planted_json, planted_manifest):
     # every row passes, or (not planted) says in one line why it has no verdict
     assert all(r["passed"] is True or (r["passed"] is None and "no verdict" in r["note"]) for r in d["rows"]), \
         [r for r in d["rows"] if r["passed"] is not True]
-    assert {r["id"] for r in d["rows"] if r["passed"] is None} == {"denominator_vs_local", "denominator_decay"}
+    assert {r["id"] for r in d["rows"] if r["passed"] is None} == {"denominator_vs_local", "denominator_decay",
+                                                                   "key_split_vs_crude"}
+    # the new rows of issue 22 measure something on the planted checkpoint
+    assert rows["naive_bayes"]["passed"] and rows["neuron_topics"]["measured"] == 1.0
+    assert rows["neuron_transfer"]["passed"] and rows["semantic_pairs"]["passed"]
+    assert "no verdict for ['names', 'verbs', 'logical_operators']" in rows["three_rules_by_category"]["note"]
     assert all(r["source"] and r["rejects"] for r in d["rows"])
     rows = {r["id"]: r for r in d["rows"]}
     # the published column is the manifest's
@@ -139,7 +145,7 @@ def test_tampered_manifest_fails_the_right_rows(planted_dir, tmp_path, capsys):
     # and the text table says FAIL on those rows
     fails = [line.split()[0] for line in text.splitlines() if line.rstrip().endswith("FAIL")]
     assert fails == want
-    assert f"{len(rows) - 6} pass, 4 fail, 2 without a verdict" in text
+    assert f"{len(rows) - 7} pass, 4 fail, 3 without a verdict" in text
 
 
 def test_without_manifest_the_seed_figures_are_the_reference(planted_dir, tmp_path, capsys):
