@@ -764,15 +764,25 @@ def _fidelity(c, ref, w):
     return c["published"], [round(r, 4), round(fvu, 4)], c["tolerance"], rlo <= r <= rhi and flo <= fvu <= fhi, note
 
 
+def _scaled_count(w) -> str:
+    """The count under variant ``scaled`` (the same scan ÷ σ̄₂), for the row's note."""
+    if w.variant.ln2 != "none" or w.variant.max != "signed":
+        return ""
+    sigma = w.circuit[0].calibration.ln2_scale
+    n = sum(x / sigma >= DEFAULT_THRESHOLD for x in w.scan.max_all)
+    return f"seed unit (no LN2 scale); under 'scaled' (÷ σ̄₂ = {sigma:.3f}): {n} neurons"
+
+
 def _n_neurons(c, ref, w):
     scan = w.scan
     found = sorted(n["neuron"] for n in scan.neurons)
     if ref.n_neurons is None:
         lo, hi = c["range"]
-        return c["published_text"], len(found), c["tolerance"], lo <= len(found) <= hi, ""
+        return c["published_text"], len(found), c["tolerance"], lo <= len(found) <= hi, _scaled_count(w)
     extra = sorted(set(found) - set(ref.neuron_indices))
     missing = sorted(set(ref.neuron_indices) - set(found))
-    note = "; ".join(s for s in [f"missing {missing}" if missing else "", f"extra {extra}" if extra else ""] if s)
+    note = "; ".join(s for s in [f"missing {missing}" if missing else "", f"extra {extra}" if extra else "",
+                                 _scaled_count(w)] if s)
     return ref.neuron_indices, found, "exactly the planted neurons", not extra and not missing, note
 
 

@@ -98,9 +98,15 @@ def test_neuron_lists_are_rank_aware():
 
 def test_neuron_count_rejects_another_unit():
     c = CLAIMS["n_contextual_neurons"]
+    from headscope.neurons import parse_variant
+
+    circuit = types.SimpleNamespace(calibration=types.SimpleNamespace(ln2_scale=0.5))
     for n, ok in ((100, True), (60, True), (640, False), (16, False)):      # 640: scores × 1/σ̄₂ ≈ 6.4
-        w = work(scan=types.SimpleNamespace(neurons=[{"neuron": j} for j in range(n)]))
-        assert R._n_neurons(c, SEED, w)[3] is ok
+        maxes = [6.0] * n + [3.0] * 50                                     # ÷ 0.5: the 50 at 3.0 pass 5.0 too
+        w = work(scan=types.SimpleNamespace(neurons=[{"neuron": j} for j in range(n)], max_all=maxes),
+                 variant=parse_variant(None), circuit=(circuit, None))
+        row = R._n_neurons(c, SEED, w)
+        assert row[3] is ok and f"under 'scaled' (÷ σ̄₂ = 0.500): {n + 50} neurons" in row[4]
 
 
 def head_kernels(**per_head):
