@@ -66,12 +66,12 @@ def test_planted_checkpoint_passes_every_claim(planted_json, planted_manifest):
         [r for r in d["rows"] if r["passed"] is not True]
     assert {r["id"] for r in d["rows"] if r["passed"] is None} == {"denominator_vs_local", "denominator_decay",
                                                                    "key_split_vs_crude"}
+    assert all(r["source"] and r["rejects"] for r in d["rows"])
+    rows = {r["id"]: r for r in d["rows"]}
     # the new rows of issue 22 measure something on the planted checkpoint
     assert rows["naive_bayes"]["passed"] and rows["neuron_topics"]["measured"] == 1.0
     assert rows["neuron_transfer"]["passed"] and rows["semantic_pairs"]["passed"]
     assert "no verdict for ['names', 'verbs', 'logical_operators']" in rows["three_rules_by_category"]["note"]
-    assert all(r["source"] and r["rejects"] for r in d["rows"])
-    rows = {r["id"]: r for r in d["rows"]}
     # the published column is the manifest's
     l0, l1 = planted_manifest["layer0"], planted_manifest["layer1"]
     assert rows["contextual_heads"]["published"] == sorted(l0["contextual_heads"])
