@@ -9,7 +9,12 @@ at every query position n, the calibration records, per head h and position n,
     log S_h[n]    = L_h[n] − log Z_h[n]                        (the seed's Σ_j pos·content, see layer0)
 
 averaged over the calibration windows that reach position n (the average is taken of
-the denominators themselves, ``log mean_w exp(·)``). Keys are the text's true keys
+the denominators themselves, ``log mean_w exp(·)``). The seed samples the denominators
+"from this text": the windows start every :data:`STRIDE` tokens (overlapping, at most
+``window − 1`` apart so every token is covered), so position n gets a sample from every
+window start s with at least n tokens after s; ``counts[n]`` records how many.
+:func:`check_samples` refuses a position with fewer than :data:`MIN_SAMPLES`
+(``reproduce`` applies it at the scan's position). Keys are the text's true keys
 (forward's ``hook_k``); the query is t_q at position n — the model's computation at n
 had x_n been t_q. It also records σ₂, the median LayerNorm-2 scale of layer 0 over the
 calibration positions (forward's ``blocks.0.ln2.hook_scale``, with the text's own
@@ -35,7 +40,7 @@ from jaxtyping import Float
 
 from . import layer0
 from ._atomic import atomic_write_text, json_object_with
-from ._errors import HeadscopeError
+from ._errors import HeadscopeError, NotApplicable
 from ._json import dumps
 from .corpus import check_window, iter_windows, read_json_file
 from .forward import run_with_cache
@@ -47,6 +52,10 @@ Tensor = torch.Tensor
 
 FORMAT = "headscope.calibration"
 FORMAT_VERSION = 1
+#: step between calibration window starts (tokens); min(STRIDE, window − 1) is used
+STRIDE = 128
+#: fewest calibration samples (windows reaching n) at the position a seed row uses
+MIN_SAMPLES = 4
 #: recognises an earlier calibration file, which `save` may replace (headscope._atomic's output rule)
 OWNED = json_object_with(format=FORMAT)
 
@@ -68,6 +77,7 @@ class Calibration:
     counts: list[int]                         # windows reaching position n
     log_denom: Float[Tensor, "head pos"]      # log mean_w exp(L_h[n])
     log_seed_denom: Float[Tensor, "head pos"]  # log mean_w S_h[n]
+    tokens: list[int] | None = None           # the first window's ids (BOS first): Gibson's code variant
 
     @property
     def n_positions(self) -> int:
@@ -87,6 +97,7 @@ class Calibration:
             },
             "log_denom": self.log_denom.tolist(),
             "log_seed_denom": self.log_seed_denom.tolist(),
+            **({"tokens": self.tokens} if self.tokens is not None else {}),
         }
 
     @classmethod
@@ -108,6 +119,7 @@ class Calibration:
                 n_windows=int(d["n_windows"]), window=int(d["window"]),
                 c=float(d["c"]), ln2_scale=float(d["ln2_scale"]),
                 counts=[int(x) for x in d["counts"]], log_denom=ld, log_seed_denom=ls,
+                tokens=[int(x) for x in d["tokens"]] if d.get("tokens") is not None else None,
             )
         except KeyError as e:
             raise HeadscopeError(f"{source}: calibration file is missing the field {e.args[0]!r}") from None
@@ -167,6 +179,15 @@ def _progress(what: str, total: int) -> Callable[[int, int], None] | None:
     return report
 
 
+def check_samples(cal: "Calibration", n: int, minimum: int = MIN_SAMPLES) -> int:
+    """The number of calibration samples at position n; NotApplicable below `minimum`."""
+    got = cal.counts[n] if 0 <= n < len(cal.counts) else 0
+    if got < minimum:
+        raise NotApplicable(f"calibration: {got} sample(s) of the denominators at position {n}, fewer than the "
+                            f"minimum {minimum} (a longer calibration text, or a smaller position)")
+    return got
+
+
 @torch.no_grad()
 def calibrate(
     model: Model,
@@ -176,6 +197,7 @@ def calibrate(
     processing: Processing | None = None,
     window: int | None = None,
     c: float | None = None,
+    stride: int | None = None,
 ) -> Calibration:
     """Sample every layer-0 head's denominator on `text` with query token `query`.
 
@@ -190,14 +212,19 @@ def calibrate(
     if not text.strip():
         raise HeadscopeError("calibration text is empty")
     n_ctx = check_window(model, model.cfg.n_ctx if window is None else min(window, model.cfg.n_ctx))
+    step = max(min(STRIDE if stride is None else int(stride), n_ctx - 1), 1)
     H = model.cfg.n_heads
     log_sum = torch.full((H, n_ctx), -math.inf, dtype=torch.float64)             # log Σ_w exp(L_w)
     counts = torch.zeros(n_ctx, dtype=torch.long)
     scales = []                  # float32, one per token: bounded by the input size limit
     P = n_windows = n_tokens = 0
-    # windows streamed from the text, tokenised piece by piece: memory does not grow with its length
-    for x in iter_windows(model, text, n_ctx, progress=_progress("calibrate", len(text))):
-        P, n_windows, n_tokens = max(P, x.numel()), n_windows + 1, n_tokens + x.numel() - 1
+    first: list[int] | None = None
+    # windows streamed from the text (one every `step` tokens), tokenised piece by piece:
+    # memory does not grow with its length
+    for x in iter_windows(model, text, n_ctx, progress=_progress("calibrate", len(text)), stride=step):
+        first = x.tolist() if first is None else first
+        n_tokens = max(n_tokens, n_windows * step + x.numel() - 1)       # window k starts at token k·step
+        P, n_windows = max(P, x.numel()), n_windows + 1
         cache = run_with_cache(w, x[None], names=["blocks.0.attn.hook_k", "blocks.0.ln2.hook_scale"], stop_at_layer=1)
         scores = layer0.fixed_query_scores(w, cache["blocks.0.attn.hook_k"], qid)   # [1 head q k]
         L = torch.logsumexp(scores, dim=-1)[0]                                    # [head q]
@@ -214,7 +241,7 @@ def calibrate(
         fingerprint=model.fingerprint, processing=processing.to_dict(), query=query, query_id=qid,
         text_sha256=text_sha256(text), n_text_tokens=n_tokens,
         n_windows=n_windows, window=P, c=c, ln2_scale=float(torch.cat(scales).median()),
-        counts=counts.tolist(), log_denom=log_denom, log_seed_denom=log_seed,
+        counts=counts.tolist(), log_denom=log_denom, log_seed_denom=log_seed, tokens=first,
     )
 
 

@@ -241,19 +241,25 @@ def windows(
     texts: Iterable[tuple[str, str] | str],
     n_ctx: int | None = None,
     max_windows: int | None = None,
+    stride: int | None = None,
 ) -> list[torch.Tensor]:
     """Token windows ``[BOS] + tokens`` (1-D int64 tensors of length ≤ n_ctx).
 
     `texts` holds strings or ``(name, text)`` pairs (as :func:`read_corpus` returns);
-    `n_ctx` defaults to the model's; `max_windows` keeps the first windows only.
+    `n_ctx` defaults to the model's; `max_windows` keeps the first windows only;
+    `stride` (default n_ctx − 1: disjoint windows) is the step between window starts,
+    smaller for overlapping windows.
     """
     n_ctx = check_window(model, model.cfg.n_ctx if n_ctx is None else n_ctx)
     if max_windows is not None and max_windows < 1:
         raise HeadscopeError(f"max_windows: expected ≥ 1, got {max_windows}")
+    stride = n_ctx - 1 if stride is None else int(stride)
+    if stride < 1:
+        raise HeadscopeError(f"window stride: expected ≥ 1, got {stride}")
     out: list[torch.Tensor] = []
     for item in texts:
         text = item[1] if isinstance(item, tuple) else item
-        for win in iter_windows(model, text, n_ctx):
+        for win in iter_windows(model, text, n_ctx, stride=stride):
             out.append(win)
             if max_windows is not None and len(out) >= max_windows:
                 return out
@@ -296,11 +302,16 @@ def text_pieces(text: str, size: int | None = None) -> Iterator[str]:
     yield text[start:]
 
 
-def iter_windows(model, text: str, n_ctx: int, progress: Callable[[int, int], None] | None = None
-                 ) -> Iterator[torch.Tensor]:
+def iter_windows(model, text: str, n_ctx: int, progress: Callable[[int, int], None] | None = None,
+                 stride: int | None = None) -> Iterator[torch.Tensor]:
     """The windows ``[BOS] + chunk`` of one text, as :func:`windows` cuts them, streamed: the text is
     tokenised piece by piece (:func:`text_pieces`), so memory does not grow with its length.
+    A window starts every `stride` tokens (default n_ctx − 1: disjoint windows); the last
+    windows, shorter than n_ctx, start every `stride` tokens too.
     `progress(done, total)` is called with characters tokenised so far after each piece."""
+    step = n_ctx - 1 if stride is None else int(stride)
+    if step < 1:
+        raise HeadscopeError(f"window stride: expected ≥ 1, got {step}")
     ids: list[int] = []
     done = 0
     for piece in text_pieces(text):
@@ -308,8 +319,9 @@ def iter_windows(model, text: str, n_ctx: int, progress: Callable[[int, int], No
         done += len(piece)
         while len(ids) >= n_ctx - 1:
             yield torch.tensor([model.bos_id] + ids[:n_ctx - 1], dtype=torch.long)      # [n_ctx]
-            del ids[:n_ctx - 1]
+            del ids[:step]
         if progress is not None:
             progress(done, len(text))
-    if ids:
-        yield torch.tensor([model.bos_id] + ids, dtype=torch.long)                       # [≤ n_ctx]
+    while ids:
+        yield torch.tensor([model.bos_id] + ids[:n_ctx - 1], dtype=torch.long)          # [≤ n_ctx]
+        del ids[:step]

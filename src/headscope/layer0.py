@@ -372,6 +372,22 @@ def split_scores(weights: Weights, tokens: Int[Tensor, "p"], c: float
     return content.masked_fill(~causal, -math.inf), position.masked_fill(~causal, -math.inf)
 
 
+def crude_pattern(weights: Weights, tokens: Int[Tensor, "p"], c: float) -> Float[Tensor, "h q k"]:
+    """The crude split the seed improves on: |W_E[x_i] + W_pos[i]| ≈ √(|W_pos[i]|² + c²), i.e.
+    keys √d (c(W_E[x_i]) + c(W_pos[i])) W_K / √(|c(W_pos[i])|² + c²) + b_K, without adding and
+    subtracting W_pos[n]; softmax_i of q_n·key_i/s (causal)."""
+    check_split(weights)
+    cfg, b = weights.cfg, weights.blocks[0]
+    d, P_len = cfg.d_model, len(tokens)
+    Q = queries(weights, tokens).transpose(0, 1)                                  # [h q e]
+    x = _centred(weights.W_E[tokens]) + _centred(weights.W_pos[:P_len])           # [k d]
+    norm = (_centred(weights.W_pos[:P_len]).pow(2).sum(-1) + c ** 2).clamp_min(d * cfg.ln_eps).sqrt()   # [k]
+    keys = math.sqrt(d) * torch.einsum("kd,hde->hke", x, b.W_K) / norm[None, :, None] + b.b_K[:, None, :]
+    scores = Q @ keys.transpose(1, 2) / cfg.attn_scale(0)                         # [h q k]
+    causal = torch.ones(P_len, P_len, dtype=torch.bool).tril()
+    return torch.softmax(scores.masked_fill(~causal, -math.inf), dim=-1)
+
+
 def approx_pattern(weights: Weights, tokens: Int[Tensor, "p"], c: float) -> Float[Tensor, "h q k"]:
     """attn_approx[n, i] = softmax_i of the split scores (causal, rows sum to 1)."""
     content, position = split_scores(weights, tokens, c)

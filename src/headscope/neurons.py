@@ -3,24 +3,28 @@
 Layer 0's MLP reads ``LN2(resid_mid) = w₂ ⊙ c(resid_mid)/σ₂ + b₂`` (c centres over
 d_model). The contextual circuit (:mod:`.contextual`) adds
 ``Σ_i pos[n, i] · contribution[n, t_q, x_i]`` to resid_mid, a kernel-weighted average
-of per-token vectors, so a context made only of token t moves neuron j's
-pre-activation by
+of per-token vectors. The seed's score (the default, variant ``paper``) is its formula as
+written, ``max[j] = sup_t contribution[n, t_q, t] · mlp[:, j]``:
 
-    score[t, j] = c(contribution[n, t_q, t]) ⊙ w₂ · W_in[:, j] / σ̄₂
+    score[t, j] = c(contribution[n, t_q, t]) ⊙ w₂ · W_in[:, j]            (ln2=none)
 
-**LayerNorm 2** is handled by fixing its scale to σ̄₂, the median of layer 0's
-``ln2.hook_scale`` on the calibration text (stored in the calibration); its centring
-and weight are exact (linear), its bias does not depend on t and is left out.
+with no LayerNorm-2 scale (Gibson's threshold cells divide by none either,
+main.py:868, main.py:907 at 4a2c7ab). **Variant ``scaled``** (``ln2=median``) divides
+by σ̄₂, the median of layer 0's ``ln2.hook_scale`` on the calibration text: a context
+made only of token t then moves neuron j's *pre-activation* by score[t, j] — the
+physical unit (the neuron's own input, comparable across models and across GELU's
+knee), since LN2 divides the residual by σ₂ before W_in reads it. LN2's centring and
+weight are exact (linear), its bias does not depend on t and is left out.
 The seed's maximum token contribution is ``max[j] = max_t score[t, j]`` over the whole
 vocabulary; neurons with ``max[j] ≥ threshold`` (default :data:`DEFAULT_THRESHOLD`)
 are *contextual*, reported with the tokens of largest and smallest score.
 
 **Threshold.** 5.0 is the seed's value for GPT-2 Small and is the default. On the
 planted checkpoint (seed 0, shipped calibration text, n = 1023) the four planted
-neurons score 12.9 (language), 48–56 (spelling, topic, sentiment) and every other
-neuron ≤ 2.8 (median 0.9) *provided the contextual heads' value dims beyond the
-planted features are zero*; 5.0 then separates them with a wide margin (the
-integration tests check precision and recall). While those dims still hold the base's
+neurons score 7.5–8.6 and every other neuron ≤ 0.44 (variant ``paper``; ``scaled``
+multiplies every score by 1/σ̄₂ ≈ 6.4) *provided the contextual heads' value dims beyond
+the planted features are zero*; 5.0 then separates them (the integration tests check
+precision and recall). While those dims still hold the base's
 random weights, the keyword heads (content boost e^2.5 on ~150 tokens) push their
 random OV output through every MLP0 neuron and 584 neurons exceed 5.0 (the 5th
 largest max is 8.8): those neurons really are contextual in that model, so no
@@ -34,7 +38,8 @@ W_pos[n] part (``pos=with|without``), the LayerNorm-2 scale (``ln2=median|none|X
 calibration's median σ̄₂, no division, or a constant X), ``max=signed|abs`` (max_t score
 or max_t |score|), ``glitch=keep|exclude|FILE`` (exclude under-trained tokens, or those
 listed in a JSON file) and ``position=N`` (the query position n). ``paper`` (the default)
-follows the seed's text; ``code`` follows Gibson's public code.
+follows the seed's text; ``scaled`` is ``paper`` with ``ln2=median``; ``code`` follows
+Gibson's public code.
 
 **Robust ranking** (:func:`rank_neurons`): the max over 50 257 tokens is an extreme
 value; a neuron whose readout happens to align with one outlier token reaches a high
@@ -86,17 +91,19 @@ class ContributionVariant:
 
     name: str = "paper"
     position_part: bool = True        # value input LN1(W_E[t] + W_pos[n]) (True) or its W_E[t] part only
-    ln2: str = "median"               # "median" (calibrated σ̄₂), "none", or "constant" (ln2_constant)
+    ln2: str = "none"                 # "none" (the seed's formula), "median" (calibrated σ̄₂), or "constant"
     ln2_constant: float = AUTHORS_LN2
     max: str = "signed"               # "signed": max_t score; "abs": max_t |score|
     glitch: str = "keep"              # "keep", "exclude" (under-trained tokens), or a JSON file of strings
     position: int | None = None       # query position n (None: the circuit's)
+    computation: str = "circuit"      # "circuit" (the seed's contextual circuit) or "code" (Gibson's, code_variant)
 
     def spec(self) -> str:
         """The canonical ``--variant`` string of this variant."""
         ln2 = self.ln2 if self.ln2 != "constant" else f"{self.ln2_constant:g}"
-        parts = [f"pos={'with' if self.position_part else 'without'}", f"ln2={ln2}", f"max={self.max}",
-                 f"glitch={self.glitch}"]
+        parts = ["computation=code"] if self.computation == "code" else []
+        parts += [f"pos={'with' if self.position_part else 'without'}", f"ln2={ln2}", f"max={self.max}",
+                  f"glitch={self.glitch}"]
         if self.position is not None:
             parts.append(f"position={self.position}")
         return ",".join(parts)
@@ -108,7 +115,9 @@ class ContributionVariant:
 #: named bases of ``--variant`` (docs/fidelity.md gives the file/line of every choice)
 VARIANTS = {
     "paper": ContributionVariant(),
-    "code": ContributionVariant(name="code", position_part=False, ln2="none", max="abs", position=500),
+    "code": ContributionVariant(name="code", position_part=False, ln2="none", max="abs", position=500,
+                                computation="code"),
+    "scaled": ContributionVariant(name="scaled", ln2="median"),
 }
 DEFAULT_VARIANT = "paper"
 
@@ -145,6 +154,8 @@ def parse_variant(spec: str | ContributionVariant | None) -> ContributionVariant
             if not (math.isfinite(x) and x > 0):
                 raise HeadscopeError(f"--variant ln2: expected median, none or a positive number, got {val!r}")
             kw["ln2"], kw["ln2_constant"] = "constant", x
+        elif key == "computation" and val in ("circuit", "code"):
+            kw["computation"] = val
         elif key == "max" and val in ("signed", "abs"):
             kw["max"] = val
         elif key == "glitch" and val:
@@ -393,7 +404,17 @@ def scan_neurons(
 def _scored_tokens(circuit: Circuit, v: ContributionVariant, n: int, dtype, chunk: int, tokenizer=None
                    ) -> tuple[Tensor, Tensor]:
     """(Y rows of the tokens the variant scores, their token ids)."""
-    Y = token_values(circuit, n, dtype, chunk, position_part=v.position_part)     # [V H*e]
+    if v.computation == "code":                                                   # Gibson's cell, code_variant
+        from . import code_variant
+
+        toks = circuit.calibration.tokens
+        if toks is None:
+            raise HeadscopeError("--variant code needs the calibration text's tokens; this calibration file has "
+                                 "none (recalibrate with `headscope calibrate`)")
+        Y = code_variant.token_values(circuit.weights, circuit.heads, toks, n,
+                                      window=min(code_variant.WINDOW, n)).to(dtype)          # [V H*e]
+    else:
+        Y = token_values(circuit, n, dtype, chunk, position_part=v.position_part)     # [V H*e]
     ids = torch.arange(Y.shape[0])
     drop = excluded_tokens(circuit, v, tokenizer)
     if drop:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import math
 import statistics
 from pathlib import Path
@@ -42,7 +43,7 @@ import torch
 from . import bilinear, shipped
 from ._errors import HeadscopeError, NotApplicable
 from ._html_repr import HtmlRepr
-from .calibration import calibrate
+from .calibration import MIN_SAMPLES, STRIDE, calibrate, check_samples
 from .contextual import HEAD_SETS, build_circuit, circuit_fidelity
 from .corpus import windows
 from .denominators import denominator_stability
@@ -54,7 +55,7 @@ from .neurons import (AUTHORS_LN2, DEFAULT_THRESHOLD, ln2_divisor, parse_variant
                       scan_neurons, token_values)
 from .planted.build import MANIFEST, read_manifest
 from .shipped import seed_claims
-from .stats import robust_z
+from .stats import robust_z, roc_auc, spearman
 from .steering import authors_steer, steer
 from .survey import position_independence, survey
 from .weights import Processing
@@ -64,7 +65,7 @@ TOP = 50                     #: token lists compared for neuron claims
 SEED_REFERENCE = "seed (GPT-2 Small)"
 PLANTED_REFERENCE = "planted manifest"
 #: contribution variants whose neuron counts the details list (neurons.parse_variant specs)
-NEURON_VARIANTS = ("paper", "code", "pos=without", "ln2=none", f"ln2={AUTHORS_LN2:g}", "max=abs", "glitch=exclude",
+NEURON_VARIANTS = ("paper", "scaled", "code", "pos=without", f"ln2={AUTHORS_LN2:g}", "max=abs", "glitch=exclude",
                    "position=500", "position=255")
 FIDELITY_STRIDE = 8          #: every 8th query position of the sample texts for the circuit-fidelity row
 GPT2_SMALL = {"n_layers": 12, "n_heads": 12, "d_model": 768, "d_head": 64, "d_mlp": 3072,
@@ -82,6 +83,8 @@ class ClaimRow:
     tolerance: str
     passed: bool | None            # None: nothing to compare with (stated in note)
     note: str = ""
+    source: str = ""               # where the published figure comes from (seed_claims.json)
+    rejects: str = ""              # the wrong convention the tolerance rejects (seed_claims.json)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -228,6 +231,11 @@ def resolve_heads(spec, ref: Reference, n_heads: int) -> list[int] | None:
     return heads
 
 
+def held_out_text() -> str:
+    """The shipped sample texts and sample_corpus.txt joined: text the calibration never saw."""
+    return "\n\n".join([t.text for t in shipped.samples()] + [shipped.sample_corpus()[0][1]])
+
+
 class _Work:
     def __init__(self, model: Model, processing: Processing, ref: Reference, heads=None, variant=None):
         self.model, self.processing, self.ref = model, processing, ref
@@ -246,6 +254,24 @@ class _Work:
                                processing=self.processing)
 
     @functools.cached_property
+    def split_tv(self) -> dict:
+        """Median TV(true, approx) per head over positions n ≥ 1 of the kernel windows, for the
+        seed's split and for the crude split √(|W_pos[i]|² + c²) (row key_split_vs_crude)."""
+        from . import layer0
+
+        w = layer0.view(self.model, self.processing)
+        c = self.kernels.c
+        texts = [(t.name, t.text) for t in [shipped.calibration_text(), *shipped.samples()]]
+        seed, crude = [], []
+        for tokens in windows(self.model, texts, max_windows=KERNEL_WINDOWS):
+            true = layer0.true_pattern(w, tokens)
+            seed.append(layer0.tv_distance(true, layer0.approx_pattern(w, tokens, c))[:, 1:])      # [h p-1]
+            crude.append(layer0.tv_distance(true, layer0.crude_pattern(w, tokens, c))[:, 1:])
+            del true
+        med = lambda xs: torch.cat(xs, dim=1).double().median(dim=1).values.tolist()   # noqa: E731
+        return {"seed": med(seed), "crude": med(crude), "c": c, "n_windows": len(seed)}
+
+    @functools.cached_property
     def calibration(self):
         return calibrate(self.model, shipped.calibration_text().text, query=SEED_QUERY, processing=self.processing)
 
@@ -255,8 +281,12 @@ class _Work:
 
     @functools.cached_property
     def circuit(self):
-        """(circuit, choice) over the heads the downstream rows use (the published ones by default)."""
-        return build_circuit(self.model, self.calibration, heads=self.heads, processing=self.processing)
+        """(circuit, choice) over the heads the downstream rows use (the published ones by default),
+        at the last calibrated position; NotApplicable when the calibration text gives fewer than
+        calibration.MIN_SAMPLES samples of the denominators there."""
+        circuit, choice = build_circuit(self.model, self.calibration, heads=self.heads, processing=self.processing)
+        check_samples(self.calibration, choice.position)
+        return circuit, choice
 
     @functools.cached_property
     def auto_choice(self):
@@ -325,19 +355,42 @@ class _Work:
 
     @functools.cached_property
     def denominators(self):
-        c = next(c for c in seed_claims()["claims"] if c["id"] == "denominator_worst_heads")
-        texts = [(t.name, t.text) for t in [shipped.calibration_text(), *shipped.samples()]]
-        win = min(int(c["window"]), self.model.cfg.n_ctx)
-        wins = windows(self.model, texts, n_ctx=win)
+        """S_h[n] over full-length windows (n up to n_ctx − 1, as the seed's traces run): windows of
+        the calibration text and of the held-out texts joined, starting every calibration.STRIDE tokens."""
+        texts = [shipped.calibration_text().text, held_out_text()]
+        win = self.model.cfg.n_ctx
+        wins = windows(self.model, texts, n_ctx=win, stride=min(STRIDE, win - 1))
         return denominator_stability(self.model, wins, window=win, n_min=min(16, win - 2), stride=max(1, win // 8),
                                      processing=self.processing)
 
     @functools.cached_property
     def fidelity(self):
+        """Circuit fidelity on one held-out window: the shipped sample texts and sample_corpus.txt
+        joined (none is the calibration text), every FIDELITY_STRIDE-th position and the last."""
         circuit, _ = self.circuit
-        wins = windows(self.model, [(t.name, t.text) for t in shipped.samples()],
-                       n_ctx=circuit.calibration.n_positions)
-        return circuit_fidelity(circuit, wins, stride=FIDELITY_STRIDE)
+        tokens = windows(self.model, [held_out_text()], n_ctx=circuit.calibration.n_positions)[0]
+        p = len(tokens)
+        positions = sorted(set(range(FIDELITY_STRIDE, p, FIDELITY_STRIDE)) | {p - 1})
+        return circuit_fidelity(circuit, [tokens], positions=positions)
+
+    @functools.lru_cache(maxsize=None)
+    def neuron_scores(self, j: int) -> torch.Tensor:
+        """score[t, j] of every token t through the circuit ([d_vocab]; variant and position of the scan)."""
+        from .neurons import ln2_divisor, readout, token_values
+
+        self.model.cfg.check_neuron(j)
+        circuit, choice = self.circuit
+        v = self.variant
+        n = choice.position if v.position is None else v.position
+        return token_values(circuit, n, torch.float64, position_part=v.position_part) @ \
+            readout(circuit, torch.float64, ln2_scale=ln2_divisor(circuit, v))[:, j]       # [V]
+
+    @functools.cached_property
+    def topic_labels(self) -> list:
+        """topics.label_neuron for every neuron of the scan (its top and bottom TOP tokens)."""
+        from .topics import label_neuron
+
+        return [label_neuron(n["neuron"], n["top_tokens"], n["bottom_tokens"]) for n in self.scan.neurons]
 
     def true_activation(self, j: int, text: str) -> tuple[float, float, int]:
         """(mean true pre-activation of neuron j over positions ≥ 1, mean circuit prediction over
@@ -370,17 +423,33 @@ def _tv(c, ref, w):
 
 
 def _categories(c, ref, w):
+    """Exactly the seed's three categories occur (another, e.g. ``increasing``, is a finding and
+    fails); every head in its category: the manifest's on a planted model, and on GPT-2 the
+    published contextual heads (\"very similar\" kernels) in one category that is not local."""
     rep = w.kernels
     got = {hk.head: hk.category for hk in rep.heads}
-    counts = {cat: sum(v == cat for v in got.values()) for cat in c["published"]}
-    measured = ", ".join(f"{k} {v}" for k, v in counts.items())
+    three = list(c["published"])
+    have = {cat: sorted(h for h, v in got.items() if v == cat) for cat in sorted(set(got.values()), key=str)}
+    extra = sorted(set(have) - set(three))
+    missing = [cat for cat in three if cat not in have]
+    figures = "; ".join(f"{hk.head}: {hk.category} (width {hk.width:.1f}, κ_n "
+                        f"{', '.join(f'{k:.3g}' for k in (hk.shape_decay_rate or []))})" for hk in rep.heads)
+    problems = [f"categories {extra} beyond the seed's three" if extra else "",
+                f"no {missing} head" if missing else ""]
     if ref.categories is None:
-        return c["published_text"], measured, c["tolerance"], all(counts.values()), ""
-    want = {cat: sorted(h for h, v in ref.categories.items() if v == cat) for cat in c["published"]}
-    have = {cat: sorted(h for h, v in got.items() if v == cat) for cat in c["published"]}
+        ctx = [h for h in ref.contextual_heads if h in got]
+        ctx_cats = sorted({got[h] for h in ctx})
+        same = len(ctx_cats) == 1 and ctx_cats[0] != "local"
+        problems.append("" if same else f"contextual heads {ctx} fall in {ctx_cats}")
+        ok = not extra and not missing and same
+        note = "; ".join(p for p in problems if p) or f"contextual heads all {ctx_cats[0]}"
+        return c["published_text"], _fmt_groups(have), c["tolerance"], ok, f"{note}; per head: {figures}"
+    want = {cat: sorted(h for h, v in ref.categories.items() if v == cat) for cat in three}
     wrong = sorted(h for h in got if got[h] != ref.categories.get(h))
-    note = f"heads {wrong} differ from the manifest" if wrong else ""
-    return _fmt_groups(want), _fmt_groups(have), "every head's category as planted", not wrong, note
+    problems.append(f"heads {wrong} differ from the manifest" if wrong else "")
+    note = "; ".join(p for p in problems if p)
+    return _fmt_groups(want), _fmt_groups(have), "every head's category as planted, exactly three categories", \
+        not wrong and not extra and not missing, (note + "; " if note else "") + f"per head: {figures}"
 
 
 def _fmt_groups(groups: dict) -> str:
@@ -423,25 +492,285 @@ def _worst_heads(c, ref, w):
     k = len(ref.worst_heads)
     worst = sorted(sorted(used, key=lambda h: -spread[h])[:k])
     note = "relative spread " + ", ".join(f"{h}: {spread[h]:.3f}" for h in sorted(used)) + \
-        f" over {d.n_texts} windows of {d.window} tokens"
+        f" over {d.n_texts} windows of {d.window} tokens (n {d.n_min}–{d.window - 1})"
     if ref.planted:
         note += "; planted: the keyword-density heads"
     return ref.worst_heads, worst, c["tolerance"], worst == sorted(ref.worst_heads), note
 
 
+def _denominator_vs_local(c, ref, w):
+    """The worst contextual head's denominator spread below the best local head's (same windows)."""
+    d = w.denominators
+    used = w.circuit[1].heads
+    local = [hk.head for hk in w.kernels.heads if hk.category == "local" and hk.head not in used]
+    if not local:
+        raise NotApplicable("no layer-0 head has a local kernel to compare with")
+    worst = max(used, key=lambda h: d.median_rel_spread[h])
+    best = min(local, key=lambda h: d.median_rel_spread[h])
+    a, b = d.median_rel_spread[worst], d.median_rel_spread[best]
+    note = (f"worst contextual head {worst}: {a:.3f}; local heads " +
+            ", ".join(f"{h}: {d.median_rel_spread[h]:.3f}" for h in local) +
+            f"; over {d.n_texts} windows of {d.window} tokens")
+    measured = f"{a:.3f} vs {b:.3f} (ratio {b / a:.2f})" if a > 0 else f"0 vs {b:.3f}"
+    if ref.planted:
+        return c["published_text"], measured, c["tolerance"], None, note + \
+            "; no verdict: the planted local heads read content only through small random W_Q, W_K (no keyword boost)"
+    return c["published_text"], measured, c["tolerance"], a * c["min_ratio"] <= b, note
+
+
+def _key_split_vs_crude(c, ref, w):
+    """The seed's split (add and subtract W_pos[n]) beats the crude split on every contextual head."""
+    d = w.split_tv
+    heads = w.circuit[1].heads
+    better = [h for h in heads if d["seed"][h] < d["crude"][h]]
+    note = "median TV seed / crude: " + ", ".join(f"{h}: {d['seed'][h]:.4f} / {d['crude'][h]:.4f}" for h in heads) + \
+        f" (c = {d['c']:.3g}, {d['n_windows']} windows)"
+    measured = f"{len(better)}/{len(heads)} heads better; median {statistics.median(d['seed'][h] for h in heads):.4f} " \
+        f"vs {statistics.median(d['crude'][h] for h in heads):.4f}"
+    if ref.planted:
+        return c["published_text"], measured, c["tolerance"], None, note + \
+            "; no verdict: planted token norms are all ≈ c and W_E ⟂ W_pos, so the crude split is as exact as the seed's"
+    return c["published_text"], measured, c["tolerance"], len(better) == len(heads), note
+
+
+def _naive_bayes(c, ref, w):
+    """Classify labelled texts by the sum of the neuron's token contributions over their tokens:
+    top and bottom tokens together, top tokens only, and the neuron's true mean activation."""
+    k = c["k"]
+    score = w.neuron_scores(ref.neuron)
+    top = set(score.topk(k).indices.tolist())
+    bottom = set(score.topk(k, largest=False).indices.tolist())
+    rows = []
+    for label, text in shipped.spelling_texts():
+        ids = w.model.tokenizer.encode(text)
+        both = sum(float(score[t]) for t in ids if t in top or t in bottom)
+        only_top = sum(float(score[t]) for t in ids if t in top)
+        only_bottom = sum(float(score[t]) for t in ids if t in bottom)
+        true = w.true_activation(ref.neuron, text)[0]
+        rows.append((label == "commonwealth", both, only_top, only_bottom, true))
+    y = [r[0] for r in rows]
+    auc = [roc_auc([r[i] for r in rows], y) for i in (1, 2, 3, 4)]
+    acc = sum((r[1] > 0) == r[0] for r in rows) / len(rows)
+    measured = (f"AUC {auc[0]:.3f} (top+bottom), {auc[1]:.3f} (top only), {auc[2]:.3f} (bottom only), "
+                f"{auc[3]:.3f} (true activation); accuracy {acc:.2f}")
+    note = (f"neuron {ref.neuron_label}; {len(rows)} shipped texts (data/spelling_texts.json, written for headscope), "
+            f"{k} top and {k} bottom tokens of the scan; accuracy of 'Commonwealth if the sum > 0'")
+    ok = auc[0] >= c["min_auc"] and acc >= c["min_accuracy"] and auc[2] >= c["min_auc"]
+    return c["published_text"], measured, c["tolerance"], ok, note
+
+
+#: a topic label → the shipped sample text of that topic (row neuron_transfer)
+LABEL_TEXTS = {"sport": "sports_report", "cooking": "cooking", "language:fr": "french",
+               "commonwealth_spelling": "british_news", "american_spelling": "american_news"}
+
+
+def _neuron_topics(c, ref, w):
+    labels = w.topic_labels
+    if not labels:
+        raise NotApplicable("no contextual neuron above the threshold to label")
+    share = sum(x.labelled for x in labels) / len(labels)
+    shown = "; ".join(f"{x.neuron}: {'/'.join(x.top) or '—'} vs {'/'.join(x.bottom) or '—'}" for x in labels[:12])
+    note = f"{len(labels)} neurons (top vs bottom labels): {shown}" + ("; …" if len(labels) > 12 else "")
+    if ref.planted:
+        note += "; planted: the lexicons and the planted token sets share topic words by construction"
+    return c["published_text"], round(share, 4), c["tolerance"], share >= c["min_share"], note
+
+
+def _neuron_transfer(c, ref, w):
+    """Neurons labelled with a topic that has a shipped sample text: true mean activation on that
+    text above (top label) or below (bottom label) the mean over the other sample texts."""
+    by = {t.name: t.text for t in shipped.samples()}
+    tests = []
+    for x in w.topic_labels:
+        for side, sign in (("top", 1.0), ("bottom", -1.0)):
+            for label in getattr(x, side):
+                if LABEL_TEXTS.get(label) in by:
+                    tests.append((x.neuron, label, LABEL_TEXTS[label], sign))
+    if not tests:
+        raise NotApplicable("no contextual neuron has a label with a shipped sample text (sport, cooking, "
+                            "French, Commonwealth or American spelling)")
+    results = []
+    for j, label, name, sign in tests:
+        act = {n: w.true_activation(j, t)[0] for n, t in by.items()}
+        others = statistics.mean(v for n, v in act.items() if n != name)
+        results.append((j, label, act[name], others, sign * (act[name] - others) > 0))
+    share = sum(r[4] for r in results) / len(results)
+    note = "; ".join(f"{j} ({label}): {a:.3f} vs {o:.3f}" for j, label, a, o, _ in results[:10]) + \
+        " (true mean activation on the topic's sample vs the other samples; calibrated on calibration.txt)"
+    return c["published_text"], f"{sum(r[4] for r in results)}/{len(results)}", c["tolerance"], \
+        share >= c["min_share"], note
+
+
+def _semantic_pairs(c, ref, w):
+    """The seed's named examples as prompts: fillers and the example's category partners, then the
+    query word; the semantic head's attention from the query on the partners."""
+    l, h = w._check_head()
+    W = w.model.weights(w.processing)
+    fillers = c["fillers"]
+    results = []
+    for ex in c["examples"]:
+        words = [ex["query"], *ex["targets"], *fillers]
+        ids = [w.model.tokenizer.encode(x) for x in words]
+        bad = [x for x, i in zip(words, ids) if len(i) != 1]
+        if bad:
+            raise NotApplicable(f"{bad[0]!r} is not one token in this model's vocabulary")
+        q, targets, fill = ids[0][0], [i[0] for i in ids[1:1 + len(ex["targets"])]], [i[0] for i in ids[-len(fillers):]]
+        seq = [w.model.bos_id]
+        for k in range(max(len(targets), len(fill))):                       # filler, target, filler, target, …
+            seq += fill[k:k + 1] + targets[k:k + 1]
+        seq.append(q)
+        cache = run_with_cache(W, torch.tensor([seq]), names=[f"blocks.{l}.attn.hook_pattern"], stop_at_layer=l + 1)
+        att = cache[f"blocks.{l}.attn.hook_pattern"][0, h, -1]                # [k] from the query
+        t_att = [float(att[i]) for i, x in enumerate(seq) if x in targets]
+        f_att = [float(att[i]) for i, x in enumerate(seq) if x in fill]
+        share = sum(t_att)
+        ok = share >= c["min_share"] and min(t_att) > max(f_att)
+        results.append((ex["query"], share, float(att[-1]), ok))
+    measured = "; ".join(f"{q.strip()}: {s:.3f}" for q, s, _, _ in results)
+    note = "attention share on the partners from the query (" + ", ".join(
+        f"{q.strip()} → {'/'.join(t.strip() for t in ex['targets'])}" for (q, *_), ex in zip(results, c["examples"])) + \
+        f"); self {', '.join(f'{s:.3f}' for _, _, s, _ in results)}; fillers {', '.join(x.strip() for x in fillers)}"
+    return c["published_text"], measured, c["tolerance"], all(r[3] for r in results), note
+
+
+def rules_by_category(pattern: torch.Tensor, prompts) -> dict[str, dict]:
+    """Per category of `prompts`: same-category attention (queries with a partner), self and copy
+    attention, BOS attention (queries without a partner); pattern [b q k] of one head."""
+    from .survey import target_masks
+
+    A = pattern.double()
+    m = target_masks(prompts.tokens, prompts.labels, prompts.related)
+    q = slice(1, None)
+    lab = prompts.labels[:, q]
+    part = (A[:, q] * m["partner"][:, q]).sum(-1)                                 # [b q]
+    copy = (A[:, q] * m["copy"][:, q]).sum(-1)
+    diag = torch.diagonal(A, dim1=-2, dim2=-1)[:, q]
+    bos = A[:, q, 0]
+    has_p, has_c = m["has_partner"][:, q], m["copy"].any(-1)[:, q]
+    mean = lambda x, sel: float(x[sel].mean()) if bool(sel.any()) else None     # noqa: E731
+    out = {}
+    for c, name in enumerate(prompts.names):
+        mine = lab == c
+        out[name] = {"same_category": mean(part, mine & has_p), "self": mean(diag, mine),
+                     "copy": mean(copy, mine & has_c), "bos_fallback": mean(bos, mine & ~has_p),
+                     "n_queries": int(mine.sum())}
+    return out
+
+
+def _three_rules(c, ref, w):
+    """The three rules per category of the seed's list (data/categories_rules.json)."""
+    from .survey import prompts_for
+
+    l, h = w._check_head()
+    data = {k: v for k, v in json.loads(shipped.read("categories_rules.json")).items() if not k.startswith("_")}
+    prompts, _ = prompts_for(w.model, data, n_prompts=c["n_prompts"], length=c["length"], seed=0,
+                             cats_per_prompt=c["cats_per_prompt"])
+    W = w.model.weights(w.processing)
+    cache = run_with_cache(W, prompts.tokens, names=[f"blocks.{l}.attn.hook_pattern"], stop_at_layer=l + 1)
+    per = rules_by_category(cache[f"blocks.{l}.attn.hook_pattern"][:, h], prompts)
+    planted = set(ref.survey_categories) if isinstance(ref.survey_categories, dict) else None
+    verdicts, skipped = {}, []
+    for name, r in per.items():
+        if planted is not None and name not in planted:
+            skipped.append(name)
+            continue
+        if r["same_category"] is None or r["bos_fallback"] is None:
+            skipped.append(name)
+            continue
+        verdicts[name] = (r["same_category"] >= c["min_same"] and r["self"] <= c["max_self"]
+                          and (r["copy"] is None or r["copy"] <= c["max_self"]) and r["bos_fallback"] >= c["min_bos"])
+    if not verdicts:
+        raise NotApplicable("no category of the seed's list has both queries with and without a partner here")
+    fmt = lambda v: "—" if v is None else f"{v:.2f}"                               # noqa: E731
+    measured = "; ".join(f"{n}: {'PASS' if ok else 'FAIL'}" for n, ok in verdicts.items())
+    note = "same / self / copy / BOS per category: " + "; ".join(
+        f"{n} {fmt(r['same_category'])}/{fmt(r['self'])}/{fmt(r['copy'])}/{fmt(r['bos_fallback'])}"
+        for n, r in per.items())
+    if skipped:
+        note += f"; no verdict for {skipped}" + (" (not planted categories)" if planted is not None else
+                                                  " (no query with or without a partner)")
+    return c["published_text"], measured, c["tolerance"], all(verdicts.values()), note
+
+
+def _share(c, ref, w, values: dict, ok_value, what: str, planted_note: str = ""):
+    """A share of heads meeting a per-head criterion, against the claim's minimum share."""
+    good = sorted(h for h, v in values.items() if ok_value(v))
+    share = len(good) / len(values)
+    note = f"{what}: " + ", ".join(f"{h}: {v:.3g}" for h, v in sorted(values.items())) + f"; meeting it: {good}"
+    return c["published_text"], round(share, 4), c["tolerance"], share >= c["min_share"], note + planted_note
+
+
+def _translation(c, ref, w):
+    vals = {hk.head: hk.translation_tv for hk in w.kernels.heads}
+    return _share(c, ref, w, vals, lambda v: v <= c["max_tv"], "max TV between a head's kernels at n = 32, 64, 128, 255")
+
+
+def _query_dependence(c, ref, w):
+    heads = w.circuit[1].heads
+    vals = {hk.head: hk.query_tv for hk in w.kernels.heads if hk.head in heads}
+    return _share(c, ref, w, vals, lambda v: v <= c["max_tv"],
+                  "mean TV of the contextual heads' kernels, ' the' vs 64 random query tokens")
+
+
+def _mostly_local(c, ref, w):
+    span = c["span"]
+    vals = {hk.head: float(sum(hk.kernel[:span])) for hk in w.kernels.heads}
+    return _share(c, ref, w, vals, lambda v: v >= 0.5,
+                  f"kernel mass within the nearest {span} keys at n = 255")
+
+
+def _denominator_decay(c, ref, w):
+    """The mean log S_h[n] falls with n (n ≥ 16) for at least half the contextual heads."""
+    d = w.denominators
+    heads = w.circuit[1].heads
+    slopes = {h: d.trend_slope[h] for h in heads}
+    falling = sorted(h for h, v in slopes.items() if v * (d.window - d.n_min) <= -c["min_drop"])
+    share = len(falling) / len(heads)
+    note = ("change of mean log S over n " + f"{d.n_min}–{d.window - 1}: " +
+            ", ".join(f"{h}: {v * (d.window - d.n_min):+.3f}" for h, v in sorted(slopes.items())) +
+            f" over {d.n_texts} windows")
+    if ref.planted:
+        return c["published_text"], round(share, 4), c["tolerance"], None, \
+            note + "; no verdict: the planted manifest plants no decay of the denominators"
+    return c["published_text"], round(share, 4), c["tolerance"], share >= c["min_share"], note
+
+
+FIDELITY_NEAR = 64           #: the fidelity row: positions within this many tokens below the scan's position
+
+
+def fidelity_near(f, n: int, near: int = FIDELITY_NEAR) -> tuple[list[int], float | None, float | None]:
+    """(positions, median r, median FVU) of a one-text Fidelity over positions in [n − near, n]."""
+    keep = [k for k, m in enumerate(f.positions) if n - near <= m <= n]
+    r = [f.correlation[0][k] for k in keep if f.correlation[0][k] is not None]
+    v = [f.fvu[0][k] for k in keep if f.fvu[0][k] is not None]
+    return [f.positions[k] for k in keep], (statistics.median(r) if r else None), (statistics.median(v) if v else None)
+
+
 def _fidelity(c, ref, w):
     f = w.fidelity
-    r, fvu = f.median_correlation, f.median_fvu
+    n = w.scan.position
+    if max(f.positions) < n:
+        raise NotApplicable(f"the held-out text has {max(f.positions) + 1} tokens, fewer than the scan's position {n}")
+    pos, r, fvu = fidelity_near(f, n)
     if r is None or fvu is None:
         raise NotApplicable("circuit fidelity undefined (constant outputs)")
-    note = (f"heads {f.heads}; over the {w.model.cfg.d_model} d_model coordinates at {len(f.positions)} positions "
-            f"per text (every {FIDELITY_STRIDE}th), {f.n_texts} sample texts; medians over positions and texts")
+    note = (f"heads {f.heads}; over the {w.model.cfg.d_model} d_model coordinates at the {len(pos)} positions "
+            f"{pos[0]}–{pos[-1]} (the scan's n = {n}) of the held-out samples joined; every position in the details")
     if ref.planted:
-        pr, pf = c["published"]
-        return c["published"], [round(r, 4), round(fvu, 4)], c["planted_tolerance"], r >= pr and fvu <= pf, \
-            note + "; not planted: the seed's figures as bounds"
+        (rlo, _), (_, fhi) = c["r_range"], c["fvu_range"]
+        return c["published"], [round(r, 4), round(fvu, 4)], c["planted_tolerance"], r >= rlo and fvu <= fhi, \
+            note + "; not planted: the seed band's outer limits (the keyword heads make S̄ text-dependent by design)"
     (rlo, rhi), (flo, fhi) = c["r_range"], c["fvu_range"]
     return c["published"], [round(r, 4), round(fvu, 4)], c["tolerance"], rlo <= r <= rhi and flo <= fvu <= fhi, note
+
+
+def _scaled_count(w) -> str:
+    """The count under variant ``scaled`` (the same scan ÷ σ̄₂), for the row's note."""
+    if w.variant.ln2 != "none" or w.variant.max != "signed":
+        return ""
+    sigma = w.circuit[0].calibration.ln2_scale
+    n = sum(x / sigma >= DEFAULT_THRESHOLD for x in w.scan.max_all)
+    return f"seed unit (no LN2 scale); under 'scaled' (÷ σ̄₂ = {sigma:.3f}): {n} neurons"
 
 
 def _n_neurons(c, ref, w):
@@ -449,11 +778,20 @@ def _n_neurons(c, ref, w):
     found = sorted(n["neuron"] for n in scan.neurons)
     if ref.n_neurons is None:
         lo, hi = c["range"]
-        return c["published_text"], len(found), c["tolerance"], lo <= len(found) <= hi, ""
+        return c["published_text"], len(found), c["tolerance"], lo <= len(found) <= hi, _scaled_count(w)
     extra = sorted(set(found) - set(ref.neuron_indices))
     missing = sorted(set(ref.neuron_indices) - set(found))
-    note = "; ".join(s for s in [f"missing {missing}" if missing else "", f"extra {extra}" if extra else ""] if s)
+    note = "; ".join(s for s in [f"missing {missing}" if missing else "", f"extra {extra}" if extra else "",
+                                 _scaled_count(w)] if s)
     return ref.neuron_indices, found, "exactly the planted neurons", not extra and not missing, note
+
+
+def list_agreement(want: list[str], got: list[str], k: int = 10) -> dict:
+    """Overlap of the whole lists, of their top k, and Spearman's ρ of the shared tokens' ranks."""
+    shared = [t for t in want if t in got]
+    rho = spearman([want.index(t) for t in shared], [got.index(t) for t in shared])
+    return {"overlap": len(set(want) & set(got)), "top_k": k, "overlap_top_k": len(set(want[:k]) & set(got[:k])),
+            "n_shared": len(shared), "spearman": None if rho is None else round(rho, 4)}
 
 
 def _neuron_side(c, ref, w):
@@ -461,14 +799,22 @@ def _neuron_side(c, ref, w):
     want = ref.top_tokens if side == "top" else ref.bottom_tokens
     got = w.neuron_tokens(ref.neuron)
     k = min(TOP, len(want))
-    overlap = len(set(want) & set(got[side]))
+    a = list_agreement(want, got[side], c["top_k"])
     need = int(-(-c["min_fraction"] * k // 1))                                     # ceil
-    measured = f"{overlap}/{len(want)} in headscope's {side} {TOP}"
+    shown = f"{got['max_contribution' if side == 'top' else 'min_contribution']:.3f}"
     note = (f"neuron {ref.neuron_label}; headscope's {side} 5: {', '.join(repr(t) for t in got[side][:5])}; "
-            f"{'max' if side == 'top' else 'min'} contribution "
-            f"{got['max_contribution' if side == 'top' else 'min_contribution']:.3f}")
-    return c["published_text"] if ref.name == SEED_REFERENCE else f"{len(want)} planted tokens", measured, \
-        f"≥ {need} of {len(want)}", overlap >= need, note
+            f"{'max' if side == 'top' else 'min'} contribution {shown}")
+    if ref.name != SEED_REFERENCE:
+        # a planted set has no order: headscope's top k must all be planted tokens, and half the set found
+        prec = len(set(got[side][:c["top_k"]]) & set(want))
+        measured = f"{a['overlap']}/{len(want)} in {side} {TOP}; {prec}/{c['top_k']} of its {side} {c['top_k']} planted"
+        return f"{len(want)} planted tokens", measured, f"≥ {need} of {len(want)}, {side} {c['top_k']} all planted", \
+            a["overlap"] >= need and prec == min(c["top_k"], len(want)), note + "; planted sets are unordered: no ρ"
+    rho = a["spearman"]
+    measured = (f"{a['overlap']}/{len(want)} in {side} {TOP}; {side} {a['top_k']}: {a['overlap_top_k']}/{a['top_k']}; "
+                f"ρ {'—' if rho is None else f'{rho:.2f}'} over {a['n_shared']} shared")
+    ok = a["overlap"] >= need and a["overlap_top_k"] >= c["min_top_k"] and rho is not None and rho >= c["min_spearman"]
+    return c["published_text"], measured, c["tolerance"], ok, note
 
 
 def _survey_top(c, ref, w):
@@ -525,10 +871,8 @@ def _position(c, ref, w):
 
 def _negative(c, ref, w):
     f = w.form
-    if ref.name == SEED_REFERENCE:
-        tol, ok = c["tolerance"], abs(f.n_negative_top - ref.n_negative_top64) <= c["abs"]
-    else:
-        tol, ok = "exact", f.n_negative_top == ref.n_negative_top64
+    tol = c["tolerance"] if ref.name == SEED_REFERENCE else "exact"
+    ok = f.n_negative_top == ref.n_negative_top64                              # exact: 33, not 32 or 34
     return ref.n_negative_top64, f.n_negative_top, tol, ok, f"{f.n_negative} negative, {f.n_positive} positive in all"
 
 
@@ -582,10 +926,14 @@ def _neuron_texts(c, ref, w):
 
 CHECKS = {
     "tv_contextual": _tv, "kernel_categories": _categories, "contextual_heads": _contextual,
-    "contextual_heads_auto": _contextual_auto, "denominator_worst_heads": _worst_heads, "circuit_fidelity": _fidelity,
+    "contextual_heads_auto": _contextual_auto, "denominator_worst_heads": _worst_heads,
+    "denominator_vs_local": _denominator_vs_local, "circuit_fidelity": _fidelity,
+    "key_split_vs_crude": _key_split_vs_crude, "translation_equivariance": _translation, "query_dependence": _query_dependence, "mostly_local": _mostly_local,
+    "denominator_decay": _denominator_decay,
     "n_contextual_neurons": _n_neurons, "neuron_704_top": _neuron_side, "neuron_704_bottom": _neuron_side,
-    "neuron_704_texts": _neuron_texts, "survey_top": _survey_top, "survey_outlier": _survey_outlier,
-    "self_suppression": _self_suppression, "bos_fallback": _bos,
+    "neuron_704_texts": _neuron_texts, "naive_bayes": _naive_bayes, "neuron_topics": _neuron_topics,
+    "neuron_transfer": _neuron_transfer, "survey_top": _survey_top, "survey_outlier": _survey_outlier,
+    "semantic_pairs": _semantic_pairs, "three_rules_by_category": _three_rules, "self_suppression": _self_suppression, "bos_fallback": _bos,
     "position_independence": _position, "negative_eigenvalues": _negative, "sym_vs_skew": _sigma,
     "steer_restores_self": _steer, "steer_alpha_sweep": _steer_sweep,
 }
@@ -610,6 +958,10 @@ def _details(w: _Work, claims: dict, ref: Reference) -> dict:
     put("head_choice_auto", lambda: w.auto_choice.to_dict())
     put("neurons_above_threshold", lambda: [{"neuron": n["neuron"], "max_contribution": n["max_contribution"]}
                                             for n in w.scan.neurons])
+    put("calibration", lambda: {"n_text_tokens": w.calibration.n_text_tokens, "n_windows": w.calibration.n_windows,
+                                "stride": STRIDE, "min_samples": MIN_SAMPLES,
+                                "samples_at": {str(n): w.calibration.counts[n] for n in sorted(
+                                    {0, 255, 500, w.calibration.n_positions - 1}) if n < w.calibration.n_positions}})
     put("neuron_variants", lambda: _neuron_variants(w))
     put("neuron_head_sets", lambda: _neuron_head_sets(w))
     put("neuron_calibration_texts", lambda: _neuron_calibrations(w))
@@ -617,9 +969,12 @@ def _details(w: _Work, claims: dict, ref: Reference) -> dict:
     put("neuron", lambda: {"neuron": ref.neuron, **w.neuron_tokens(ref.neuron)})
     put("denominators", lambda: {"window": w.denominators.window, "n_windows": w.denominators.n_texts,
                                  "median_rel_spread": w.denominators.median_rel_spread})
-    put("circuit_fidelity", lambda: {k: v for k, v in w.fidelity.to_dict().items()
-                                     if k in ("heads", "query", "n_texts", "positions", "median_correlation",
-                                              "median_fvu")})
+    put("circuit_fidelity", lambda: {"heads": w.fidelity.heads, "query": w.fidelity.query,
+                                     "scan_position": w.scan.position,
+                                     "by_position": [{"position": m, "r": w.fidelity.correlation[0][k],
+                                                      "fvu": w.fidelity.fvu[0][k]}
+                                                     for k, m in enumerate(w.fidelity.positions)],
+                                     "median_all_positions": [w.fidelity.median_correlation, w.fidelity.median_fvu]})
     put("survey_top5", lambda: [r.to_dict() for r in w.survey.rows[:5]])
     put("survey_seed_top5", lambda: {"prompts": w.seed_survey.prompts,
                                      "rows": [r.to_dict() for r in w.seed_survey.rows[:5]]})
@@ -683,13 +1038,19 @@ def _neuron_head_sets(w: _Work) -> list[dict]:
 
 
 def _neuron_calibrations(w: _Work) -> list[dict]:
-    """The neuron count (variant ``paper``, the heads used) with another calibration text."""
+    """The neuron count (variant ``paper``, the heads used) with another calibration text, at the
+    largest position it samples at least MIN_SAMPLES times."""
     name, text = shipped.sample_corpus()[0]
     cal = calibrate(w.model, text, query=SEED_QUERY, processing=w.processing)
-    circuit, choice = build_circuit(w.model, cal, heads=w.circuit[1].heads, processing=w.processing)
+    ok = [n for n, k in enumerate(cal.counts) if k >= MIN_SAMPLES]
+    out = [{"calibration": "headscope:calibration.txt", "position": w.scan.position, "n_neurons": len(w.scan.neurons),
+            "samples": w.calibration.counts[w.scan.position]}]
+    if not ok:
+        return out + [{"calibration": name, "error": f"no position has {MIN_SAMPLES} samples"}]
+    circuit, choice = build_circuit(w.model, cal, heads=w.circuit[1].heads, processing=w.processing, position=ok[-1])
     scan = scan_neurons(circuit, choice, w.model.tokenizer, threshold=DEFAULT_THRESHOLD, top=1)
-    return [{"calibration": "headscope:calibration.txt", "position": w.scan.position, "n_neurons": len(w.scan.neurons)},
-            {"calibration": name, "position": scan.position, "n_neurons": len(scan.neurons)}]
+    return out + [{"calibration": name, "position": scan.position, "n_neurons": len(scan.neurons),
+                   "samples": cal.counts[scan.position]}]
 
 
 def _robust_top(w: _Work, n: int = 10) -> dict:
@@ -716,11 +1077,15 @@ def reproduce(model: Model, *, processing: Processing | None = None, reference: 
         resolve_heads(heads, ref, model.cfg.n_heads)          # a bad --heads is an error, not a failing row
     rows = []
     for c in claims["claims"]:
-        base = dict(id=c["id"], seed=c["seed"], claim=c["claim"], measure=c["measure"])
+        base = dict(id=c["id"], seed=c["seed"], claim=c["claim"], measure=c["measure"],
+                    source=c.get("source", "no source found"), rejects=c.get("rejects", ""))
         try:
             published, measured, tol, passed, note = CHECKS[c["id"]](c, ref, w)
             rows.append(ClaimRow(**base, published=published, measured=measured, tolerance=tol,
                                  passed=None if passed is None else bool(passed), note=note))
+        except NotApplicable as e:                  # the claim cannot apply here: no verdict, one line why
+            rows.append(ClaimRow(**base, published=c.get("published_text"), measured=None,
+                                 tolerance=c["tolerance"], passed=None, note=f"no verdict: {e}"))
         except HeadscopeError as e:
             rows.append(ClaimRow(**base, published=c.get("published_text"), measured=None,
                                  tolerance=c["tolerance"], passed=False, note=f"not measured: {e}"))

@@ -87,3 +87,10 @@ def seed_steering_tokens() -> dict[str, list[str]]:
 def seed_claims() -> dict:
     """``seed_claims.json``: the claims, published figures and tolerances."""
     return json.loads(read("seed_claims.json"))
+
+
+def spelling_texts() -> list[tuple[str, str]]:
+    """``spelling_texts.json``: [(label, text)] with labels commonwealth / american (written for
+    headscope; provenance in the file)."""
+    d = json.loads(read("spelling_texts.json"))
+    return [(t["label"], t["text"]) for t in d["texts"]]

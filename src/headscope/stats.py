@@ -85,3 +85,35 @@ def robust_z(x: Tensor, ref: Tensor | None = None) -> Tensor:
     if float(mad) > 0:
         return 0.6745 * dev / mad
     return torch.where(dev == 0, torch.zeros_like(dev), dev.sign() * math.inf)
+
+
+def spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """Spearman's ρ: Pearson's r of the ranks (ties get their mean rank); None below 3 pairs
+    or where either side is constant."""
+    if len(a) != len(b):
+        raise ValueError(f"spearman: expected equal lengths, got {len(a)} and {len(b)}")
+    if len(a) < 3:
+        return None
+
+    def ranks(x):
+        t = torch.tensor([float(v) for v in x], dtype=torch.float64)
+        order = torch.argsort(t, stable=True)
+        r = torch.empty_like(t)
+        r[order] = torch.arange(len(t), dtype=torch.float64)
+        for v in t.unique():                                   # ties: mean rank
+            m = t == v
+            r[m] = r[m].mean()
+        return r
+
+    return pearson(ranks(a), ranks(b))
+
+
+def roc_auc(scores: Sequence[float], labels: Sequence[bool]) -> float | None:
+    """Area under the ROC curve: P(score of a positive > score of a negative), ties counting ½
+    (the Mann–Whitney U over n⁺·n⁻); None without both classes."""
+    pos = [float(s) for s, y in zip(scores, labels) if y]
+    neg = [float(s) for s, y in zip(scores, labels) if not y]
+    if not pos or not neg:
+        return None
+    wins = sum((p > n) + 0.5 * (p == n) for p in pos for n in neg)
+    return wins / (len(pos) * len(neg))

@@ -25,7 +25,7 @@ def test_neurons_variant_and_robust_rank(tiny_hf_dir, capsys):
     v = run_json(capsys, "neurons", tiny_hf_dir, "--threshold", "0", "--top", "3", "--heads", "0,2",
                  "--variant", "code,glitch=exclude,position=20", "--rank", "robust", "--k", "4")
     assert v["heads"] == [0, 2] and v["position"] == 20
-    assert v["variant"]["spec"] == "pos=without,ln2=none,max=abs,glitch=exclude,position=20"
+    assert v["variant"]["spec"] == "computation=code,pos=without,ln2=none,max=abs,glitch=exclude,position=20"
     assert v["variant"]["position_part"] is VARIANTS["code"].position_part is False
     assert all(n["score"] == max(n["max_contribution"], -n["min_contribution"]) for n in v["neurons"])  # max |·|
     r = v["ranking"]

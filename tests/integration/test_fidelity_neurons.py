@@ -85,16 +85,17 @@ def test_position_part_agrees_on_planted_differs_on_tiny(planted_circuit, plante
 
 
 def test_ln2_variants_rescale_exactly(planted_circuit, planted_model):
-    base = scan(planted_circuit, planted_model)
+    base = scan(planted_circuit, planted_model)                       # paper: the seed's formula, no LN2 scale
     sigma = planted_circuit[0].calibration.ln2_scale
-    none = scan(planted_circuit, planted_model, "ln2=none", threshold=0.0)
+    scaled = scan(planted_circuit, planted_model, "scaled", threshold=0.0)
     const = scan(planted_circuit, planted_model, "ln2=2.5", threshold=0.0)
     b = torch.tensor(base.max_all)
-    assert torch.allclose(torch.tensor(none.max_all), b * sigma, rtol=1e-4, atol=1e-6)
-    assert torch.allclose(torch.tensor(const.max_all), b * sigma / 2.5, rtol=1e-4, atol=1e-6)
-    # the planted σ̄₂ ≈ 0.16, so without the division the weakest planted neuron drops below 5
-    found = {n["neuron"] for n in scan(planted_circuit, planted_model, "ln2=none").neurons}
-    assert found < {n["neuron"] for n in base.neurons}
+    assert base.variant is None and parse_variant(None).ln2 == "none"
+    assert torch.allclose(torch.tensor(scaled.max_all), b / sigma, rtol=1e-4, atol=1e-6)
+    assert torch.allclose(torch.tensor(const.max_all), b / 2.5, rtol=1e-4, atol=1e-6)
+    # both units find exactly the planted neurons here (σ̄₂ ≈ 0.16: scaled scores are ≈ 6× larger)
+    found = {n["neuron"] for n in scan(planted_circuit, planted_model, "scaled").neurons}
+    assert found == {n["neuron"] for n in base.neurons}
 
 
 def test_max_abs_selects_by_largest_magnitude(tiny_circuit, tiny):
@@ -122,7 +123,7 @@ def test_glitch_exclusion(tiny_circuit, tiny, tmp_path):
     assert t0 in flagged and t0 not in glitch_tokens(circuit)
     keep = scan_neurons(c, choice, tiny.tokenizer, threshold=-1e9, variant="paper")
     drop = scan_neurons(c, choice, tiny.tokenizer, threshold=-1e9, variant="glitch=exclude")
-    score = token_values(c, choice.position, torch.float64) @ readout(c, torch.float64)        # [V m]
+    score = token_values(c, choice.position, torch.float64) @ readout(c, torch.float64, ln2_scale=1.0)   # [V m] (paper: no LN2)
     mask = torch.ones(score.shape[0], dtype=torch.bool)
     mask[flagged] = False
     assert drop.excluded_tokens == len(flagged)

@@ -99,7 +99,7 @@ def test_scan_matches_brute_force(tiny):
     b = circ.weights.blocks[0]
     C = circ.contribution(choice.position)                                       # [V d]
     C = C - C.mean(-1, keepdim=True)
-    score = (C * b.ln2_w) @ b.W_in / cal.ln2_scale                               # [V m]
+    score = (C * b.ln2_w) @ b.W_in                        # [V m] the seed's formula (paper): no LN2 scale
     scan = scan_neurons(circ, choice, tiny.tokenizer, threshold=float(score.amax(0).median()), top=7, chunk=5000,
                         dtype=torch.float64)
     torch.testing.assert_close(torch.tensor(scan.max_all, dtype=torch.float64), score.amax(0))

@@ -120,6 +120,9 @@ KEYWORD_BONUS = 2.5          # b_kw: log-weight added to keyword keys
 FEATURE_SCALE = 1.0          # s
 OV_GAIN = 1.5                # what six contextual heads write along u_j at full density
 NEURON_GAIN = 1.5            # μ
+#: μ multiplier per neuron: the language neuron's tokens are function words, which the keyword
+#: heads do not boost, so without this its seed score (no LN2 scale, neurons.py) would be 2.0 < 5.0
+NEURON_GAIN_FACTOR = {"french_vs_english": 4.0}
 QK_NOISE_SCALE = 0.4         # layer-0 base W_Q, W_K are scaled by this (content noise of scores)
 
 #: name → (positive words, negative words); each is used with a leading space and
@@ -303,7 +306,7 @@ def plant(w, space, tokenizer, rng) -> dict:
     # -- MLP0 neurons -------------------------------------------------------------------
     neurons = []
     for j, ((name, pos_t, neg_t), idx) in enumerate(zip(neurons_spec, indices)):
-        b0.W_in[:, idx] += NEURON_GAIN * u_dirs[j]
+        b0.W_in[:, idx] += NEURON_GAIN * NEURON_GAIN_FACTOR.get(name, 1.0) * u_dirs[j]
         neurons.append({
             "index": idx, "name": name,
             "positive": [s for s, _ in pos_t], "positive_ids": [i for _, i in pos_t],
@@ -335,6 +338,6 @@ def plant(w, space, tokenizer, rng) -> dict:
         "constants": {
             "qk_noise_scale": QK_NOISE_SCALE,
             "local_min_kappa": LOCAL_MIN_KAPPA, "keyword_scale": KEYWORD_SCALE,
-            "feature_scale": FEATURE_SCALE, "ov_gain": OV_GAIN, "neuron_gain": NEURON_GAIN,
+            "feature_scale": FEATURE_SCALE, "ov_gain": OV_GAIN, "neuron_gain": NEURON_GAIN, "neuron_gain_factor": NEURON_GAIN_FACTOR,
         },
     }

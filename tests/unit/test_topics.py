@@ -1,0 +1,57 @@
+"""Neuron labels from token lists (topics.py) and the rows neuron_topics / neuron_transfer fed
+right and wrong figures."""
+
+from __future__ import annotations
+
+import importlib
+import random
+import types
+
+import pytest
+
+from headscope.topics import NeuronLabel, label_neuron, language_of, side_labels
+
+R = importlib.import_module("headscope.reproduce")
+CLAIMS = {c["id"]: c for c in R.seed_claims()["claims"]}
+SEED = R.seed_reference(R.seed_claims())
+
+
+def test_language_and_lexicon_labels():
+    assert language_of("le") == "fr" and language_of("und") == "de" and language_of("the") is None
+    assert side_labels([" colour", " centre", " Labour", " whilst", " table"]) == {"commonwealth_spelling": 0.8,
+                                                                            "politics": 0.2}   # Labour: both
+    fr = side_labels([" le", " des", " les", " pour", " the", " and", " of", " is", " in", " was"])
+    assert fr == {"language:fr": 0.4}
+
+
+def test_random_tokens_get_no_label(tiny):
+    rng = random.Random(0)
+    toks = tiny.to_str_tokens([rng.randrange(50257) for _ in range(50)])
+    assert side_labels(toks) == {}                                       # the convention the row rejects
+
+
+def test_neuron_topics_row():
+    c = CLAIMS["neuron_topics"]
+    good = [NeuronLabel(j, {"sport": 0.4}, {}) for j in range(8)] + [NeuronLabel(9, {}, {})]
+    bad = [NeuronLabel(j, {}, {}) for j in range(6)] + [NeuronLabel(9, {"sport": 0.3}, {})]
+    assert R._neuron_topics(c, SEED, types.SimpleNamespace(topic_labels=good))[3] is True
+    assert R._neuron_topics(c, SEED, types.SimpleNamespace(topic_labels=bad))[3] is False
+    with pytest.raises(R.NotApplicable):
+        R._neuron_topics(c, SEED, types.SimpleNamespace(topic_labels=[]))
+
+
+def test_neuron_transfer_row():
+    c = CLAIMS["neuron_transfer"]
+    labels = [label_neuron(7, [" football"] * 10, [" recipe"] * 10)]             # sport on top, cooking below
+
+    def work(sign):
+        act = {"sports_report": 2.0, "cooking": -2.0}
+        w = types.SimpleNamespace(topic_labels=labels)
+        names = {t.name: t.text for t in R.shipped.samples()}
+        by_text = {v: k for k, v in names.items()}
+        w.true_activation = lambda j, text: (sign * act.get(by_text[text], 0.0), 0.0, 0)
+        return w
+
+    row = R._neuron_transfer(c, SEED, work(1.0))
+    assert row[3] is True and row[1] == "2/2"
+    assert R._neuron_transfer(c, SEED, work(-1.0))[3] is False                    # the wrong sign
