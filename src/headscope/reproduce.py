@@ -39,25 +39,26 @@ from pathlib import Path
 
 import torch
 
-from . import bilinear, shipped
+from . import shipped
+from .semantic import bilinear
 from ._errors import HeadscopeError, NotApplicable
 from ._html_repr import HtmlRepr
-from .calibration import calibrate
-from .contextual import HEAD_SETS, build_circuit, circuit_fidelity
+from .layer0.calibration import calibrate
+from .layer0.contextual import HEAD_SETS, build_circuit, circuit_fidelity
 from .corpus import windows
-from .denominators import denominator_stability
-from .forward import run_with_cache
-from .kernels import analyse_kernels
-from .layer0 import SEED_QUERY
-from .loading import Model
-from .neurons import (AUTHORS_LN2, DEFAULT_THRESHOLD, ln2_divisor, parse_variant, rank_neurons, readout,
+from .layer0.denominators import denominator_stability
+from .core.forward import run_with_cache
+from .layer0.kernels import analyse_kernels
+from .layer0.split import SEED_QUERY
+from .core.loading import Model
+from .layer0.neurons import (AUTHORS_LN2, DEFAULT_THRESHOLD, ln2_divisor, parse_variant, rank_neurons, readout,
                       scan_neurons, token_values)
 from .planted.build import MANIFEST, read_manifest
 from .shipped import seed_claims
 from .stats import robust_z
-from .steering import authors_steer, steer
-from .survey import position_independence, survey
-from .weights import Processing
+from .semantic.steering import authors_steer, steer
+from .semantic.survey import position_independence, survey
+from .core.weights import Processing
 
 KERNEL_WINDOWS = 16          #: windows of the shipped texts for the TV claim (as the report)
 TOP = 50                     #: token lists compared for neuron claims
@@ -342,7 +343,7 @@ class _Work:
     def true_activation(self, j: int, text: str) -> tuple[float, float, int]:
         """(mean true pre-activation of neuron j over positions ≥ 1, mean circuit prediction over
         every FIDELITY_STRIDE-th position, tokens)."""
-        from .neurons import readout_vectors
+        from .layer0.neurons import readout_vectors
 
         self.model.cfg.check_neuron(j)
         circuit, _ = self.circuit

@@ -15,11 +15,11 @@ import pytest
 import torch
 
 import headscope
-from headscope import bilinear
+from headscope.semantic import bilinear
 from headscope._json import dumps
-from headscope.survey import prompts_for
+from headscope.semantic.survey import prompts_for
 
-A = importlib.import_module("headscope.atlas")   # the module (headscope.atlas itself is the function)
+A = importlib.import_module("headscope.maps.atlas")   # the module (headscope.atlas itself is the function)
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +145,7 @@ def test_metrics_equal_direct_computation_on_the_tiny_model(tiny):
 
 
 def test_layer0_positional_share_is_the_seed_split(tiny):
-    from headscope import layer0
+    from headscope.layer0 import split as layer0
 
     at = A.atlas(tiny, [0], n_tokens=90)
     ids = torch.tensor(headscope.frequent_tokens(tiny.tokenizer, 90))
@@ -167,7 +167,7 @@ def test_layer0_positional_share_is_the_seed_split(tiny):
 @pytest.fixture(scope="module")
 def fuzzed(tmp_path_factory):
     """Hub-layout random GPT-2 (3 layers, 4 heads, d 48, heavy-tailed scales); layer 0's attention zeroed."""
-    from headscope.planted.hub import write_hub_checkpoint
+    from headscope.testing.hub import write_hub_checkpoint
 
     out = write_hub_checkpoint(tmp_path_factory.mktemp("hub") / "fuzz", n_layer=3, n_embd=48, n_head=4, n_ctx=64,
                                seed=5, scales={"h.0.attn.c_attn.weight": 0.0, "h.0.attn.c_proj.weight": 0.0,

@@ -22,7 +22,7 @@ from transformers import GPT2LMHeadModel
 
 import headscope
 from headscope import Processing
-from headscope.planted.hub import cached_snapshot, write_hub_cache, write_hub_checkpoint
+from headscope.testing.hub import cached_snapshot, write_hub_cache, write_hub_checkpoint
 
 TINY = dict(n_layer=3, n_embd=20, n_head=4, n_ctx=24, n_inner=28)
 SRC = str(Path(__file__).resolve().parents[2] / "src")

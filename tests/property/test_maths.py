@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from headscope import Config, Processing, from_hf_state_dict, process, run_with_cache, to_hf_state_dict
-from headscope.weights import Block, Weights
+from headscope.core.weights import Block, Weights
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -169,7 +169,7 @@ def test_forward_equals_hf_transformers(case):
 # position n (‖e_{x_i} + p_n‖) and the positional remainder gets the typical norm c. At i = n
 # both are exact; elsewhere they are approximations (and the tests below check both).
 
-from headscope import layer0 as K  # noqa: E402
+from headscope.layer0 import split as K  # noqa: E402
 
 LAYER0_PROCESSINGS = [Processing(fold_ln=True), Processing.default()]
 
@@ -272,7 +272,7 @@ def test_l0_split_is_the_same_on_raw_and_processed_weights(case, seed):
 
 # -- steering (seed 002): eigen-rebuild of W_QK and the rewritten checkpoint ------------------
 
-from headscope import bilinear, steering  # noqa: E402
+from headscope.semantic import bilinear, steering  # noqa: E402
 
 SELECTS = ["negative", "positive", [0], "all"]
 

@@ -31,7 +31,7 @@ from .._atomic import OutputDir, read_small_file, refuse_foreign_dir
 from .._errors import HeadscopeError, NotApplicable
 from .._json import NOT_APPLICABLE, dumps, is_not_applicable, not_applicable
 from .._memory import peak_rss_mb, rss_mb
-from ..weights import Processing
+from ..core.weights import Processing
 from . import html as H
 from .inputs import load_inputs
 from .stages import (Context, PageSection, Progress, RenderContext, Rendered, Stage, check_order, data_path,

@@ -48,7 +48,7 @@ STYLE = """<style>
 
 
 def _atlas(obj) -> H.Safe:
-    from ..atlas import METRICS
+    from ..maps.atlas import METRICS
     from .builtin.atlas import AtlasView
 
     d = obj.to_dict()
@@ -69,7 +69,7 @@ def _head(obj) -> H.Safe:
 
 
 def _kernels(obj) -> H.Safe:
-    from ..kernels import CATEGORIES
+    from ..layer0.kernels import CATEGORIES
 
     d = obj.to_dict()
     heads = d["heads"]
@@ -158,13 +158,13 @@ def _short(x, width: int = 60) -> str:
 
 
 def _renderers():
-    from ..atlas import Atlas
-    from ..head import HeadAnalysis
-    from ..kernels import KernelReport
-    from ..neurons import NeuronRanking, NeuronScan
+    from ..maps.atlas import Atlas
+    from ..semantic.head import HeadAnalysis
+    from ..layer0.kernels import KernelReport
+    from ..layer0.neurons import NeuronRanking, NeuronScan
     from ..reproduce import ReproduceResult
-    from ..steering import SteerResult
-    from ..survey import SurveyResult
+    from ..semantic.steering import SteerResult
+    from ..semantic.survey import SurveyResult
 
     return [(Atlas, _atlas), (SurveyResult, _survey), (HeadAnalysis, _head), (KernelReport, _kernels),
             (NeuronScan, _neurons), (NeuronRanking, _ranking), (SteerResult, _steer), (ReproduceResult, _reproduce)]

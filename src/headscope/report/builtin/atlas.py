@@ -18,7 +18,7 @@ import math
 
 import torch
 
-from ...atlas import EIGEN_SHOWN, METRICS, SEED, SIGNED, TOP, UNIT, WINDOW, HeadRow, atlas
+from ...maps.atlas import EIGEN_SHOWN, METRICS, SEED, SIGNED, TOP, UNIT, WINDOW, HeadRow, atlas
 from ...stats import quantile
 from .. import figures as F
 from .. import html as H

@@ -52,14 +52,14 @@ import numpy as np
 import torch
 from jaxtyping import Float, Int
 
-from . import shipped
-from ._errors import HeadscopeError, NotApplicable
-from ._html_repr import HtmlRepr
-from ._json import finite_or_none
-from .corpus import read_text_file
-from .forward import run_with_cache
-from .loading import Model
-from .weights import Processing
+from .. import shipped
+from .._errors import HeadscopeError, NotApplicable
+from .._html_repr import HtmlRepr
+from .._json import finite_or_none
+from ..corpus import read_text_file
+from ..core.forward import run_with_cache
+from ..core.loading import Model
+from ..core.weights import Processing
 
 Tensor = torch.Tensor
 

@@ -65,10 +65,10 @@ from typing import Callable, Iterator
 import torch
 from safetensors import SafetensorError, safe_open
 
-from ._errors import HeadscopeError, expected_got
+from .._errors import HeadscopeError, expected_got
 from ._safetensors import write_safetensors
 from .config import Config, read_hf_config, tie_word_embeddings
-from ._atomic import atomic_directory
+from .._atomic import atomic_directory
 from .tokenizer import TOKENIZER_FILES, gpt2_bpe_files, load_tokenizer, to_str_tokens
 from .weights import Block, Processing, Weights, process_block, process_embed, process_unembed
 

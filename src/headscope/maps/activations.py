@@ -15,12 +15,12 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
-from ._errors import NotApplicable
-from .forward import run_with_cache
-from .loading import Model
-from .shipped import Text
-from .stats import bin_values
-from .weights import Processing
+from .._errors import NotApplicable
+from ..core.forward import run_with_cache
+from ..core.loading import Model
+from ..shipped import Text
+from ..stats import bin_values
+from ..core.weights import Processing
 
 TOP = 10      #: top / bottom tokens listed per neuron
 CONTEXT = 4   #: tokens of left context shown with each

@@ -42,10 +42,10 @@ from typing import Iterator
 import torch
 from jaxtyping import Float, Int
 
-from ._errors import HeadscopeError
-from ._memory import rows_that_fit
-from .forward import layer_norm, mlp, run_with_cache
-from .weights import Weights
+from .._errors import HeadscopeError
+from .._memory import rows_that_fit
+from ..core.forward import layer_norm, mlp, run_with_cache
+from ..core.weights import Weights
 
 Tensor = torch.Tensor
 VARIANTS = ("full", "mlp")

@@ -11,7 +11,7 @@ import importlib.util
 from pathlib import Path
 from typing import Sequence
 
-from ._errors import HeadscopeError
+from .._errors import HeadscopeError
 
 TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json")
 

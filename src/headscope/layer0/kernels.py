@@ -60,13 +60,13 @@ from typing import Sequence
 import torch
 from jaxtyping import Float
 
-from . import layer0
-from ._errors import HeadscopeError
-from ._html_repr import HtmlRepr
-from .layer0 import SEED_QUERY
-from .loading import Model
-from .stats import quantile
-from .weights import Processing, Weights
+from . import split as layer0
+from .._errors import HeadscopeError
+from .._html_repr import HtmlRepr
+from .split import SEED_QUERY
+from ..core.loading import Model
+from ..stats import quantile
+from ..core.weights import Processing, Weights
 
 Tensor = torch.Tensor
 

@@ -32,7 +32,7 @@ import hashlib
 
 import torch
 
-from ._errors import HeadscopeError, expected_got
+from .._errors import HeadscopeError, expected_got
 from .config import Config, tie_word_embeddings
 from .loading import _BUFFERS, Model, _DictSource, _strip, check_device, state_dict_checkpoint
 from .tokenizer import bundled_gpt2_tokenizer

@@ -38,15 +38,15 @@ from pathlib import Path
 import torch
 from jaxtyping import Float
 
-from ._atomic import refuse_foreign_dir
-from ._errors import HeadscopeError
-from ._html_repr import HtmlRepr
-from ._json import dumps
+from .._atomic import refuse_foreign_dir
+from .._errors import HeadscopeError
+from .._html_repr import HtmlRepr
+from .._json import dumps
 from .bilinear import bilinear_form, key_bias_vector, qk_factors, qk_matrix
-from .loading import WEIGHTS_FILE, Model, file_sha256
-from .patterns import head_pattern, head_patterns
+from ..core.loading import WEIGHTS_FILE, Model, file_sha256
+from ..maps.patterns import head_pattern, head_patterns
 from .survey import prompts_for
-from .weights import Block, Processing, Weights
+from ..core.weights import Block, Processing, Weights
 
 Tensor = torch.Tensor
 MARKER = "steering.json"
@@ -329,7 +329,7 @@ def authors_steer(model: Model, layer: int, head: int, alphas=SEED_ALPHAS, *, to
                   attn_mean: str = "authors", processing: Processing | None = None, top: int = AUTHORS_TOP
                   ) -> AuthorsSteer:
     """The authors' steering (module docstring) for each α in `alphas`, and the unsteered form."""
-    from . import shipped
+    from .. import shipped
     from .bilinear import attn_means_for, effective_embeddings
     from .survey import prompts_for as _prompts
 

@@ -25,14 +25,14 @@ from pathlib import Path
 import torch
 
 from . import bilinear, clustering
-from ._errors import HeadscopeError
-from ._html_repr import HtmlRepr
+from .._errors import HeadscopeError
+from .._html_repr import HtmlRepr
 from .bilinear import BilinearForm
 from .clustering import Clustering
-from .loading import Model
+from ..core.loading import Model
 from .survey import PositionIndependence, position_independence_heads, prompts_for
-from .tokenizer import escape_token
-from .weights import Processing, Weights
+from ..core.tokenizer import escape_token
+from ..core.weights import Processing, Weights
 
 Tensor = torch.Tensor
 

@@ -20,7 +20,7 @@ from typing import Callable, Iterable
 
 import torch
 
-from ._errors import HeadscopeError
+from .._errors import HeadscopeError
 
 #: torch dtype → safetensors dtype name, for the dtypes headscope writes.
 DTYPE_NAMES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16"}

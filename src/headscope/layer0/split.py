@@ -54,9 +54,9 @@ from typing import Sequence
 import torch
 from jaxtyping import Float, Int
 
-from ._errors import HeadscopeError
-from .forward import layer_norm, run_with_cache
-from .weights import Block, Processing, Weights
+from .._errors import HeadscopeError
+from ..core.forward import layer_norm, run_with_cache
+from ..core.weights import Block, Processing, Weights
 
 Tensor = torch.Tensor
 

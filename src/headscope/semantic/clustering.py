@@ -44,8 +44,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ._errors import HeadscopeError
-from .corpus import read_text_file
+from .._errors import HeadscopeError
+from ..corpus import read_text_file
 
 
 # -- frequency ------------------------------------------------------------------------------

@@ -10,8 +10,8 @@ import os
 import sys
 from pathlib import Path
 
-from ._errors import HeadscopeError
-from .corpus import read_text_file
+from .._errors import HeadscopeError
+from ..corpus import read_text_file
 
 def _is_index(x) -> bool:
     """An integer (Python, numpy or 0-d torch), not a bool."""

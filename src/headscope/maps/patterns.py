@@ -24,11 +24,11 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
-from ._errors import NotApplicable
-from .forward import run_with_cache
-from .loading import Model
-from .shipped import Text
-from .weights import Processing, Weights
+from .._errors import NotApplicable
+from ..core.forward import run_with_cache
+from ..core.loading import Model
+from ..shipped import Text
+from ..core.weights import Processing, Weights
 
 Tensor = torch.Tensor
 RATES = ("bos", "self", "prev", "distance", "entropy")
@@ -64,7 +64,7 @@ def head_patterns(weights: Sequence[Weights], tokens: Tensor, layer: int, head: 
     weights = list(weights)
     if len(weights) < 2 or not all(_shares_prefix(weights[0], w, layer) for w in weights[1:]):
         return [head_pattern(w, tokens, layer, head) for w in weights]
-    from .forward import _attention, _Keeper  # the forward's own attention block (one home)
+    from ..core.forward import _attention, _Keeper  # the forward's own attention block (one home)
 
     name = f"blocks.{layer}.attn.hook_pattern"
     resid = f"blocks.{layer - 1}.hook_resid_post"                                  # = block layer's resid_pre

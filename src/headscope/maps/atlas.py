@@ -90,11 +90,12 @@ import numpy as np
 import torch
 from jaxtyping import Float
 
-from . import bilinear, clustering, layer0
-from ._errors import HeadscopeError
-from ._html_repr import HtmlRepr
-from .loading import Model
-from .weights import Processing
+from ..layer0 import split as layer0
+from ..semantic import bilinear, clustering
+from .._errors import HeadscopeError
+from .._html_repr import HtmlRepr
+from ..core.loading import Model
+from ..core.weights import Processing
 
 Tensor = torch.Tensor
 
@@ -388,7 +389,7 @@ def _check_layers(cfg, layers: Sequence[int] | None) -> list[int]:
 def _kernel_categories(model: Model, view, c: float) -> tuple[dict[int, str], str | None]:
     """Seed-000 category of every layer-0 head's kernel for ' the' by the default rule
     (:func:`headscope.kernels.kernel_categories`, as analyse_kernels)."""
-    from . import kernels
+    from ..layer0 import kernels
 
     try:
         q_id = layer0.token_id(model, layer0.SEED_QUERY)
@@ -423,7 +424,7 @@ def atlas(model: Model, layers: Sequence[int] | None = None, *, n_tokens: int = 
     N, e, H = len(freq), cfg.d_head, cfg.n_heads
     notes: list[str] = []
 
-    from .survey import prompts_for
+    from ..semantic.survey import prompts_for
 
     upto = max(layers)
     prompts, _ = prompts_for(model, None, n_prompts=PROMPTS, length=16, seed=SEED)
@@ -500,7 +501,7 @@ def atlas(model: Model, layers: Sequence[int] | None = None, *, n_tokens: int = 
     )
     result.add_kernel_categories(categories)
     if survey:
-        from .survey import survey as run_survey
+        from ..semantic.survey import survey as run_survey
 
         res = run_survey(model, layers, processing=processing)
         result.add_semantic_loss({(r.layer, r.head): r.semantic_loss for r in res.rows})

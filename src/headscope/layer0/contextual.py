@@ -47,15 +47,15 @@ import dataclasses
 import torch
 from jaxtyping import Float, Int
 
-from . import layer0
-from ._errors import HeadscopeError, NotApplicable
-from ._json import finite_or_none
+from . import split as layer0
+from .._errors import HeadscopeError, NotApplicable
+from .._json import finite_or_none
 from .calibration import Calibration
-from .forward import run_with_cache
-from .layer0 import Frame
-from .loading import Model
-from .stats import LOG_FLOAT64_MAX, correlation, fraction_unexplained, median
-from .weights import Processing, Weights
+from ..core.forward import run_with_cache
+from .split import Frame
+from ..core.loading import Model
+from ..stats import LOG_FLOAT64_MAX, correlation, fraction_unexplained, median
+from ..core.weights import Processing, Weights
 
 Tensor = torch.Tensor
 

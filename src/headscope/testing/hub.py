@@ -364,7 +364,7 @@ def _write_safetensors(path: Path, items: list[tuple[str, _Spec]], make, metadat
     The bytes equal ``safetensors.torch.save_file``'s (see
     :func:`headscope._safetensors.write_safetensors`).
     """
-    from .._safetensors import write_safetensors
+    from ..core._safetensors import write_safetensors
 
     specs = dict(items)
     write_safetensors(path, [(name, spec.dtype, spec.shape) for name, spec in items],
@@ -460,7 +460,7 @@ def _tokenizer_json() -> str:
     """tokenizer.json of GPT-2's BPE, built once per process (a second or so)."""
     from transformers import GPT2TokenizerFast
 
-    from ..tokenizer import gpt2_bpe_files
+    from ..core.tokenizer import gpt2_bpe_files
 
     vocab, merges = gpt2_bpe_files()
     tok = GPT2TokenizerFast(vocab=str(vocab), merges=str(merges))  # not vocab_file=: transformers 5
@@ -473,7 +473,7 @@ def _tokenizer_json() -> str:
 
 
 def _write_tokenizer(tmp: Path, n_ctx: int) -> None:
-    from ..tokenizer import gpt2_bpe_files
+    from ..core.tokenizer import gpt2_bpe_files
 
     vocab, merges = gpt2_bpe_files()
     shutil.copyfile(vocab, tmp / "vocab.json")

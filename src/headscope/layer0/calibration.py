@@ -32,15 +32,15 @@ from pathlib import Path
 import torch
 from jaxtyping import Float
 
-from . import layer0
-from ._atomic import atomic_write_text, json_object_with
-from ._errors import HeadscopeError
-from ._json import dumps
-from .corpus import read_text_file, windows
-from .forward import run_with_cache
-from .layer0 import SEED_QUERY
-from .loading import Model
-from .weights import Processing
+from . import split as layer0
+from .._atomic import atomic_write_text, json_object_with
+from .._errors import HeadscopeError
+from .._json import dumps
+from ..corpus import read_text_file, windows
+from ..core.forward import run_with_cache
+from .split import SEED_QUERY
+from ..core.loading import Model
+from ..core.weights import Processing
 
 Tensor = torch.Tensor
 

@@ -38,7 +38,7 @@ from typing import Iterator
 import torch
 from jaxtyping import Float
 
-from ._errors import HeadscopeError, expected_got
+from .._errors import HeadscopeError, expected_got
 from .config import Config
 
 Tensor = torch.Tensor

@@ -62,13 +62,13 @@ import math
 import torch
 from jaxtyping import Float, Int
 
-from ._errors import HeadscopeError, NotApplicable
-from ._html_repr import HtmlRepr
+from .._errors import HeadscopeError, NotApplicable
+from .._html_repr import HtmlRepr
 from .contextual import Circuit, HeadChoice, check_log_weights
-from .corpus import read_text_file
-from .forward import run_with_cache
-from .stats import pearson, robust_z
-from .tokenizer import to_str_tokens
+from ..corpus import read_text_file
+from ..core.forward import run_with_cache
+from ..stats import pearson, robust_z
+from ..core.tokenizer import to_str_tokens
 
 Tensor = torch.Tensor
 

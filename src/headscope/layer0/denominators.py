@@ -50,14 +50,14 @@ import math
 
 import torch
 
-from . import layer0
-from ._errors import HeadscopeError
-from .corpus import windows
-from .forward import run_with_cache
-from .layer0 import SEED_QUERY
-from .loading import Model
-from .stats import LOG_FLOAT64_MAX
-from .weights import Processing
+from . import split as layer0
+from .._errors import HeadscopeError
+from ..corpus import windows
+from ..core.forward import run_with_cache
+from .split import SEED_QUERY
+from ..core.loading import Model
+from ..stats import LOG_FLOAT64_MAX
+from ..core.weights import Processing
 
 Tensor = torch.Tensor
 

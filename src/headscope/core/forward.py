@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 
-from ._errors import HeadscopeError, expected_got
+from .._errors import HeadscopeError, expected_got
 from .weights import Block, Weights
 
 Tensor = torch.Tensor
