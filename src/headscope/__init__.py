@@ -15,7 +15,8 @@ from ._errors import HeadscopeError, NotApplicable
 from ._version import __version__
 from .core.config import Config
 from .core.forward import Cache, all_names, run_with_cache
-from .core.loading import Model, from_hf_state_dict, load, save_checkpoint, to_hf_state_dict
+from .core.entry import load
+from .core.loading import Model, from_hf_state_dict, save_checkpoint, to_hf_state_dict
 from .core.tokenizer import bundled_gpt2_tokenizer, escape_token, to_str_tokens
 from .core.weights import Block, Processing, Weights, process
 

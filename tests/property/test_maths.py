@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from headscope import Config, Processing, from_hf_state_dict, process, run_with_cache, to_hf_state_dict
 from headscope.core.weights import Block, Weights
+from headscope.core.families import gpt2
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -137,7 +138,7 @@ def hf_model_of(w: Weights):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     cfg = w.cfg
-    hf_cfg = GPT2Config(**{k: v for k, v in cfg.to_hf_dict().items() if k not in ("architectures", "model_type")})
+    hf_cfg = GPT2Config(**{k: v for k, v in gpt2.hf_config(cfg).items() if k not in ("architectures", "model_type")})
     hf_cfg._attn_implementation = "eager"
     model = GPT2LMHeadModel(hf_cfg).eval()
     state = to_hf_state_dict(w)

@@ -15,6 +15,7 @@ from transformers import GPT2LMHeadModel
 import headscope
 from headscope import HeadscopeError, Processing
 from headscope.core.config import Config
+from headscope.core.families import gpt2, read_config
 from headscope.core.loading import from_hf_state_dict, to_hf_state_dict
 from headscope.testing.hub import write_hub_checkpoint
 from headscope.core.weights import process
@@ -241,4 +242,4 @@ def test_config_round_trips_with_attention_options():
 
     for options in ({}, {"scale_attn_by_inverse_layer_idx": True}, {"reorder_and_upcast_attn": True}):
         cfg = dataclasses.replace(CFG, **options)
-        assert Config.from_hf_dict(cfg.to_hf_dict()) == cfg
+        assert read_config(gpt2.hf_config(cfg)) == (gpt2.FAMILY, cfg)

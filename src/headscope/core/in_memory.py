@@ -7,7 +7,8 @@
 Accepted: ``GPT2LMHeadModel`` and ``GPT2Model`` (any object with a GPT-2 ``config``,
 ``model_type == "gpt2"``, and a ``state_dict()``).
 
-- Config: ``Config.from_hf_dict(model.config.to_dict())`` — the validation config.json gets.
+- Config: ``model.config.to_dict()`` read by its family (:mod:`headscope.core.families`) — the
+  validation config.json gets.
 - Weights: a :class:`Checkpoint` over the state dict, detached — the mapping and checks
   a checkpoint on disk gets. Tensors that need no reshape, move or cast share storage
   with the transformers model (no second copy of the embeddings and MLPs): change the
@@ -33,11 +34,9 @@ import hashlib
 import torch
 
 from .._errors import HeadscopeError, expected_got
-from .config import Config, tie_word_embeddings
-from .loading import _BUFFERS, Model, _DictSource, _strip, check_device, state_dict_checkpoint
+from .families import GPT2, Family, read_config
+from .loading import Model, _DictSource, check_device, state_dict_checkpoint
 from .tokenizer import bundled_gpt2_tokenizer
-
-SKIPPED_BUFFERS = tuple("." + b for b in _BUFFERS)   # causal-mask buffers, not weights
 
 
 @dataclasses.dataclass
@@ -54,16 +53,17 @@ class InMemoryModel(Model):
         return {**super().describe(), "directory": None}
 
 
-def _weight_items(kept: dict[str, torch.Tensor]) -> list[tuple[str, torch.Tensor]]:
+def _weight_items(kept: dict[str, torch.Tensor], family: Family = GPT2) -> list[tuple[str, torch.Tensor]]:
     """The tensors the fingerprint covers, by stripped key (module docstring), from a state
     dict as a state-dict source keeps it (detached, a tied lm_head dropped)."""
-    items = ((_strip(k), v) for k, v in kept.items())
-    return sorted((k, v) for k, v in items if not k.endswith(SKIPPED_BUFFERS))
+    skipped = tuple("." + b for b in family.buffers)   # causal-mask buffers, not weights
+    items = ((family.canonical(k), v) for k, v in kept.items())
+    return sorted((k, v) for k, v in items if not k.endswith(skipped))
 
 
-def _sha256(kept: dict[str, torch.Tensor]) -> str:
+def _sha256(kept: dict[str, torch.Tensor], family: Family = GPT2) -> str:
     h = hashlib.sha256()
-    for k, v in _weight_items(kept):
+    for k, v in _weight_items(kept, family):
         t = v.to("cpu").contiguous()
         h.update(f"{k}\0{str(t.dtype).replace('torch.', '')}\0{list(t.shape)}\0".encode("utf-8"))
         h.update(t.reshape(-1).view(torch.uint8).numpy() if t.numel() else b"")
@@ -83,9 +83,10 @@ def from_transformers(hf_model, *, device="cpu", dtype: torch.dtype = torch.floa
                              f"got {type(hf_model).__name__}")
     check_device(device)
     hf = config.to_dict()
-    cfg = Config.from_hf_dict(hf)
+    family, cfg = read_config(hf)
     state = hf_model.state_dict()                # detached by the state-dict source
-    ckpt = state_dict_checkpoint(state, cfg, tie_word_embeddings=tie_word_embeddings(hf), where="model in memory")
+    ckpt = state_dict_checkpoint(state, cfg, family=family, tie_word_embeddings=family.tied(hf),
+                                 where="model in memory")
     raw = ckpt.raw(dtype, device).validate()     # shares the transformers tensors where no cast or move is needed
     if tokenizer is None:
         tokenizer = bundled_gpt2_tokenizer()
@@ -96,4 +97,4 @@ def from_transformers(hf_model, *, device="cpu", dtype: torch.dtype = torch.floa
         raise HeadscopeError(expected_got("tokenizer vocabulary size (W_E rows)", cfg.d_vocab, len(tokenizer)))
     return InMemoryModel(cfg=cfg, checkpoint=ckpt, tokenizer=tokenizer, source=f"memory:{type(hf_model).__name__}",
                          directory=None, device=torch.device(device), dtype=dtype, _raw=raw,
-                         weights_sha256=_sha256(ckpt.source.state))
+                         weights_sha256=_sha256(ckpt.source.state, family))

@@ -2,7 +2,7 @@
 
 Layouts
 -------
-A checkpoint is a Hugging Face GPT-2 directory: ``config.json``, the weights and the
+A checkpoint is a Hugging Face model directory: ``config.json``, the weights and the
 tokenizer files (``tokenizer.json``, or ``vocab.json`` + ``merges.txt``). The weights are
 read from the first of these that exists:
 
@@ -12,21 +12,14 @@ read from the first of these that exists:
    dict, never arbitrary unpickling (a pickle that asks for anything else is refused).
    A zip-format file (torch ≥ 1.6) is memory-mapped; a legacy one is read whole.
 
-Keys may carry the ``transformer.`` prefix (``save_pretrained``) or not (the hub's
-files); the causal-mask buffers ``h.{i}.attn.bias`` / ``h.{i}.attn.masked_bias`` are
-expected and ignored. Refused, each with one line: non-float weights (integers and
-bools are never cast), a tensor stored both with and without the prefix, tensors of
-layers beyond ``n_layer`` or of no GPT-2 weight, missing tensors, wrong shapes, NaN or
-Inf. Weights may be float16, bfloat16, float32 or float64 (stated casts: to float32 for
-processing, to ``dtype`` for the result). ``lm_head.weight``, when stored and different
-from ``wte.weight``, is the unembedding (transformers ≥ 5 does not tie it then); it is
-kept through processing and written back by :meth:`Model.save`, with
-``tie_word_embeddings: false``.
-
-HF's GPT-2 stores its linear layers as ``Conv1D`` with weight [in out], so
-``y = x @ W + b`` already in headscope's right-multiplying convention; ``c_attn``
-holds Q, K and V side by side: [d_model 3·d_model] → three [d_model d_model] blocks,
-each reshaped to [head d_model d_head].
+What the stored tensors mean — key names, prefix, buffers, the tied or untied unembedding,
+transposes and reshapes into :class:`Block` — is the model family's, read from config.json's
+``model_type`` (:mod:`headscope.core.families`; GPT-2: :mod:`headscope.core.families.gpt2`).
+Refused here, each with one line: non-float weights (integers and bools are never cast), a
+tensor stored both with and without the prefix, tensors of layers beyond ``n_layer`` or of no
+weight of the family, missing tensors, wrong shapes, NaN or Inf. Weights may be float16,
+bfloat16, float32 or float64 (stated casts: to float32 for processing, to ``dtype`` for the
+result). An untied unembedding is kept through processing and written back by :meth:`Model.save`.
 
 Memory
 ------
@@ -56,7 +49,6 @@ import hashlib
 import math
 import os
 import pickle
-import re
 import shutil
 import zipfile
 from pathlib import Path
@@ -67,18 +59,12 @@ from safetensors import SafetensorError, safe_open
 
 from .._errors import HeadscopeError, expected_got
 from ._safetensors import write_safetensors
-from .config import Config, read_hf_config, tie_word_embeddings
+from .config import Config, read_hf_config
+from .families import GPT2, Family, read_config
 from .._atomic import atomic_directory
 from .tokenizer import TOKENIZER_FILES, gpt2_bpe_files, load_tokenizer, to_str_tokens
 from .weights import Block, Processing, Weights, process_block, process_embed, process_unembed
 
-#: hub ids that are GPT-2 family checkpoints with safetensors on the hub.
-KNOWN_HUB_IDS = (
-    "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "distilgpt2",
-    "openai-community/gpt2", "openai-community/gpt2-medium",
-    "openai-community/gpt2-large", "openai-community/gpt2-xl",
-    "distilbert/distilgpt2",
-)
 WEIGHTS_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 BIN_FILE = "pytorch_model.bin"
@@ -151,15 +137,16 @@ class Model:
         """
         replaced = {self.cfg.check_layer(l): b for l, b in (blocks or {}).items()}
         ckpt = self.checkpoint
+        family = ckpt.family
 
         def tensor(key: str) -> torch.Tensor:
-            name = _strip(key)
-            layer = _layer_of(name)
+            name = family.canonical(key)
+            layer, leaf = family.layer_leaf(name)
             if layer in replaced:
-                return _hf_from_block(replaced[layer], name.split(".", 2)[2], self.cfg)
+                return family.hf_from_block(replaced[layer], leaf, self.cfg)
             return ckpt.read([name], torch.float32)[name]
 
-        return _write_checkpoint(Path(out), self.cfg, untied=ckpt.untied, tensor=tensor,
+        return _write_checkpoint(Path(out), self.cfg, family, untied=ckpt.untied, tensor=tensor,
                                  tokenizer_from=self.directory, extra_files=extra_files)
 
     def to_tokens(self, text: str, prepend_bos: bool = True) -> torch.Tensor:
@@ -314,11 +301,12 @@ class _DictSource(_Source):
     layout = "state_dict"
     in_memory = True
 
-    def __init__(self, state: dict[str, torch.Tensor]):
+    def __init__(self, state: dict[str, torch.Tensor], family: Family = GPT2):
         state = {k: v.detach() for k, v in state.items()}
-        lm, wte = state.get("lm_head.weight"), state.get("wte.weight", state.get(PREFIX + "wte.weight"))
+        embed = family.top["W_E"]
+        lm, wte = state.get(family.unembed), state.get(embed, state.get(family.prefix + embed))
         if lm is not None and wte is not None and lm.shape == wte.shape and torch.equal(lm, wte):
-            del state["lm_head.weight"]              # transformers' state_dict() lists a tied lm_head too
+            del state[family.unembed]                # transformers' state_dict() lists a tied lm_head too
         self.state = state
         self.infos = {k: (_dtype_name(v.dtype), tuple(v.shape)) for k, v in state.items()}
 
@@ -369,37 +357,7 @@ def _open_source(directory: Path) -> _Source:
     raise HeadscopeError(f"missing {WEIGHTS_FILE} in {d} (nor {INDEX_FILE} or {BIN_FILE})")
 
 
-# -- names, shapes and the validated checkpoint -------------------------------------------
-
-_TOP = ("wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias")
-_LEAVES = ("ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
-           "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
-           "mlp.c_proj.weight", "mlp.c_proj.bias")
-_BUFFERS = ("attn.bias", "attn.masked_bias")
-_LAYER_RE = re.compile(r"h\.(0|[1-9][0-9]*)\.(.+)")
-PREFIX = "transformer."
-
-
-def _strip(key: str) -> str:
-    return key[len(PREFIX):] if key.startswith(PREFIX) else key
-
-
-def _layer_of(name: str) -> int | None:
-    m = _LAYER_RE.fullmatch(name)
-    return int(m.group(1)) if m else None
-
-
-def _shapes(cfg: Config) -> dict[str, tuple[int, ...]]:
-    """Canonical (unprefixed) name → shape of every GPT-2 weight but lm_head, in model order."""
-    d, m, V = cfg.d_model, cfg.d_mlp, cfg.d_vocab
-    out = {"wte.weight": (V, d), "wpe.weight": (cfg.n_ctx, d)}
-    leaf = {"ln_1.weight": (d,), "ln_1.bias": (d,), "attn.c_attn.weight": (d, 3 * d), "attn.c_attn.bias": (3 * d,),
-            "attn.c_proj.weight": (d, d), "attn.c_proj.bias": (d,), "ln_2.weight": (d,), "ln_2.bias": (d,),
-            "mlp.c_fc.weight": (d, m), "mlp.c_fc.bias": (m,), "mlp.c_proj.weight": (m, d), "mlp.c_proj.bias": (d,)}
-    for l in range(cfg.n_layers):
-        out.update({f"h.{l}.{k}": s for k, s in leaf.items()})
-    out.update({"ln_f.weight": (d,), "ln_f.bias": (d,)})
-    return out
+# -- the validated checkpoint -------------------------------------------------------------
 
 
 def _all_finite(t: torch.Tensor, chunk: int = 1 << 22) -> bool:
@@ -441,20 +399,22 @@ class Checkpoint:
     """The validated weight files of a checkpoint; tensors are read on demand.
 
     ``names`` maps each canonical (unprefixed) name to its stored key; ``untied`` says
-    whether ``lm_head.weight`` is a separate unembedding.
+    whether the family's unembedding (GPT-2: ``lm_head.weight``) is a separate tensor.
+    What the names mean is the `family`'s (:mod:`headscope.core.families`).
     """
 
-    def __init__(self, source: _Source, cfg: Config, *, tie_word_embeddings: bool = True, where: str = "checkpoint"):
-        self.source, self.cfg, self.where = source, cfg, where
+    def __init__(self, source: _Source, cfg: Config, *, family: Family = GPT2, tie_word_embeddings: bool = True,
+                 where: str = "checkpoint"):
+        self.source, self.cfg, self.family, self.where = source, cfg, family, where
         self.names: dict[str, str] = {}
+        unembed, buffers = family.unembed, family.buffers
         for key in sorted(source.infos):
-            name = _strip(key)
-            layer = _layer_of(name)
-            leaf = name.split(".", 2)[2] if layer is not None else None
-            known = (name in _TOP or leaf in _LEAVES or leaf in _BUFFERS
-                     or (name == "lm_head.weight" and key == name))
+            name = family.canonical(key)
+            layer, leaf = family.layer_leaf(name)
+            known = (name in family.top.values() or leaf in family.leaves or leaf in buffers
+                     or (name == unembed and key == name))
             if not known:
-                raise HeadscopeError(f"{where} holds an unexpected tensor {key!r} (not a weight of GPT2LMHeadModel)")
+                raise HeadscopeError(f"{where} holds an unexpected tensor {key!r} (not a weight of {family.hf_class})")
             if layer is not None and layer >= cfg.n_layers:
                 raise HeadscopeError(f"{where} holds {key!r} for layer {layer}, but config.json has n_layer "
                                      f"{cfg.n_layers} (layers 0..{cfg.n_layers - 1})")
@@ -462,28 +422,30 @@ class Checkpoint:
                 raise HeadscopeError(f"{where} holds both {self.names[name]!r} and {key!r} (one tensor stored twice)")
             self.names[name] = key
             dtype = source.infos[key][0]
-            if leaf not in _BUFFERS and dtype not in FLOAT_DTYPES:
+            if leaf not in buffers and dtype not in FLOAT_DTYPES:
                 raise HeadscopeError(f"{where}: tensor {key!r} has dtype {dtype}; headscope reads floating-point "
                                      f"weights only ({', '.join(FLOAT_DTYPES)}) and never casts {dtype} to float")
-        self.shapes = _shapes(cfg)
+        self.shapes = family.shapes(cfg)
         for name, shape in self.shapes.items():
             if name not in self.names:
                 raise HeadscopeError(f"checkpoint is missing tensor {name!r}")
             got = source.infos[self.names[name]][1]
             if got != shape:
                 raise HeadscopeError(expected_got(f"shape of {name}", list(shape), list(got)))
-        self.untied = "lm_head.weight" in self.names
+        self.untied = unembed in self.names
         if self.untied:
-            shape, got = (cfg.d_vocab, cfg.d_model), source.infos["lm_head.weight"][1]
+            shape, got = (cfg.d_vocab, cfg.d_model), source.infos[unembed][1]
             if got != shape:
-                raise HeadscopeError(expected_got("shape of lm_head.weight", list(shape), list(got)))
-            self.shapes["lm_head.weight"] = shape
+                raise HeadscopeError(expected_got(f"shape of {unembed}", list(shape), list(got)))
+            self.shapes[unembed] = shape
         elif not tie_word_embeddings:
-            raise HeadscopeError(f"{where}: config.json sets tie_word_embeddings false but there is no lm_head.weight")
+            raise HeadscopeError(f"{where}: config.json sets tie_word_embeddings false but there is no {unembed}")
 
     @classmethod
-    def open(cls, directory: Path, cfg: Config, *, tie_word_embeddings: bool = True) -> "Checkpoint":
-        return cls(_open_source(directory), cfg, tie_word_embeddings=tie_word_embeddings, where=str(directory))
+    def open(cls, directory: Path, cfg: Config, *, family: Family = GPT2, tie_word_embeddings: bool = True
+             ) -> "Checkpoint":
+        return cls(_open_source(directory), cfg, family=family, tie_word_embeddings=tie_word_embeddings,
+                   where=str(directory))
 
     # -- facts --------------------------------------------------------------------------
 
@@ -537,14 +499,14 @@ class Checkpoint:
                     del t
         if self.untied:
             with self.source.open() as get:
-                a, b = get(self.names["lm_head.weight"]), get(self.names["wte.weight"])
+                a, b = get(self.names[self.family.unembed]), get(self.names[self.family.top["W_E"]])
                 rows = max(1, (1 << 22) // self.cfg.d_model)
                 same = a.dtype == b.dtype and all(torch.equal(a[i:i + rows], b[i:i + rows])
                                                   for i in range(0, self.cfg.d_vocab, rows))
                 del a, b
             if same:
                 self.untied = False
-                del self.shapes["lm_head.weight"]
+                del self.shapes[self.family.unembed]
 
     # -- reading ------------------------------------------------------------------------
 
@@ -566,14 +528,18 @@ class Checkpoint:
         return out
 
     def raw_block(self, layer: int, dtype: torch.dtype, device=None, *, share: bool = False) -> Block:
-        p = f"h.{layer}."
-        t = self.read([p + k for k in _LEAVES], dtype, device, share=share)
-        return _block_from_hf({k: t[p + k] for k in _LEAVES}, self.cfg)
+        f = self.family
+        names = {k: f.block_name(layer, k) for k in f.leaves}
+        t = self.read(list(names.values()), dtype, device, share=share)
+        return f.block_from_hf({k: t[n] for k, n in names.items()}, self.cfg)
 
     def _top(self, dtype, device=None, *, share: bool = False) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        names = list(_TOP) + (["lm_head.weight"] if self.untied else [])
-        top = self.read(names, dtype, device, share=share)
-        W_U = (top.pop("lm_head.weight") if self.untied else top["wte.weight"]).T   # [d_vocab d] → [d d_vocab]
+        """The tensors outside the blocks by Weights field (W_E, W_pos, ln_final_w, ln_final_b), and W_U."""
+        f = self.family
+        stored = self.read(list(f.top.values()) + ([f.unembed] if self.untied else []), dtype, device, share=share)
+        top = {field: stored[name] for field, name in f.top.items()}
+        W_U = (stored[f.unembed] if self.untied else top["W_E"]).T   # [d_vocab d] → [d d_vocab]
+        del stored
         return top, W_U
 
     def raw(self, dtype: torch.dtype, device=None) -> Weights:
@@ -585,8 +551,8 @@ class Checkpoint:
         for l in range(self.cfg.n_layers):
             blocks.append(self.raw_block(l, dtype, device, share=True))
             _return_free_memory()
-        return Weights(cfg=self.cfg, W_E=top["wte.weight"], W_pos=top["wpe.weight"], blocks=blocks,
-                       ln_final_w=top["ln_f.weight"], ln_final_b=top["ln_f.bias"], W_U=W_U,
+        return Weights(cfg=self.cfg, W_E=top["W_E"], W_pos=top["W_pos"], blocks=blocks,
+                       ln_final_w=top["ln_final_w"], ln_final_b=top["ln_final_b"], W_U=W_U,
                        b_U=torch.zeros(self.cfg.d_vocab, dtype=dtype, device=device))
 
     def processed(self, processing: Processing, dtype: torch.dtype, device=None) -> Weights:
@@ -597,10 +563,10 @@ class Checkpoint:
         top, W_U = self._top(work)
         # W_U first: a tied W_U reads the raw W_E, which is then centred in place (no second copy)
         W_U, b_U, ln_w, ln_b = process_unembed(W_U, torch.zeros(self.cfg.d_vocab, dtype=work),
-                                               top["ln_f.weight"], top["ln_f.bias"], processing)
-        if not W_U.is_contiguous() or W_U.data_ptr() == top["wte.weight"].data_ptr():
+                                               top["ln_final_w"], top["ln_final_b"], processing)
+        if not W_U.is_contiguous() or W_U.data_ptr() == top["W_E"].data_ptr():
             W_U = W_U.clone(memory_format=torch.contiguous_format)   # processing left W_U alone: a dense raw copy
-        W_E, W_pos = process_embed(top["wte.weight"], top["wpe.weight"], processing, inplace=True)
+        W_E, W_pos = process_embed(top["W_E"], top["W_pos"], processing, inplace=True)
         del top
         W_E, W_pos, W_U, b_U, ln_w, ln_b = map(move, (W_E, W_pos, W_U, b_U, ln_w, ln_b))
         blocks = []
@@ -614,36 +580,6 @@ class Checkpoint:
 
 
 _BLOCK_FIELDS = tuple(f.name for f in dataclasses.fields(Block))
-
-
-def _block_from_hf(t: dict[str, torch.Tensor], cfg: Config) -> Block:
-    """A block from its HF tensors (keyed by leaf name: ``attn.c_attn.weight`` …)."""
-    d, h, e = cfg.d_model, cfg.n_heads, cfg.d_head
-    W_Q, W_K, W_V = (w.reshape(d, h, e).permute(1, 0, 2).contiguous()                       # [d h*e] → [h d e]
-                     for w in t["attn.c_attn.weight"].split(d, dim=1))                      # Conv1D: [in out]
-    b_Q, b_K, b_V = (b.reshape(h, e).contiguous() for b in t["attn.c_attn.bias"].split(d))   # [h*e] → [h e]
-    return Block(
-        ln1_w=t["ln_1.weight"], ln1_b=t["ln_1.bias"], W_Q=W_Q, W_K=W_K, W_V=W_V, b_Q=b_Q, b_K=b_K, b_V=b_V,
-        W_O=t["attn.c_proj.weight"].reshape(h, e, d), b_O=t["attn.c_proj.bias"],            # [h*e d] → [h e d]
-        ln2_w=t["ln_2.weight"], ln2_b=t["ln_2.bias"],
-        W_in=t["mlp.c_fc.weight"], b_in=t["mlp.c_fc.bias"], W_out=t["mlp.c_proj.weight"], b_out=t["mlp.c_proj.bias"],
-    )
-
-
-def _hf_from_block(b: Block, leaf: str, cfg: Config) -> torch.Tensor:
-    """One HF tensor (``attn.c_attn.weight`` …) of block `b`, float32 on the CPU."""
-    d = cfg.d_model
-    if leaf == "attn.c_attn.weight":
-        t = torch.cat([W.permute(1, 0, 2).reshape(d, d) for W in (b.W_Q, b.W_K, b.W_V)], dim=1)  # [h d e] → [d h*e]
-    elif leaf == "attn.c_attn.bias":
-        t = torch.cat([x.reshape(d) for x in (b.b_Q, b.b_K, b.b_V)])
-    elif leaf == "attn.c_proj.weight":
-        t = b.W_O.reshape(d, d)                                                                    # [h e d] → [h*e d]
-    else:
-        t = getattr(b, {"attn.c_proj.bias": "b_O", "ln_1.weight": "ln1_w", "ln_1.bias": "ln1_b",
-                        "ln_2.weight": "ln2_w", "ln_2.bias": "ln2_b", "mlp.c_fc.weight": "W_in",
-                        "mlp.c_fc.bias": "b_in", "mlp.c_proj.weight": "W_out", "mlp.c_proj.bias": "b_out"}[leaf])
-    return t.detach().to("cpu", torch.float32).contiguous()
 
 
 # -- resolving a model argument to a directory ----------------------------------------
@@ -729,35 +665,26 @@ def _download(repo_id: str, revision: str | None = None) -> Path:
 # -- reading a directory --------------------------------------------------------------
 
 
-def load(
+def load_checkpoint(
     model: str | os.PathLike,
     *,
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float32,
     revision: str | None = None,
-    tokenizer=None,
 ) -> Model:
-    """Load a GPT-2-family checkpoint by hub id (at `revision`) or directory, or a transformers
-    GPT-2 model object already in memory (then `tokenizer` may be given).
+    """Load a checkpoint by hub id (at `revision`) or directory (``headscope.load`` for paths).
 
-    Reads config.json, the weight files' headers and the tokenizer, and checks every
-    weight is finite; the weights themselves are built on demand (:class:`Model`).
-
-    >>> model = headscope.load("gpt2")              # doctest: +SKIP
-    >>> W = model.weights()                         # processed, TransformerLens names
+    Reads config.json (its family validates it: :mod:`headscope.core.families`), the weight
+    files' headers and the tokenizer, and checks every weight is finite; the weights
+    themselves are built on demand (:class:`Model`).
     """
-    if not isinstance(model, (str, os.PathLike)):   # in memory: headscope.in_memory (tokenizer= is for it)
-        from .in_memory import from_transformers
-        return from_transformers(model, device=device, dtype=dtype, tokenizer=tokenizer)
-    if tokenizer is not None:
-        raise HeadscopeError("tokenizer= is for a model in memory; a checkpoint brings its own tokenizer")
     check_device(device)
     if dtype not in FLOAT_DTYPES.values():
         raise HeadscopeError(f"dtype: expected one of {', '.join(FLOAT_DTYPES)}, got {dtype}")
     directory, source = resolve(model, revision)
     hf = read_hf_config(directory / "config.json")
-    cfg = Config.from_hf_dict(hf)
-    ckpt = Checkpoint.open(directory, cfg, tie_word_embeddings=tie_word_embeddings(hf))
+    family, cfg = read_config(hf)
+    ckpt = Checkpoint.open(directory, cfg, family=family, tie_word_embeddings=family.tied(hf))
     tokenizer = load_tokenizer(directory)
     if len(tokenizer) != cfg.d_vocab:
         raise HeadscopeError(
@@ -797,29 +724,24 @@ def from_hf_state_dict(state: dict[str, torch.Tensor], cfg: Config) -> Weights:
     return ckpt.raw(ckpt.working_dtype)
 
 
-def state_dict_checkpoint(state: dict[str, torch.Tensor], cfg: Config, *, tie_word_embeddings: bool = True,
-                          where: str = "state dict") -> "Checkpoint":
-    """A :class:`Checkpoint` over a GPT-2 state dict in memory (``transformer.`` prefix optional;
+def state_dict_checkpoint(state: dict[str, torch.Tensor], cfg: Config, *, family: Family = GPT2,
+                          tie_word_embeddings: bool = True, where: str = "state dict") -> "Checkpoint":
+    """A :class:`Checkpoint` over a state dict in memory (GPT-2: ``transformer.`` prefix optional;
     a ``lm_head.weight`` equal to ``wte.weight`` is the tied unembedding, not a second one)."""
-    return Checkpoint(_DictSource(state), cfg, tie_word_embeddings=tie_word_embeddings, where=where)
+    return Checkpoint(_DictSource(state, family), cfg, family=family, tie_word_embeddings=tie_word_embeddings,
+                      where=where)
 
 
 # -- writing ----------------------------------------------------------------------------
 
 
-def _hf_keys(cfg: Config, untied: bool) -> list[tuple[str, tuple[int, ...]]]:
-    """(key, shape) of a checkpoint as headscope writes it: ``transformer.`` keys, lm_head when untied."""
-    out = [(PREFIX + n, s) for n, s in _shapes(cfg).items()]
-    return out + ([("lm_head.weight", (cfg.d_vocab, cfg.d_model))] if untied else [])
-
-
-def _hf_from_weights(w: Weights, key: str) -> torch.Tensor:
-    name = _strip(key)
-    layer = _layer_of(name)
+def _hf_from_weights(w: Weights, key: str, family: Family = GPT2) -> torch.Tensor:
+    name = family.canonical(key)
+    layer, leaf = family.layer_leaf(name)
     if layer is not None:
-        return _hf_from_block(w.blocks[layer], name.split(".", 2)[2], w.cfg)
-    t = {"wte.weight": w.W_E, "wpe.weight": w.W_pos, "ln_f.weight": w.ln_final_w, "ln_f.bias": w.ln_final_b,
-         "lm_head.weight": w.W_U.T}[name]
+        return family.hf_from_block(w.blocks[layer], leaf, w.cfg)
+    field = {n: f for f, n in family.top.items()}
+    t = w.W_U.T if name == family.unembed else getattr(w, field[name])
     return t.detach().to("cpu", torch.float32).contiguous()
 
 
@@ -836,19 +758,17 @@ def to_hf_state_dict(w: Weights) -> dict[str, torch.Tensor]:
     """Canonical raw weights → HF GPT-2 state dict (``transformer.`` prefix; ``lm_head.weight``
     only when W_U is not W_Eᵀ), float32 on the CPU."""
     untied = _check_writable(w)
-    return {k: _hf_from_weights(w, k) for k, _ in _hf_keys(w.cfg, untied)}
+    return {k: _hf_from_weights(w, k) for k, _ in GPT2.write_keys(w.cfg, untied)}
 
 
-def _write_checkpoint(out: Path, cfg: Config, *, untied: bool, tensor: Callable[[str], torch.Tensor],
+def _write_checkpoint(out: Path, cfg: Config, family: Family, *, untied: bool, tensor: Callable[[str], torch.Tensor],
                       tokenizer_from: Path | None, extra_files: dict[str, str] | None) -> Path:
     import json
 
-    hf = cfg.to_hf_dict()
-    if untied:
-        hf["tie_word_embeddings"] = False
+    hf = family.hf_config(cfg, untied)
     with atomic_directory(out) as tmp:
         (tmp / "config.json").write_text(json.dumps(hf, indent=2, sort_keys=True) + "\n")
-        write_safetensors(tmp / WEIGHTS_FILE, [(k, torch.float32, s) for k, s in _hf_keys(cfg, untied)], tensor,
+        write_safetensors(tmp / WEIGHTS_FILE, [(k, torch.float32, s) for k, s in family.write_keys(cfg, untied)], tensor,
                           metadata={"format": "pt"})
         copied = False
         if tokenizer_from is not None:
@@ -883,5 +803,5 @@ def save_checkpoint(
     from `tokenizer_from` (a checkpoint directory) or, by default, are GPT-2's BPE.
     """
     untied = _check_writable(w)
-    return _write_checkpoint(Path(out), w.cfg, untied=untied, tensor=lambda k: _hf_from_weights(w, k),
+    return _write_checkpoint(Path(out), w.cfg, GPT2, untied=untied, tensor=lambda k: _hf_from_weights(w, k),
                              tokenizer_from=tokenizer_from, extra_files=extra_files)

@@ -1,7 +1,7 @@
 """Result objects rendered as HTML in Jupyter, with the report's own figures and tables.
 
 Result types inherit :class:`headscope._html_repr.HtmlRepr`, whose ``_repr_html_`` calls
-:func:`render_html` here — the one place that knows how each type looks:
+:func:`render_html` here (registered with :func:`headscope._html_repr.set_renderer` on import) — the one place that knows how each type looks:
 
 - :class:`~headscope.atlas.Atlas`: the atlas page's grids and table
   (:class:`~headscope.report.builtin.atlas.AtlasView`, without links; each cell's
@@ -20,6 +20,7 @@ the report (:mod:`headscope.report.html`).
 
 from __future__ import annotations
 
+from .._html_repr import set_renderer
 from . import figures as F
 from . import html as H
 from .stages import RenderContext
@@ -180,3 +181,6 @@ def render_html(obj) -> str:
         text = obj.render() if callable(getattr(obj, "render", None)) else repr(obj)
         body = H.tag("pre", text)
     return STYLE + f'<div class="headscope">{H.h(body)}</div>'
+
+
+set_renderer(render_html)

@@ -51,10 +51,9 @@ def register_stage(cls: type["Stage"]) -> type["Stage"]:
     return cls
 
 
-def default_stages() -> list["Stage"]:
-    """Instances of every registered stage, in order (importing the built-in ones first)."""
-    from . import builtin  # noqa: F401  (registers the built-in stages)
-
+def registered_stages() -> list["Stage"]:
+    """Instances of every registered stage, in order (:func:`headscope.report.builtin.default_stages`
+    registers the built-in ones first)."""
     return [cls() for cls in REGISTRY.values()]
 
 
