@@ -706,13 +706,6 @@ def check_device(device) -> None:
         raise HeadscopeError(f"--device {device}: MPS is not available on this machine")
 
 
-def read_safetensors(directory: Path) -> dict[str, torch.Tensor]:
-    """Every stored tensor of a checkpoint directory (any layout), by stored key, in memory."""
-    source = _open_source(Path(directory))
-    with source.open() as get:
-        return {k: get(k) for k in source.infos}
-
-
 def from_hf_state_dict(state: dict[str, torch.Tensor], cfg: Config) -> Weights:
     """HF GPT-2 state dict → canonical :class:`Weights`, every key, dtype and shape checked.
 

@@ -29,7 +29,7 @@ import hashlib
 import json
 import sys
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from tqdm.auto import tqdm
 
@@ -276,5 +276,3 @@ def select(stages: Sequence[Stage], names: Sequence[str] | None) -> list[Stage]:
         add(n)
     return [s for s in stages if s.name in want]
 
-
-Compute = Callable[[Context], dict]
