@@ -35,7 +35,7 @@ Write one class in ``headscope/report/builtin/<name>.py`` and import that module
             return {"query": SEED_QUERY}
 
         def compute(self, ctx):               # ctx.model, ctx.weights(), ctx.inputs, ctx.progress
-            from headscope.kernels import analyse_kernels           # the analysis (its own module)
+            from headscope.layer0.kernels import analyse_kernels    # the analysis (its own module)
             return analyse_kernels(ctx.model, ...).to_dict()        # typed result → JSON-ready dict
 
         def render(self, data, ctx):          # data: the saved dict (after the JSON round trip)
