@@ -373,16 +373,7 @@ def analyse_heads(model: Model, heads: list[tuple[int, int]], *, variant: str = 
     node_index = {t: i for i, t in enumerate(nodes)}
     vocab_targets: dict[tuple[int, int], tuple[Tensor, ...]] = {}
     if vocab_layers:
-        for l, X_all in _embeddings_at(W, vocab_layers, None, variant, attn_means):           # [d_vocab d] each
-            for hd in heads:
-                if hd[0] == l and head_keys[hd] == "vocab" and hd not in vocab_targets:
-                    Qa, Ka = bilinear.head_qk(W, l, hd[1], X_all)
-                    ev, key_ids = bilinear.topk_targets(Qa[examples], Ka, k, self_index=torch.tensor(examples))
-                    # the authors' graph: the examples' and their top keys' embeddings (self-score partners)
-                    ex_x = (X_all[examples].clone(), X_all[key_ids[:, 0]].clone()) if authors else ()
-                    vocab_targets[hd] = (ev, key_ids, *ex_x)
-                    del Qa, Ka
-            del X_all
+        vocab_targets = _vocab_targets(W, heads, head_keys, vocab_layers, examples, k, variant, attn_means, authors)
         step("effective embeddings of the vocabulary")
 
     out_parts = []
@@ -397,40 +388,12 @@ def analyse_heads(model: Model, heads: list[tuple[int, int]], *, variant: str = 
         strs = model.to_str_tokens(nodes)
         scale = cfg.attn_scale(l)
         if authors:                         # each example's own top keys (module docstring of analyse_heads)
-            if head_keys[(l, h)] == "vocab":
-                ex, (ev, key_ids, x_ex, x_top) = examples, vocab_targets[(l, h)]
-            else:
-                ex = [t for t in examples if t in node_index]
-                pos = torch.tensor([node_index[t] for t in ex], dtype=torch.long)
-                Qn, Kn = bilinear.head_qk(W, l, h, X_n)
-                ev, idx = bilinear.topk_targets(Qn[pos], Kn, k, self_index=pos)
-                key_ids, x_ex, x_top = torch.tensor(nodes)[idx], X_n[pos], X_n[idx[:, 0]]
-            ex_strs = model.to_str_tokens(ex)
-            neighbours = [Neighbours(token=s, token_id=t, targets=model.to_str_tokens(key_ids[i].tolist()),
-                                     target_ids=key_ids[i].tolist(), logits=ev[i].tolist())
-                          for i, (t, s) in enumerate(zip(ex, ex_strs))]
-            self_scores = [SelfScore(token=ex_strs[i], token_id=t,
-                                     self=bilinear.explain_score(form, x_ex[i], x_ex[i], divisor=scale),
-                                     top_target=model.to_str_tokens([int(key_ids[i, 0])])[0],
-                                     to_top_target=bilinear.explain_score(form, x_ex[i], x_top[i], divisor=scale))
-                           for i, t in enumerate(ex)]
+            neighbours, self_scores = _authors_examples(model, W, l, h, form, X_n, nodes, node_index, examples, k,
+                                                        head_keys[(l, h)], vocab_targets.get((l, h)))
         else:
-            ex_pos = torch.tensor([nodes.index(t) for t in examples])
-            if head_keys[(l, h)] == "vocab":
-                ev, key_ids = vocab_targets[(l, h)]
-            else:
-                ev, key_ids = hc.values[ex_pos], torch.tensor(nodes)[hc.targets[ex_pos]]
-            neighbours = [Neighbours(token=s, token_id=t, targets=model.to_str_tokens(key_ids[i].tolist()),
-                                     target_ids=key_ids[i].tolist(), logits=ev[i].tolist())
-                          for i, (t, s) in enumerate(zip(examples, model.to_str_tokens(examples)))]
-            self_scores = []
-            for i, t in enumerate(examples):
-                x = X_n[ex_pos[i]]
-                partner = int(hc.targets[ex_pos[i], 0])
-                self_scores.append(SelfScore(
-                    token=strs[ex_pos[i]], token_id=t, self=bilinear.explain_score(form, x, x, divisor=scale),
-                    top_target=strs[partner],
-                    to_top_target=bilinear.explain_score(form, x, X_n[partner], divisor=scale)))
+            neighbours, self_scores = _graph_examples(model, form, hc, X_n, nodes, strs, examples, scale,
+                                                      vocab_targets.get((l, h)) if head_keys[(l, h)] == "vocab"
+                                                      else None)
         out_parts.append((l, h, form, hc, neighbours, self_scores))
         step(f"head {l}.{h}")
     del X_nodes, vocab_targets
@@ -441,3 +404,68 @@ def analyse_heads(model: Model, heads: list[tuple[int, int]], *, variant: str = 
                          embedding_variant=variant, form=form, clusters=hc, neighbours=neighbours,
                          self_scores=self_scores, position=pos)
             for (l, h, form, hc, neighbours, self_scores), pos in zip(out_parts, positions)]
+
+
+def _vocab_targets(W, heads, head_keys, vocab_layers, examples, k, variant, attn_means, authors
+                   ) -> dict[tuple[int, int], tuple[Tensor, ...]]:
+    """Each vocabulary-keyed head's top-k keys of the examples over the whole vocabulary, from one
+    pass up the residual stream (only [d_vocab d_head] keys per head live at a time); with the
+    authors' graph, also the examples' and their top keys' embeddings (self-score partners)."""
+    out: dict[tuple[int, int], tuple[Tensor, ...]] = {}
+    for l, X_all in _embeddings_at(W, vocab_layers, None, variant, attn_means):           # [d_vocab d] each
+        for hd in heads:
+            if hd[0] == l and head_keys[hd] == "vocab" and hd not in out:
+                Qa, Ka = bilinear.head_qk(W, l, hd[1], X_all)
+                ev, key_ids = bilinear.topk_targets(Qa[examples], Ka, k, self_index=torch.tensor(examples))
+                ex_x = (X_all[examples].clone(), X_all[key_ids[:, 0]].clone()) if authors else ()
+                out[hd] = (ev, key_ids, *ex_x)
+                del Qa, Ka
+        del X_all
+    return out
+
+
+def _authors_examples(model, W, l, h, form, X_n, nodes, node_index, examples, k, keys, vocab):
+    """(neighbours, self scores) of the examples with the authors' graph: each example's own top
+    keys (over the vocabulary when `keys` is "vocab", from `vocab`; else over the nodes)."""
+    scale = model.cfg.attn_scale(l)
+    if keys == "vocab":
+        ex, (ev, key_ids, x_ex, x_top) = examples, vocab
+    else:
+        ex = [t for t in examples if t in node_index]
+        pos = torch.tensor([node_index[t] for t in ex], dtype=torch.long)
+        Qn, Kn = bilinear.head_qk(W, l, h, X_n)
+        ev, idx = bilinear.topk_targets(Qn[pos], Kn, k, self_index=pos)
+        key_ids, x_ex, x_top = torch.tensor(nodes)[idx], X_n[pos], X_n[idx[:, 0]]
+    ex_strs = model.to_str_tokens(ex)
+    neighbours = [Neighbours(token=s, token_id=t, targets=model.to_str_tokens(key_ids[i].tolist()),
+                             target_ids=key_ids[i].tolist(), logits=ev[i].tolist())
+                  for i, (t, s) in enumerate(zip(ex, ex_strs))]
+    self_scores = [SelfScore(token=ex_strs[i], token_id=t,
+                             self=bilinear.explain_score(form, x_ex[i], x_ex[i], divisor=scale),
+                             top_target=model.to_str_tokens([int(key_ids[i, 0])])[0],
+                             to_top_target=bilinear.explain_score(form, x_ex[i], x_top[i], divisor=scale))
+                   for i, t in enumerate(ex)]
+    return neighbours, self_scores
+
+
+def _graph_examples(model, form, hc, X_n, nodes, strs, examples, scale, vocab):
+    """(neighbours, self scores) of the examples with headscope's graph: neighbours over the
+    vocabulary (`vocab`, when given) or the graph's targets; the self score explained against
+    the example's first graph target."""
+    ex_pos = torch.tensor([nodes.index(t) for t in examples])
+    if vocab is not None:
+        ev, key_ids = vocab
+    else:
+        ev, key_ids = hc.values[ex_pos], torch.tensor(nodes)[hc.targets[ex_pos]]
+    neighbours = [Neighbours(token=s, token_id=t, targets=model.to_str_tokens(key_ids[i].tolist()),
+                             target_ids=key_ids[i].tolist(), logits=ev[i].tolist())
+                  for i, (t, s) in enumerate(zip(examples, model.to_str_tokens(examples)))]
+    self_scores = []
+    for i, t in enumerate(examples):
+        x = X_n[ex_pos[i]]
+        partner = int(hc.targets[ex_pos[i], 0])
+        self_scores.append(SelfScore(
+            token=strs[ex_pos[i]], token_id=t, self=bilinear.explain_score(form, x, x, divisor=scale),
+            top_target=strs[partner],
+            to_top_target=bilinear.explain_score(form, x, X_n[partner], divisor=scale)))
+    return neighbours, self_scores
