@@ -108,17 +108,46 @@ SEED = 0               #: window draw and reference prompts
 EIGEN_SHOWN = 16       #: eigenvalues kept per head for its page
 PROMPTS = 32           #: category prompts whose mean attention outputs enter the effective embeddings
 
+@dataclasses.dataclass(frozen=True)
+class Column:
+    """One column of the atlas: a :class:`HeadRow` field and how every view shows it.
+
+    The one list of columns, :data:`COLUMNS`, is read by the text render, the JSON's
+    ``metrics``, and the report's grids, colour scales and table (and the notebook view).
+    """
+
+    key: str        #: the HeadRow field
+    label: str      #: grid title and table header
+    meaning: str    #: one line under the grid; the JSON's ``metrics`` entry
+    short: str      #: text-render header (at most 8 characters)
+    scale: str      #: "signed" (diverging colours), "unit" ([0, 1]), "log" (decades) or "category"
+
+    @property
+    def metric(self) -> bool:
+        """A number per head (a grid and an entry of :data:`METRICS`), not a category."""
+        return self.scale != "category"
+
+
+#: the atlas's columns, in the order of the text render and the report's table
+COLUMNS = (
+    Column("qk_self", "self score z",
+           "mean standardised score of a token for itself (negative: self-suppression)", "self z", "signed"),
+    Column("ov_copying", "OV copying",
+           "Σλ/Σ|λ| of the OV circuit W_E W_OV W_U (negative: copy suppression)", "copying", "signed"),
+    Column("qk_symmetry", "QK symmetry", "‖sym‖/(‖sym‖+‖skew‖) of W_QK over effective embeddings", "symm", "unit"),
+    Column("qk_negative_fraction", "negative λ share",
+           "share of negative eigenvalues among the top 64 of sym(W_QK)", "neg λ", "unit"),
+    Column("positional_share", "positional share",
+           "share of score variance from position rather than content", "pos", "unit"),
+    Column("kernel_category", "kernel category", "seed-000 category of the layer-0 positional kernel", "kernel",
+           "category"),
+    Column("semantic_loss", "semantic loss", "the survey's semantic loss (lower: more semantic)", "sem loss", "log"),
+)
+COLUMN = {c.key: c for c in COLUMNS}
 #: metric → (short label, what it means); the order of the report's grids
-METRICS = {
-    "qk_self": ("self score z", "mean standardised score of a token for itself (negative: self-suppression)"),
-    "ov_copying": ("OV copying", "Σλ/Σ|λ| of the OV circuit W_E W_OV W_U (negative: copy suppression)"),
-    "qk_symmetry": ("QK symmetry", "‖sym‖/(‖sym‖+‖skew‖) of W_QK over effective embeddings"),
-    "qk_negative_fraction": ("negative λ share", "share of negative eigenvalues among the top 64 of sym(W_QK)"),
-    "positional_share": ("positional share", "share of score variance from position rather than content"),
-    "semantic_loss": ("semantic loss", "the survey's semantic loss (lower: more semantic)"),
-}
-SIGNED = {"qk_self", "ov_copying"}                       #: metrics with a meaningful sign
-UNIT = {"qk_symmetry", "qk_negative_fraction", "positional_share"}   #: metrics in [0, 1]
+METRICS = {c.key: (c.label, c.meaning) for c in COLUMNS if c.metric}
+SIGNED = {c.key for c in COLUMNS if c.scale == "signed"}     #: metrics with a meaningful sign
+UNIT = {c.key for c in COLUMNS if c.scale == "unit"}         #: metrics in [0, 1]
 
 
 # -- the metrics of one head (small matrices only; see the module docstring) ----------------
@@ -354,12 +383,13 @@ class Atlas(HtmlRepr):
     def render(self) -> str:
         def f(x, w=8, p=3):
             return f"{'n/a':>{w}}" if x is None else f"{x:>{w}.{p}f}"
-        lines = [f"{'head':>6}  {'self z':>8}  {'copying':>8}  {'symm':>8}  {'neg λ':>8}  {'pos':>8}  "
-                 f"{'kernel':<15}  {'sem loss':>8}"]
+        def cell(c: Column, r: HeadRow) -> str:
+            v = getattr(r, c.key)
+            return f"{(v or '—'):<15}" if not c.metric else f(v)
+
+        lines = [f"{'head':>6}  " + "  ".join(f"{c.short:>8}" if c.metric else f"{c.short:<15}" for c in COLUMNS)]
         for r in self.rows:
-            lines.append(f"{r.layer:>3}.{r.head:<2}  {f(r.qk_self)}  {f(r.ov_copying)}  {f(r.qk_symmetry)}  "
-                         f"{f(r.qk_negative_fraction)}  {f(r.positional_share)}  {(r.kernel_category or '—'):<15}  "
-                         f"{f(r.semantic_loss)}")
+            lines.append(f"{r.layer:>3}.{r.head:<2}  " + "  ".join(cell(c, r) for c in COLUMNS))
         for l in self.layers:
             rows = [r for r in self.rows if r.layer == l and r.qk_self is not None]
             if rows:
