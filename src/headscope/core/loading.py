@@ -96,6 +96,7 @@ class Model:
     dtype: torch.dtype = torch.float32
     _processed: dict = dataclasses.field(default_factory=dict, repr=False)
     _raw: Weights | None = dataclasses.field(default=None, repr=False)
+    _derived: dict = dataclasses.field(default_factory=dict, repr=False)
 
     @functools.cached_property
     def fingerprint(self) -> str:
@@ -121,6 +122,16 @@ class Model:
         if processing not in self._processed:
             self._processed[processing] = self.checkpoint.processed(processing, self.dtype, self.device)
         return self._processed[processing]
+
+    def derived(self, name: str, processing: Processing | None, build: Callable[[Weights], object]):
+        """``build(self.weights(processing))``, computed once per (`name`, processing) and kept
+        beside the processed weights (e.g. the float64 layer-0 view, :func:`headscope.layer0.view`).
+        Callers must not modify what it returns."""
+        processing = Processing.default() if processing is None else processing
+        key = (name, processing)
+        if key not in self._derived:
+            self._derived[key] = build(self.weights(processing))
+        return self._derived[key]
 
     def raw_block(self, layer: int) -> Block:
         """The raw (unprocessed) weights of block `layer`, a copy the caller may modify."""

@@ -72,9 +72,13 @@ def view(model, processing: Processing | None = None) -> Weights:
     """W_E, W_pos and block 0 of `model` under `processing`, as float64 on the CPU.
 
     The config says one layer, so a forward pass on the view stops after block 0; W_U is
-    shared, not copied (no layer-0 analysis reads it).
+    shared, not copied (no layer-0 analysis reads it). Built once per model and processing
+    and kept beside the processed weights (:meth:`headscope.Model.derived`); read-only.
     """
-    w = model.weights(processing)
+    return model.derived("layer0.view", processing, _view)
+
+
+def _view(w: Weights) -> Weights:
     f = lambda t: t.to(device="cpu", dtype=torch.float64)  # noqa: E731
     b0 = Block(**{k: f(getattr(w.blocks[0], k)) for k in w.blocks[0].shapes(w.cfg)})
     return dataclasses.replace(w, W_E=f(w.W_E), W_pos=f(w.W_pos), blocks=[b0],
