@@ -45,14 +45,14 @@ def make_models(n_layers: int, seed: int = 0):
     """A random GPT-2-small-shaped HF model and headscope's raw weights of the same."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from headscope.config import Config
-    from headscope.loading import from_hf_state_dict
+    from headscope.core.families import read_config
+    from headscope.core.loading import from_hf_state_dict
 
     torch.manual_seed(seed)
     hf_cfg = GPT2Config(n_layer=n_layers, attn_implementation="eager")
     hf = GPT2LMHeadModel(hf_cfg).eval()
     hf.config._attn_implementation = "eager"
-    cfg = Config.from_hf_dict(hf_cfg.to_dict())
+    cfg = read_config(hf_cfg.to_dict())[1]
     w = from_hf_state_dict({k: v.detach() for k, v in hf.state_dict().items()}, cfg)
     return hf, w
 
@@ -72,7 +72,7 @@ def cache_bytes(tensors) -> int:
 def run(quick: bool = False, n_layers: int | None = None, batch: int | None = None,
         seq: int | None = None, reps: int | None = None, threads: int | None = None) -> dict:
     """Measure and return {"rows": [...], "peak_rss_mb": ..., "details": {...}} (see benchmarks/run.py)."""
-    from headscope.forward import all_names, run_with_cache
+    from headscope.core.forward import all_names, run_with_cache
 
     n_layers = n_layers or (2 if quick else 4)
     batch = batch or (2 if quick else 4)

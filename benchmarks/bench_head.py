@@ -35,8 +35,8 @@ def measure(model: str | None = None, layer: int = 1, head: int = 5, *, n_tokens
     import torch
 
     import headscope
-    from headscope import bilinear, clustering, steering
-    from headscope.survey import prompts_for
+    from headscope.semantic import bilinear, clustering, steering
+    from headscope.semantic.survey import prompts_for
 
     torch.set_num_threads(threads)
     times: dict[str, float] = {}

@@ -47,9 +47,9 @@ def peak_rss_gb() -> float:
 
 def measure(checkpoint: str | None = None, repeat: int = 3, threads: int | None = None) -> dict:
     import headscope
-    from headscope.calibration import calibrate
-    from headscope.contextual import build_circuit
-    from headscope.neurons import scan_neurons
+    from headscope.layer0.calibration import calibrate
+    from headscope.layer0.contextual import build_circuit
+    from headscope.layer0.neurons import scan_neurons
 
     if threads:
         torch.set_num_threads(threads)

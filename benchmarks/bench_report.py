@@ -43,7 +43,7 @@ def run(model_dir: str | Path | None = None, quick: bool = False) -> dict:
     import torch
 
     import headscope
-    from headscope.forward import run_with_cache
+    from headscope.core.forward import run_with_cache
     from headscope.report import ReportOptions, build_report, default_stages
     from headscope.report.inputs import load_inputs
 

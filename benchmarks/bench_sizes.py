@@ -49,7 +49,7 @@ RESULT = "@@SIZES-RESULT@@"
 
 
 def n_parameters(size: str) -> int:
-    from headscope.planted.hub import SIZES
+    from headscope.testing.hub import SIZES
 
     s = SIZES[size]
     d, L, V, n = s["n_embd"], s["n_layer"], s["vocab_size"], s["n_ctx"]
@@ -76,7 +76,7 @@ def child_baseline(model_id: str, dtype: str) -> None:
 
     import headscope
     from headscope import _memory
-    from headscope.forward import run_with_cache
+    from headscope.core.forward import run_with_cache
     from headscope.report.inputs import load_inputs
 
     t0, c0 = time.perf_counter(), time.process_time()
@@ -164,7 +164,7 @@ def _loadavg() -> str:
 
 def measure_size(size: str, cache: Path, *, dtype: str = "float32", timeout: float | None = None) -> dict:
     """Write `size` into `cache` (unless there), then measure the baseline and the report."""
-    from headscope.planted.hub import SIZES, cached_snapshot, write_hub_cache
+    from headscope.testing.hub import SIZES, cached_snapshot, write_hub_cache
 
     repo_id = SIZES[size]["repo_id"]
     t0 = time.perf_counter()

@@ -65,7 +65,7 @@ def tiny_hf_dir(tmp_path_factory) -> Path:
     """
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from headscope.tokenizer import gpt2_bpe_files
+    from headscope.core.tokenizer import gpt2_bpe_files
 
     torch.manual_seed(1234)
     cfg = GPT2Config(vocab_size=50257, n_positions=40, n_embd=12, n_layer=2, n_head=3, n_inner=20)

@@ -13,33 +13,34 @@ Convention: activations are row vectors, matrices multiply from the right (x @ W
 
 from ._errors import BadArgument, HeadscopeError, NotApplicable
 from ._version import __version__
-from .config import Config
-from .forward import Cache, all_names, run_with_cache
-from .loading import Model, from_hf_state_dict, load, save_checkpoint, to_hf_state_dict
-from .tokenizer import bundled_gpt2_tokenizer, escape_token, to_str_tokens
-from .weights import Block, Processing, Weights, process
+from .core.config import Config
+from .core.forward import Cache, all_names, run_with_cache
+from .core.entry import load
+from .core.loading import Model, from_hf_state_dict, save_checkpoint, to_hf_state_dict
+from .core.tokenizer import bundled_gpt2_tokenizer, escape_token, to_str_tokens
+from .core.weights import Block, Processing, Weights, process
 
 # seed 000: the layer-0 split, positional kernels
 from . import layer0
 from .corpus import read_corpus
-from .kernels import HeadKernel, KernelReport, analyse_kernels
+from .layer0.kernels import HeadKernel, KernelReport, analyse_kernels
 from .shipped import sample_corpus
 
 # seed 000: denominators, calibration, contextual circuit, contextual neurons
-from .calibration import Calibration, calibrate, load_calibration
-from .contextual import Circuit, Fidelity, HeadChoice, build_circuit, circuit_fidelity, select_heads
-from .denominators import DenominatorStability, denominator_stability
-from .neurons import NeuronScan, NeuronTrace, neuron_trace, neuron_traces, predict_neuron, predict_neurons, scan_neurons
+from .layer0.calibration import Calibration, calibrate, load_calibration
+from .layer0.contextual import Circuit, Fidelity, HeadChoice, build_circuit, circuit_fidelity, select_heads
+from .layer0.denominators import DenominatorStability, denominator_stability
+from .layer0.neurons import NeuronScan, NeuronTrace, neuron_trace, neuron_traces, predict_neuron, predict_neurons, scan_neurons
 
 # seed 002: semantic heads
-from .bilinear import BilinearForm, bilinear_form, effective_embeddings, explain_score, qk_matrix, topk_targets
-from .clustering import adjusted_rand_index, frequent_tokens
-from .head import HeadAnalysis, HeadClusters, analyse_head, head_clusters
-from .steering import Steered, SteerResult, save_steered, steer, steered_qk
-from .survey import HeadScore, PositionIndependence, SurveyResult, load_categories, position_independence, survey
+from .semantic.bilinear import BilinearForm, bilinear_form, effective_embeddings, explain_score, qk_matrix, topk_targets
+from .semantic.clustering import adjusted_rand_index, frequent_tokens
+from .semantic.head import HeadAnalysis, HeadClusters, analyse_head, head_clusters
+from .semantic.steering import Steered, SteerResult, save_steered, steer, steered_qk
+from .semantic.survey import HeadScore, PositionIndependence, SurveyResult, load_categories, position_independence, survey
 
 # every head from its weights
-from .atlas import Atlas, HeadRow, atlas
+from .maps.atlas import Atlas, HeadRow, atlas
 
 # both seeds, end to end
 from .reproduce import ReproduceResult, reproduce

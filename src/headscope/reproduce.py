@@ -40,25 +40,26 @@ from pathlib import Path
 
 import torch
 
-from . import bilinear, shipped
+from . import shipped
+from .semantic import bilinear
 from ._errors import HeadscopeError, NotApplicable
 from ._html_repr import HtmlRepr
-from .calibration import MIN_SAMPLES, STRIDE, calibrate, check_samples
-from .contextual import HEAD_SETS, build_circuit, circuit_fidelity
+from .layer0.calibration import MIN_SAMPLES, STRIDE, calibrate, check_samples
+from .layer0.contextual import HEAD_SETS, build_circuit, circuit_fidelity
 from .corpus import windows
-from .denominators import denominator_stability
-from .forward import run_with_cache
-from .kernels import analyse_kernels
-from .layer0 import SEED_QUERY
-from .loading import Model
-from .neurons import (AUTHORS_LN2, DEFAULT_THRESHOLD, ln2_divisor, parse_variant, rank_neurons, readout,
+from .layer0.denominators import denominator_stability
+from .core.forward import run_with_cache
+from .layer0.kernels import analyse_kernels
+from .layer0.split import SEED_QUERY
+from .core.loading import Model
+from .layer0.neurons import (AUTHORS_LN2, DEFAULT_THRESHOLD, ln2_divisor, parse_variant, rank_neurons, readout,
                       scan_neurons, token_values)
 from .planted.build import MANIFEST, read_manifest
 from .shipped import seed_claims
 from .stats import robust_z, roc_auc, spearman
-from .steering import authors_steer, steer
-from .survey import position_independence, survey
-from .weights import Processing
+from .semantic.steering import authors_steer, steer
+from .semantic.survey import position_independence, survey
+from .core.weights import Processing
 
 KERNEL_WINDOWS = 16          #: windows of the shipped texts for the TV claim (as the report)
 TOP = 50                     #: token lists compared for neuron claims
@@ -376,7 +377,7 @@ class _Work:
     @functools.lru_cache(maxsize=None)
     def neuron_scores(self, j: int) -> torch.Tensor:
         """score[t, j] of every token t through the circuit ([d_vocab]; variant and position of the scan)."""
-        from .neurons import ln2_divisor, readout, token_values
+        from .layer0.neurons import ln2_divisor, readout, token_values
 
         self.model.cfg.check_neuron(j)
         circuit, choice = self.circuit
@@ -388,14 +389,14 @@ class _Work:
     @functools.cached_property
     def topic_labels(self) -> list:
         """topics.label_neuron for every neuron of the scan (its top and bottom TOP tokens)."""
-        from .topics import label_neuron
+        from .layer0.topics import label_neuron
 
         return [label_neuron(n["neuron"], n["top_tokens"], n["bottom_tokens"]) for n in self.scan.neurons]
 
     def true_activation(self, j: int, text: str) -> tuple[float, float, int]:
         """(mean true pre-activation of neuron j over positions ≥ 1, mean circuit prediction over
         every FIDELITY_STRIDE-th position, tokens)."""
-        from .neurons import readout_vectors
+        from .layer0.neurons import readout_vectors
 
         self.model.cfg.check_neuron(j)
         circuit, _ = self.circuit
@@ -636,7 +637,7 @@ def _semantic_pairs(c, ref, w):
 def rules_by_category(pattern: torch.Tensor, prompts) -> dict[str, dict]:
     """Per category of `prompts`: same-category attention (queries with a partner), self and copy
     attention, BOS attention (queries without a partner); pattern [b q k] of one head."""
-    from .survey import target_masks
+    from .semantic.survey import target_masks
 
     A = pattern.double()
     m = target_masks(prompts.tokens, prompts.labels, prompts.related)
@@ -659,7 +660,7 @@ def rules_by_category(pattern: torch.Tensor, prompts) -> dict[str, dict]:
 
 def _three_rules(c, ref, w):
     """The three rules per category of the seed's list (data/categories_rules.json)."""
-    from .survey import prompts_for
+    from .semantic.survey import prompts_for
 
     l, h = w._check_head()
     data = {k: v for k, v in json.loads(shipped.read("categories_rules.json")).items() if not k.startswith("_")}

@@ -16,11 +16,11 @@ import pytest
 import torch
 
 import headscope
-from headscope import bilinear
+from headscope.semantic import bilinear
 from headscope._json import dumps
-from headscope.survey import prompts_for
+from headscope.semantic.survey import prompts_for
 
-A = importlib.import_module("headscope.atlas")   # the module (headscope.atlas itself is the function)
+A = importlib.import_module("headscope.maps.atlas")   # the module (headscope.atlas itself is the function)
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +89,7 @@ def test_negative_mass_separates_the_semantic_head(planted_atlas, planted3_manif
 
 @pytest.mark.slow
 def test_planted_k_composition_is_the_strongest_edge(planted3_model, planted3_manifest):
-    from headscope import composition
+    from headscope.maps import composition
 
     edge = planted3_manifest["layer2"]["k_composition"]
     c = composition.composition(planted3_model)
@@ -173,7 +173,7 @@ def test_metrics_equal_direct_computation_on_the_tiny_model(tiny):
 
 
 def test_layer0_positional_share_is_the_seed_split(tiny):
-    from headscope import layer0
+    from headscope.layer0 import split as layer0
 
     at = A.atlas(tiny, [0], n_tokens=90)
     ids = torch.tensor(headscope.frequent_tokens(tiny.tokenizer, 90))
@@ -195,7 +195,7 @@ def test_layer0_positional_share_is_the_seed_split(tiny):
 @pytest.fixture(scope="module")
 def fuzzed(tmp_path_factory):
     """Hub-layout random GPT-2 (3 layers, 4 heads, d 48, heavy-tailed scales); layer 0's attention zeroed."""
-    from headscope.planted.hub import write_hub_checkpoint
+    from headscope.testing.hub import write_hub_checkpoint
 
     out = write_hub_checkpoint(tmp_path_factory.mktemp("hub") / "fuzz", n_layer=3, n_embd=48, n_head=4, n_ctx=64,
                                seed=5, scales={"h.0.attn.c_attn.weight": 0.0, "h.0.attn.c_proj.weight": 0.0,
@@ -332,7 +332,7 @@ def test_atlas_stage_is_cached_and_deterministic(atlas_report, planted3_model, t
 def test_random_gpt2_small_shaped_heads_sit_at_one_half(tmp_path):
     """At GPT-2 small's shape (d 768, 12 heads of 64) random heads give qk_negative_mass ≈ 0.5 — the value the
     semantic head is measured against — and a negative-λ share near 0.5 (2·d_head = 128 > TOP: not exactly)."""
-    from headscope.planted.hub import write_hub_checkpoint
+    from headscope.testing.hub import write_hub_checkpoint
 
     model = headscope.load(write_hub_checkpoint(tmp_path / "rand", n_layer=2, n_embd=768, n_head=12, n_ctx=64, seed=11))
     at = A.atlas(model, n_tokens=500, kernels=False)
@@ -366,7 +366,7 @@ def test_logit_diff_column_is_the_direct_computation(tiny):
 
 
 def test_composition_and_logit_diff_commands(tiny_hf_dir, tiny):
-    from headscope import composition
+    from headscope.maps import composition
 
     p = _cli("composition", str(tiny_hf_dir), "--edges", "4", "--json")
     assert p.returncode == 0, p.stderr

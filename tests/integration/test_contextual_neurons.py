@@ -87,7 +87,7 @@ def ctx_dir(planted_dir, planted_model, planted_manifest, tmp_path_factory):
     if _has_clean_contextual_ov(planted_model, layer0):
         return planted_dir
     warnings.warn("planted contextual heads have random value columns; testing on a corrected copy")
-    from headscope.loading import save_checkpoint
+    from headscope.core.loading import save_checkpoint
     from headscope.planted import build_weights
 
     w, manifest = build_weights(seed=planted_manifest["seed"])
@@ -114,21 +114,21 @@ def layer0(ctx_dir):
 
 @pytest.fixture(scope="module")
 def calibration(model):
-    from headscope.calibration import calibrate
+    from headscope.layer0.calibration import calibrate
 
     return calibrate(model, CALIBRATION_TEXT, window=128)
 
 
 @pytest.fixture(scope="module")
 def circuit(model, calibration):
-    from headscope.contextual import build_circuit
+    from headscope.layer0.contextual import build_circuit
 
     return build_circuit(model, calibration)
 
 
 @pytest.fixture(scope="module")
 def scan(model, circuit):
-    from headscope.neurons import scan_neurons
+    from headscope.layer0.neurons import scan_neurons
 
     circ, choice = circuit
     return scan_neurons(circ, choice, model.tokenizer, top=50)
@@ -142,7 +142,7 @@ def test_selected_heads_are_the_planted_contextual_heads(circuit, layer0):
 
 
 def test_planted_neurons_found_with_precision_and_recall(scan, layer0):
-    from headscope.neurons import DEFAULT_THRESHOLD
+    from headscope.layer0.neurons import DEFAULT_THRESHOLD
 
     assert scan.threshold == DEFAULT_THRESHOLD
     found = {nr["neuron"] for nr in scan.neurons}
@@ -165,7 +165,7 @@ def test_top_and_bottom_tokens_are_the_planted_sets(scan, layer0):
 
 
 def test_planted_neuron_fires_on_positive_text_not_negative(model, circuit, layer0):
-    from headscope.neurons import neuron_trace
+    from headscope.layer0.neurons import neuron_trace
 
     circ, _ = circuit
     for p in layer0["neurons"]:
@@ -180,7 +180,7 @@ def test_planted_neuron_fires_on_positive_text_not_negative(model, circuit, laye
 
 
 def test_circuit_fidelity_on_texts(model, circuit):
-    from headscope.contextual import circuit_fidelity
+    from headscope.layer0.contextual import circuit_fidelity
 
     circ, _ = circuit
     neutral = [model.to_tokens(NEUTRAL_TEXT)]         # same kind of text as the calibration
@@ -198,7 +198,7 @@ def test_circuit_fidelity_on_texts(model, circuit):
 def test_denominators_contextual_heads_stable_and_predicted(model, layer0):
     """I.i.d. token windows from a small unigram distribution: the measured spread matches
     the exact i.i.d. prediction, the bounds hold, and broad heads beat local heads."""
-    from headscope.denominators import denominator_stability
+    from headscope.layer0.denominators import denominator_stability
 
     g = torch.Generator().manual_seed(0)
     words = [i for p in layer0["neurons"][:1] for i in p["positive_ids"][:4]] + \
@@ -221,7 +221,7 @@ def test_denominators_contextual_heads_stable_and_predicted(model, layer0):
 def test_calibration_refused_for_other_model_or_processing(model, calibration, tiny_hf_dir, tmp_path):
     import headscope
     from headscope import HeadscopeError, Processing
-    from headscope.calibration import load_calibration
+    from headscope.layer0.calibration import load_calibration
 
     path = calibration.save(tmp_path / "calib.json")
     assert load_calibration(path, model).fingerprint == model.fingerprint

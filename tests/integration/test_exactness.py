@@ -37,7 +37,7 @@ def small_dir(tmp_path_factory):
     """A GPT-2-small-shaped random checkpoint written by save_pretrained."""
     import shutil
 
-    from headscope.tokenizer import gpt2_bpe_files
+    from headscope.core.tokenizer import gpt2_bpe_files
 
     torch.manual_seed(0)
     cfg = GPT2Config(n_layer=2)  # GPT-2 small widths; 2 layers keep the test fast

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from headscope.cli import main
-from headscope.neurons import VARIANTS
+from headscope.layer0.neurons import VARIANTS
 
 
 def run_json(capsys, *argv) -> dict:

@@ -12,9 +12,9 @@ import torch
 
 from headscope import shipped
 from headscope._errors import HeadscopeError
-from headscope.calibration import calibrate
-from headscope.contextual import Circuit, build_circuit
-from headscope.neurons import (VARIANTS, ContributionVariant, glitch_tokens, parse_variant, rank_neurons,
+from headscope.layer0.calibration import calibrate
+from headscope.layer0.contextual import Circuit, build_circuit
+from headscope.layer0.neurons import (VARIANTS, ContributionVariant, glitch_tokens, parse_variant, rank_neurons,
                                readout, scan_neurons, token_values)
 
 pytestmark = pytest.mark.slow

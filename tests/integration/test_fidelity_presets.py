@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from headscope.kernels import analyse_kernels
+from headscope.layer0.kernels import analyse_kernels
 from headscope.stats import robust_z
-from headscope.survey import survey
+from headscope.semantic.survey import survey
 
 pytestmark = pytest.mark.slow
 

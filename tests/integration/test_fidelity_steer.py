@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from headscope.steering import AUTHORS_TOP, authors_form, authors_steer, steer, steered_qk
+from headscope.semantic.steering import AUTHORS_TOP, authors_form, authors_steer, steer, steered_qk
 
 pytestmark = pytest.mark.slow
 

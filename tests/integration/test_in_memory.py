@@ -10,7 +10,7 @@ import torch
 
 import headscope
 from headscope import HeadscopeError
-from headscope.in_memory import state_sha256
+from headscope.core.in_memory import state_sha256
 
 
 def test_in_memory_model_equals_the_checkpoint_on_disk(planted_hf, planted_model):
@@ -66,7 +66,7 @@ def test_weights_are_shared_not_copied(tiny_hf_dir):
 def test_analyses_run_on_an_in_memory_model(tiny_hf_dir, tiny):
     from transformers import GPT2LMHeadModel
 
-    from headscope.atlas import atlas
+    from headscope.maps.atlas import atlas
 
     m = headscope.load(GPT2LMHeadModel.from_pretrained(tiny_hf_dir))
     a, b = atlas(m, n_tokens=200), atlas(tiny, n_tokens=200)

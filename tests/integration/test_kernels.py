@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import headscope
-from headscope import kernels, layer0
+from headscope.layer0 import kernels, split as layer0
 from headscope.corpus import windows
 from headscope.shipped import sample_corpus
 

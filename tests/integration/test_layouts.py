@@ -22,7 +22,8 @@ from transformers import GPT2LMHeadModel
 
 import headscope
 from headscope import Processing
-from headscope.planted.hub import cached_snapshot, write_hub_cache, write_hub_checkpoint
+from headscope.testing.hub import cached_snapshot, write_hub_cache, write_hub_checkpoint
+from headscope.core.families import gpt2 as gpt2_family
 
 TINY = dict(n_layer=3, n_embd=20, n_head=4, n_ctx=24, n_inner=28)
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -147,7 +148,7 @@ def test_attention_options_exact_against_transformers(tmp_path, options):
         assert getattr(hf.config, k) is v and getattr(model.cfg, k) is v
     compare_with_hf(model, out, tokens(3))
     compare_with_hf(model, out, tokens(4), Processing.default())
-    assert model.cfg.to_hf_dict()["reorder_and_upcast_attn"] is options.get("reorder_and_upcast_attn", False)
+    assert gpt2_family.hf_config(model.cfg)["reorder_and_upcast_attn"] is options.get("reorder_and_upcast_attn", False)
     if options.get("scale_attn_by_inverse_layer_idx"):
         # the option matters: layer 1 (whose input layer 0 leaves unchanged) divides its scores by 2·√5, not √5
         plain = headscope.load(write_hub_checkpoint(tmp_path / "p", **TINY, scales={"h.*.attn.c_attn.weight": 4.0}))

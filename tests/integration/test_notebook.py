@@ -9,7 +9,7 @@ from html.parser import HTMLParser
 import pytest
 
 import headscope
-from headscope.atlas import METRICS
+from headscope.maps.atlas import METRICS
 from headscope.report import html as H
 
 
@@ -55,9 +55,9 @@ def test_atlas_renders_its_grids_with_every_figure_in_each_cell(tiny_atlas, tiny
 
 
 def test_every_main_result_type_renders(tiny, tmp_path):
-    from headscope.calibration import calibrate
-    from headscope.contextual import build_circuit
-    from headscope.neurons import rank_neurons, scan_neurons
+    from headscope.layer0.calibration import calibrate
+    from headscope.layer0.contextual import build_circuit
+    from headscope.layer0.neurons import rank_neurons, scan_neurons
     from headscope.shipped import calibration_text
 
     kern = headscope.analyse_kernels(tiny)

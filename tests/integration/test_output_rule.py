@@ -613,7 +613,7 @@ def test_texts_are_tokenised_in_pieces_with_the_ids_of_the_whole(tiny, monkeypat
 
 
 def test_calibrate_streams_and_shows_progress_on_long_texts(tiny_hf_dir, tmp_path, capsys, monkeypatch):
-    import headscope.calibration as calibration
+    import headscope.layer0.calibration as calibration
     import headscope.corpus as corpus
 
     text = tmp_path / "long.txt"

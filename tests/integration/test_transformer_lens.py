@@ -19,11 +19,11 @@ import pytest
 import torch
 
 import headscope
-from headscope import composition
-from headscope.weights import Processing
+from headscope.maps import composition
+from headscope.core.weights import Processing
 
 tl = pytest.importorskip("transformer_lens", reason="transformer_lens is not installed (pip install -e .[test])")
-A = importlib.import_module("headscope.atlas")
+A = importlib.import_module("headscope.maps.atlas")
 
 BLOCK = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O", "W_in", "b_in", "W_out", "b_out")
 TOP = ("W_E", "W_pos", "W_U", "b_U")
@@ -34,7 +34,7 @@ RTOL, ATOL = 1e-5, 1e-6            # float32 rounding of processed weights of no
 def checkpoint(tmp_path_factory):
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from headscope.tokenizer import gpt2_bpe_files
+    from headscope.core.tokenizer import gpt2_bpe_files
 
     torch.manual_seed(2024)
     cfg = GPT2Config(vocab_size=50257, n_positions=128, n_embd=768, n_layer=2, n_head=12, n_inner=3072)

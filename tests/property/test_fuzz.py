@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 import headscope
 from headscope import NotApplicable
 from headscope._json import assert_finite_json, clean
-from headscope.planted.hub import hub_state_keys, write_hub_checkpoint
+from headscope.testing.hub import hub_state_keys, write_hub_checkpoint
 from headscope.report import ReportOptions, build_report
 
 #: examples per run (each writes a checkpoint and a whole report; ≈ 8 s each on 2 cores);
@@ -92,12 +92,12 @@ def _extra_analyses(model, tmp: Path, calibration: dict) -> None:
     """Analyses the report runs with other arguments, or not at all: own-query denominators, the circuit
     of every layer-0 head (scan, traces, fidelity; or NotApplicable when its weights pass float64),
     steering the positive eigenvalues of the last head."""
-    from headscope.calibration import Calibration
-    from headscope.contextual import build_circuit, circuit_fidelity
+    from headscope.layer0.calibration import Calibration
+    from headscope.layer0.contextual import build_circuit, circuit_fidelity
     from headscope.corpus import windows
-    from headscope.denominators import denominator_stability
-    from headscope.neurons import neuron_traces, scan_neurons
-    from headscope.steering import steer
+    from headscope.layer0.denominators import denominator_stability
+    from headscope.layer0.neurons import neuron_traces, scan_neurons
+    from headscope.semantic.steering import steer
 
     text = (tmp / "calibration.txt").read_text(encoding="utf-8")
     wins = windows(model, [text], n_ctx=16)

@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from headscope import Config, Processing, from_hf_state_dict, process, run_with_cache, to_hf_state_dict
-from headscope.weights import Block, Weights
+from headscope.core.weights import Block, Weights
+from headscope.core.families import gpt2
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -138,7 +139,7 @@ def hf_model_of(w: Weights):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     cfg = w.cfg
-    hf_cfg = GPT2Config(**{k: v for k, v in cfg.to_hf_dict().items() if k not in ("architectures", "model_type")})
+    hf_cfg = GPT2Config(**{k: v for k, v in gpt2.hf_config(cfg).items() if k not in ("architectures", "model_type")})
     hf_cfg._attn_implementation = "eager"
     model = GPT2LMHeadModel(hf_cfg).eval()
     state = to_hf_state_dict(w)
@@ -170,7 +171,7 @@ def test_forward_equals_hf_transformers(case):
 # position n (‖e_{x_i} + p_n‖) and the positional remainder gets the typical norm c. At i = n
 # both are exact; elsewhere they are approximations (and the tests below check both).
 
-from headscope import layer0 as K  # noqa: E402
+from headscope.layer0 import split as K  # noqa: E402
 
 LAYER0_PROCESSINGS = [Processing(fold_ln=True), Processing.default()]
 
@@ -273,7 +274,7 @@ def test_l0_split_is_the_same_on_raw_and_processed_weights(case, seed):
 
 # -- steering (seed 002): eigen-rebuild of W_QK and the rewritten checkpoint ------------------
 
-from headscope import bilinear, steering  # noqa: E402
+from headscope.semantic import bilinear, steering  # noqa: E402
 
 SELECTS = ["negative", "positive", [0], "all"]
 

@@ -12,9 +12,9 @@ import math
 import pytest
 import torch
 
-from headscope.bilinear import bilinear_form
+from headscope.semantic.bilinear import bilinear_form
 
-A = importlib.import_module("headscope.atlas")   # the module (headscope.atlas itself is the function)
+A = importlib.import_module("headscope.maps.atlas")   # the module (headscope.atlas itself is the function)
 
 N, D, E = 29, 11, 3
 
@@ -99,7 +99,7 @@ def test_known_eigenvalues_and_negative_fraction():
 
 def test_negative_fraction_matches_bilinear_form_on_the_tiny_model(tiny):
     """The low-rank route counts what headscope head's d × d decomposition counts."""
-    from headscope.bilinear import qk_matrix
+    from headscope.semantic.bilinear import qk_matrix
 
     W = tiny.weights()
     for l in range(tiny.cfg.n_layers):

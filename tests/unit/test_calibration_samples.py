@@ -11,8 +11,8 @@ import torch
 
 from headscope import layer0
 from headscope._errors import NotApplicable
-from headscope.calibration import MIN_SAMPLES, calibrate, check_samples
-from headscope.forward import run_with_cache
+from headscope.layer0.calibration import MIN_SAMPLES, calibrate, check_samples
+from headscope.core.forward import run_with_cache
 
 TEXT = ("The river ran past the mill and the old bridge, and every morning the miller walked to the market "
         "with bread, cheese and apples for the people of the town, who paid him in coins and stories. ") * 3

@@ -14,10 +14,11 @@ from transformers import GPT2LMHeadModel
 
 import headscope
 from headscope import HeadscopeError, Processing
-from headscope.config import Config
-from headscope.loading import from_hf_state_dict, to_hf_state_dict
-from headscope.planted.hub import write_hub_checkpoint
-from headscope.weights import process
+from headscope.core.config import Config
+from headscope.core.families import gpt2, read_config
+from headscope.core.loading import from_hf_state_dict, to_hf_state_dict
+from headscope.testing.hub import write_hub_checkpoint
+from headscope.core.weights import process
 
 TINY = dict(n_layer=2, n_embd=24, n_head=3, n_ctx=36, n_inner=40)
 CFG = Config(n_layers=2, d_model=24, n_heads=3, d_mlp=40, d_vocab=50257, n_ctx=36)
@@ -156,7 +157,7 @@ def test_untied_checkpoint_saves_and_steers_untied(untied_dir, tmp_path):
     torch.testing.assert_close(headscope.run_with_cache(again.raw, TOKENS, names=["logits"]).logits, logits,
                                atol=1e-4, rtol=1e-5)
     # steering keeps it too
-    from headscope.steering import save_steered, steer
+    from headscope.semantic.steering import save_steered, steer
 
     res = save_steered(model, steer(model, 1, 2, 0.0), tmp_path / "steered")
     st = load_file(str(tmp_path / "steered" / "model.safetensors"))
@@ -241,4 +242,4 @@ def test_config_round_trips_with_attention_options():
 
     for options in ({}, {"scale_attn_by_inverse_layer_idx": True}, {"reorder_and_upcast_attn": True}):
         cfg = dataclasses.replace(CFG, **options)
-        assert Config.from_hf_dict(cfg.to_hf_dict()) == cfg
+        assert read_config(gpt2.hf_config(cfg)) == (gpt2.FAMILY, cfg)

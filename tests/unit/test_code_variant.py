@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from headscope import code_variant as CV
+from headscope.layer0 import code_variant as CV
 from headscope import layer0
 
 N, WIN, HEADS = 30, 20, [0, 2]
@@ -92,9 +92,9 @@ def test_denominator_is_a_uniform_window_mean(w, toks):
 
 
 def test_token_values_and_the_scan_are_the_cells_big(tiny, w, toks):
-    from headscope.calibration import calibrate
-    from headscope.contextual import build_circuit
-    from headscope.neurons import readout_vectors, scan_neurons
+    from headscope.layer0.calibration import calibrate
+    from headscope.layer0.contextual import build_circuit
+    from headscope.layer0.neurons import readout_vectors, scan_neurons
 
     Y = CV.token_values(w, HEADS, toks, N, WIN)                                  # [V H*e]
     E = CV.token_inputs(w, N)

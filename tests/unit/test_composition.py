@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from headscope import composition as C
-from headscope.config import Config
-from headscope.weights import Block, Weights
+from headscope.maps import composition as C
+from headscope.core.config import Config
+from headscope.core.weights import Block, Weights
 
 
 def _random_weights(seed: int, L=3, d=42, h=3, m=20, V=70, n_ctx=9) -> Weights:

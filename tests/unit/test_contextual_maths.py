@@ -17,7 +17,7 @@ def tiny_nopos(tiny, tmp_path_factory):
     """The tiny model with W_pos = 0: the key and value splits are then exact and every
     kernel is uniform, so the calibrated circuit must reproduce the heads exactly."""
     import headscope
-    from headscope.loading import save_checkpoint
+    from headscope.core.loading import save_checkpoint
 
     raw = tiny.raw.map(lambda t: t.clone())
     raw.W_pos.zero_()
@@ -25,8 +25,8 @@ def tiny_nopos(tiny, tmp_path_factory):
 
 
 def _circuit(model, heads=None, text=TEXT):
-    from headscope.calibration import calibrate
-    from headscope.contextual import build_circuit
+    from headscope.layer0.calibration import calibrate
+    from headscope.layer0.contextual import build_circuit
 
     cal = calibrate(model, text)
     return build_circuit(model, cal, heads=heads), cal
@@ -34,7 +34,8 @@ def _circuit(model, heads=None, text=TEXT):
 
 def test_fixed_query_denominator_is_hook_denom_where_the_query_is_the_token(tiny):
     """Where x_n is the fixed query token, the fixed-query log-denominator is the model's."""
-    from headscope import layer0, run_with_cache
+    from headscope import run_with_cache
+    from headscope.layer0 import split as layer0
 
     w = tiny.weights()
     toks = tiny.to_tokens(TEXT)
@@ -50,7 +51,7 @@ def test_fixed_query_denominator_is_hook_denom_where_the_query_is_the_token(tiny
 
 def test_frame_matches_the_seeds_key_split(tiny):
     """The fixed-query frame's kernel and content factors are the seed's q·P[n, i]/s and q·E[n, t]/s."""
-    from headscope import layer0
+    from headscope.layer0 import split as layer0
 
     w = tiny.weights().to(dtype=torch.float64)
     c = layer0.measure_c(w)
@@ -93,7 +94,7 @@ def test_calibrated_circuit_is_exact_without_position_embeddings(tiny_nopos):
 
 def test_scan_matches_brute_force(tiny):
     """Chunked two-pass scan == brute force over the explicit [d_vocab d_model] contributions."""
-    from headscope.neurons import scan_neurons
+    from headscope.layer0.neurons import scan_neurons
 
     (circ, choice), cal = _circuit(tiny, heads=[0, 2])
     b = circ.weights.blocks[0]
@@ -113,7 +114,7 @@ def test_scan_matches_brute_force(tiny):
 
 
 def test_predict_neuron_is_the_circuit_read_by_the_neuron(tiny):
-    from headscope.neurons import predict_neuron
+    from headscope.layer0.neurons import predict_neuron
 
     (circ, _), cal = _circuit(tiny, heads=[1, 2])
     b = circ.weights.blocks[0]
@@ -128,7 +129,7 @@ def test_predict_neuron_is_the_circuit_read_by_the_neuron(tiny):
 
 def test_calibration_roundtrip_and_bad_files(tiny, tmp_path):
     from headscope import HeadscopeError, Processing
-    from headscope.calibration import calibrate, load_calibration
+    from headscope.layer0.calibration import calibrate, load_calibration
 
     cal = calibrate(tiny, TEXT, query=" dog")
     path = cal.save(tmp_path / "c.json")
@@ -154,7 +155,7 @@ def test_calibration_roundtrip_and_bad_files(tiny, tmp_path):
 
 def test_select_heads_reports_metrics_and_respects_given_heads(tiny):
     from headscope import HeadscopeError
-    from headscope.contextual import select_heads
+    from headscope.layer0.contextual import select_heads
 
     w = tiny.weights().to(dtype=torch.float64)
     ch = select_heads(w, 262, 30, 1.0, heads=[2, 0])
@@ -167,7 +168,7 @@ def test_denominators_cli_and_own_query_mode(tiny_hf_dir, tiny, tmp_path, capsys
     """Own-query mode reports exp(hook_denom) as it is; the CLI writes JSON + SVG."""
     from headscope import run_with_cache
     from headscope.cli import main
-    from headscope.denominators import denominator_stability
+    from headscope.layer0.denominators import denominator_stability
 
     texts = [TEXT, "Stocks fell sharply in Tokyo as investors sold banks and tech shares today.",
              "A small boat drifted past the old pier while gulls circled over the quiet harbour."]
@@ -192,8 +193,8 @@ def test_batched_neuron_prediction_matches_the_term_by_term_formula(tiny):
     """predict_neurons (the circuit's residual prediction read out by m_j) equals the circuit
     written term by term for one neuron: Σ_h Σ_i pos[n, i]·content_h/S̄_h·(LN(x_i + p_n) W_V + b_V) W_O m_j
     + off[n]·m_j + b_in[j]."""
-    from headscope import layer0
-    from headscope.neurons import predict_neurons, readout_vectors
+    from headscope.layer0 import split as layer0
+    from headscope.layer0.neurons import predict_neurons, readout_vectors
 
     (circuit, _), _ = _circuit(tiny, heads=[0, 2])
     w, b = circuit.weights, circuit.weights.blocks[0]

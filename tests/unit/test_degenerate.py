@@ -39,7 +39,7 @@ FAST = dict(progress=False, n_neurons=3, deep_dives=1, semantic_tokens=300, kern
 
 def _edit(model, tmp_path_factory, name: str, edit) -> headscope.Model:
     """A copy of `model` whose raw (unprocessed) weights `edit(raw)` changed in place, saved and loaded."""
-    from headscope.loading import save_checkpoint
+    from headscope.core.loading import save_checkpoint
 
     raw = model.raw.map(lambda t: t.clone())
     with torch.no_grad():
@@ -134,7 +134,7 @@ def _reference_log_denominators(directory, windows, query_id: int) -> np.ndarray
 def test_calibration_log_sum_exp_is_stable_per_head(tiny, tmp_path_factory):
     """Heads whose scores are ~ −700, ~ +1 and ~ +900 nats: every calibrated log-denominator is finite
     and matches an independent float64 reference (one shared shift would give log 0 = −inf)."""
-    from headscope.calibration import Calibration, calibrate
+    from headscope.layer0.calibration import Calibration, calibrate
     from headscope.corpus import windows
 
     def edit(raw):
@@ -179,9 +179,9 @@ def _shift_model(tiny, tmp_path_factory, name: str, shifts: dict[int, float]):
 def test_denominators_are_shift_invariant_beyond_float64(tiny, tmp_path_factory):
     """S·e^{±3000}: the relative spreads, bounds and predictions are unchanged, the logs move by ±3000,
     the absolute S is None (with the reason) where float64 cannot hold it."""
-    from headscope.calibration import calibrate
+    from headscope.layer0.calibration import calibrate
     from headscope.corpus import windows
-    from headscope.denominators import denominator_stability
+    from headscope.layer0.denominators import denominator_stability
 
     base = _shift_model(tiny, tmp_path_factory, "shift0", {})
     far = _shift_model(tiny, tmp_path_factory, "shift3000", {0: 3000.0, 2: -3000.0})
@@ -213,7 +213,7 @@ def test_denominators_are_shift_invariant_beyond_float64(tiny, tmp_path_factory)
 def zero_qk(tmp_path_factory):
     """1 layer, 5 heads of d_head 6 (d_model 30, d_mlp 17, n_ctx 28), W_Q = W_K = 0 in every head,
     and b_Q = b_K = 0 in head 0 (its scores are all exactly 0)."""
-    from headscope.planted.hub import write_hub_checkpoint
+    from headscope.testing.hub import write_hub_checkpoint
 
     hub = headscope.load(write_hub_checkpoint(tmp_path_factory.mktemp("zqk-hub") / "m", n_layer=1, n_embd=30,
                                               n_head=5, n_ctx=28, n_inner=17, seed=3))
@@ -229,11 +229,11 @@ def zero_qk(tmp_path_factory):
 
 
 def test_zero_qk_analyses(zero_qk):
-    from headscope.bilinear import bilinear_form, qk_matrix
+    from headscope.semantic.bilinear import bilinear_form, qk_matrix
     from headscope.corpus import windows
-    from headscope.head import analyse_head
-    from headscope.kernels import analyse_kernels
-    from headscope.steering import steer
+    from headscope.semantic.head import analyse_head
+    from headscope.layer0.kernels import analyse_kernels
+    from headscope.semantic.steering import steer
 
     model = zero_qk
     wins = windows(model, [TEXT])
@@ -278,11 +278,11 @@ def test_one_layer_zero_qk_report(zero_qk, tmp_path, check_report):
 
 
 def test_identical_kernels_form_one_group(tiny, tmp_path_factory):
-    from headscope import layer0
-    from headscope.calibration import calibrate
-    from headscope.contextual import build_circuit, circuit_fidelity, select_heads
+    from headscope.layer0 import split as layer0
+    from headscope.layer0.calibration import calibrate
+    from headscope.layer0.contextual import build_circuit, circuit_fidelity, select_heads
     from headscope.corpus import windows
-    from headscope.neurons import scan_neurons
+    from headscope.layer0.neurons import scan_neurons
 
     def edit(raw):
         b = raw.blocks[0]
@@ -325,12 +325,12 @@ def bos_only(tiny, tmp_path_factory):
 
 
 def test_head_attending_only_to_bos(bos_only):
-    from headscope.calibration import calibrate
+    from headscope.layer0.calibration import calibrate
     from headscope.corpus import windows
-    from headscope.denominators import denominator_stability
-    from headscope.kernels import analyse_kernels
-    from headscope.layer0 import positional_logits, measure_c, view
-    from headscope.patterns import attention_summary
+    from headscope.layer0.denominators import denominator_stability
+    from headscope.layer0.kernels import analyse_kernels
+    from headscope.layer0.split import positional_logits, measure_c, view
+    from headscope.maps.patterns import attention_summary
     from headscope.shipped import Text
 
     model = bos_only
@@ -347,7 +347,7 @@ def test_head_attending_only_to_bos(bos_only):
     assert hk.category_width == "local" and hk.width < 1.0001 and 0 <= hk.translation_tv <= 1
     # the shape rule leaves position 0 out: the rest's shape from its own logits, not a 0/0
     # (the fitted geometric kernel has the mean distance of softmax(logits[1:]))
-    from headscope.kernels import _geometric_mean_distance
+    from headscope.layer0.kernels import _geometric_mean_distance
 
     rest = torch.softmax(lg[1:].double().flip(0), 0)                      # [δ] δ = 39 − i
     mean = float((torch.arange(39, dtype=torch.float64) * rest).sum())
@@ -370,7 +370,7 @@ def _check_prediction(model, w, wins, d) -> None:
     Hoeffding R sqrt(s₂ ln(2/δ)/2)/E[S]."""
     import mpmath
 
-    from headscope.layer0 import frame, measure_c, token_id
+    from headscope.layer0.split import frame, measure_c, token_id
 
     mpmath.mp.dps = 60
     n = d.positions[-1]
@@ -410,9 +410,9 @@ def sharp(tiny, tmp_path_factory):
 
 
 def test_no_contextual_head_is_not_applicable(sharp, capsys):
-    from headscope.calibration import calibrate
+    from headscope.layer0.calibration import calibrate
     from headscope.cli import main
-    from headscope.contextual import build_circuit
+    from headscope.layer0.contextual import build_circuit
 
     with pytest.raises(NotApplicable, match="no contextual circuit"):
         build_circuit(sharp, calibrate(sharp, TEXT))
@@ -444,9 +444,9 @@ def test_report_goes_on_without_a_contextual_circuit(sharp, tmp_path, check_repo
 
 
 def test_no_neuron_above_threshold(tiny, tmp_path, monkeypatch, check_report):
-    from headscope.calibration import calibrate
-    from headscope.contextual import build_circuit
-    from headscope.neurons import scan_neurons
+    from headscope.layer0.calibration import calibrate
+    from headscope.layer0.contextual import build_circuit
+    from headscope.layer0.neurons import scan_neurons
     from headscope.report import ReportOptions, build_report
     from headscope.report.builtin import neurons as stage
 
@@ -455,7 +455,7 @@ def test_no_neuron_above_threshold(tiny, tmp_path, monkeypatch, check_report):
     assert scan.neurons == [] and all(math.isfinite(x) for x in scan.max_all)
     _finite(scan, (), "scan")
     monkeypatch.setattr(stage, "DEFAULT_THRESHOLD", 1e30)
-    monkeypatch.setattr("headscope.contextual.SELECTION", {"min_width": 0.0, "max_content_std": 1e9,
+    monkeypatch.setattr("headscope.layer0.contextual.SELECTION", {"min_width": 0.0, "max_content_std": 1e9,
                                                           "max_kernel_tv": 1.0})
     cal, samples = _texts(tmp_path)
     out = tmp_path / "r"
@@ -469,10 +469,10 @@ def test_no_neuron_above_threshold(tiny, tmp_path, monkeypatch, check_report):
 def test_constant_sides_give_undefined_correlations(tiny, tmp_path_factory):
     """A neuron reading nothing (W_in[:, j] = 0) and heads writing nothing (W_O = 0): correlations and
     FVU are 0/0, reported as None, never NaN."""
-    from headscope.calibration import calibrate
-    from headscope.contextual import build_circuit, circuit_fidelity
+    from headscope.layer0.calibration import calibrate
+    from headscope.layer0.contextual import build_circuit, circuit_fidelity
     from headscope.corpus import windows
-    from headscope.neurons import neuron_trace
+    from headscope.layer0.neurons import neuron_trace
 
     def edit(raw):
         raw.blocks[0].W_in[:, 7] = 0.0
@@ -492,9 +492,9 @@ def test_constant_sides_give_undefined_correlations(tiny, tmp_path_factory):
 def test_scan_beyond_float32_is_redone_in_float64(tiny):
     """Token weights content/S̄ ~ e^200 (a calibration whose S̄ is e^200 smaller): float32 overflows at
     e^88, so the scan is redone in float64 and equals a float64 scan; nothing is inf."""
-    from headscope.calibration import calibrate
-    from headscope.contextual import build_circuit
-    from headscope.neurons import scan_neurons
+    from headscope.layer0.calibration import calibrate
+    from headscope.layer0.contextual import build_circuit
+    from headscope.layer0.neurons import scan_neurons
 
     cal = calibrate(tiny, TEXT)
     cal.log_seed_denom = cal.log_seed_denom - 200.0
@@ -507,9 +507,9 @@ def test_scan_beyond_float32_is_redone_in_float64(tiny):
 
 def test_circuit_weights_beyond_float64_are_not_applicable(tiny, tmp_path_factory):
     """User-chosen heads whose content/S̄ exceeds e^709: the circuit says so instead of writing inf."""
-    from headscope.calibration import calibrate
-    from headscope.contextual import build_circuit
-    from headscope.neurons import scan_neurons
+    from headscope.layer0.calibration import calibrate
+    from headscope.layer0.contextual import build_circuit
+    from headscope.layer0.neurons import scan_neurons
 
     def edit(raw):
         raw.blocks[0].W_Q.mul_(3000.0)
@@ -527,7 +527,7 @@ def test_circuit_weights_beyond_float64_are_not_applicable(tiny, tmp_path_factor
 
 
 def test_category_without_single_token_words(tiny):
-    from headscope.survey import survey
+    from headscope.semantic.survey import survey
 
     cats = {"colours": ["red", "blue", "green", "yellow"], "animals": ["cat", "dog", "horse", "cow"],
             "phrases": ["ice cream parlour", "antidisestablishmentarianism", "hot dog stand"]}
@@ -540,7 +540,7 @@ def test_category_without_single_token_words(tiny):
 
 def test_undefined_survey_rates_are_none():
     """Prompts where no query has an earlier copy or partner: those rates are None, not 0."""
-    from headscope.survey import pattern_metrics, target_masks
+    from headscope.semantic.survey import pattern_metrics, target_masks
 
     tokens = torch.tensor([[50256, 10, 11, 12]])
     labels = torch.tensor([[-1, 0, 1, 2]])                             # every word its own category
@@ -551,8 +551,8 @@ def test_undefined_survey_rates_are_none():
 
 
 def test_texts_of_one_token(tiny):
-    from headscope.activations import activation_profile
-    from headscope.patterns import attention_summary
+    from headscope.maps.activations import activation_profile
+    from headscope.maps.patterns import attention_summary
     from headscope.shipped import Text
 
     att = attention_summary(tiny, [Text("a", " Hello"), Text("b", " the cat")], [0, 1], max_positions=40)
@@ -573,8 +573,8 @@ def test_texts_of_one_token(tiny):
 def test_graphs_without_edges_and_single_nodes():
     import igraph
 
-    from headscope.bilinear import topk_targets
-    from headscope.clustering import describe, knn_graph, leiden, modularity, spectral
+    from headscope.semantic.bilinear import topk_targets
+    from headscope.semantic.clustering import describe, knn_graph, leiden, modularity, spectral
 
     one = igraph.Graph(n=1)
     one.es["weight"] = []

@@ -20,8 +20,8 @@ from safetensors.torch import load_file, save_file
 
 import headscope
 from headscope import HeadscopeError, Processing
-from headscope.planted import hub
-from headscope.planted.hub import SIZES, cached_snapshot, hub_state_keys, write_hub_cache, write_hub_checkpoint
+from headscope.testing import hub
+from headscope.testing.hub import SIZES, cached_snapshot, hub_state_keys, write_hub_cache, write_hub_checkpoint
 
 TINY = dict(n_layer=2, n_embd=24, n_head=3, n_ctx=40)
 TOKENS = torch.tensor([[50256, 464, 3290, 286, 262, 3641, 318, 4171]])
@@ -92,7 +92,7 @@ def test_config_and_side_files_are_the_hubs(plain):
     ]
     gen = json.loads((plain / "generation_config.json").read_text())
     assert gen["bos_token_id"] == gen["eos_token_id"] == 50256
-    from headscope.tokenizer import gpt2_bpe_files, load_tokenizer
+    from headscope.core.tokenizer import gpt2_bpe_files, load_tokenizer
 
     vocab, merges = gpt2_bpe_files()
     assert (plain / "vocab.json").read_bytes() == vocab.read_bytes()

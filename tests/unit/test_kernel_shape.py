@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from headscope.kernels import (LOCAL_MAX_LENGTH, categorise, categorise_shape, effective_width, fit_decay_rate,
+from headscope.layer0.kernels import (LOCAL_MAX_LENGTH, categorise, categorise_shape, effective_width, fit_decay_rate,
                                shape_positions)
 
 

@@ -98,7 +98,7 @@ def test_neuron_lists_are_rank_aware():
 
 def test_neuron_count_rejects_another_unit():
     c = CLAIMS["n_contextual_neurons"]
-    from headscope.neurons import parse_variant
+    from headscope.layer0.neurons import parse_variant
 
     circuit = types.SimpleNamespace(calibration=types.SimpleNamespace(ln2_scale=0.5))
     for n, ok in ((100, True), (60, True), (640, False), (16, False)):      # 640: scores × 1/σ̄₂ ≈ 6.4

@@ -10,7 +10,7 @@ import torch
 
 from headscope import shipped
 from headscope._errors import HeadscopeError
-from headscope.survey import (PRESETS, RELATED, load_categories, load_relations, make_prompts, pattern_metrics,
+from headscope.semantic.survey import (PRESETS, RELATED, load_categories, load_relations, make_prompts, pattern_metrics,
                               target_masks)
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from headscope import bilinear, clustering
-from headscope.survey import pattern_metrics, target_masks
+from headscope.semantic import bilinear, clustering
+from headscope.semantic.survey import pattern_metrics, target_masks
 
 
 def test_ari_known_values():
@@ -83,7 +83,7 @@ def test_metrics_on_a_handmade_pattern():
 
 
 def test_frequency_from_corpus(tmp_path):
-    from headscope.tokenizer import bundled_gpt2_tokenizer
+    from headscope.core.tokenizer import bundled_gpt2_tokenizer
 
     tok = bundled_gpt2_tokenizer()
     (tmp_path / "c.txt").write_text(" red red red blue blue green")

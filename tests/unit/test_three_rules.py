@@ -7,7 +7,7 @@ import importlib
 
 import torch
 
-from headscope.survey import make_prompts, target_masks
+from headscope.semantic.survey import make_prompts, target_masks
 
 R = importlib.import_module("headscope.reproduce")
 

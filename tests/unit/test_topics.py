@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-from headscope.topics import NeuronLabel, label_neuron, language_of, side_labels
+from headscope.layer0.topics import NeuronLabel, label_neuron, language_of, side_labels
 
 R = importlib.import_module("headscope.reproduce")
 CLAIMS = {c["id"]: c for c in R.seed_claims()["claims"]}

@@ -10,7 +10,8 @@ import torch
 
 from .._errors import HeadscopeError
 from .._json import dumps
-from ..loading import Model, load
+from ..core.entry import load
+from ..core.loading import Model
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

@@ -20,7 +20,7 @@ direct logit attribution to A − B. Definitions in headscope.atlas.
 from __future__ import annotations
 
 from .._errors import HeadscopeError
-from ..atlas import DEFAULT_TOKENS, atlas
+from ..maps.atlas import DEFAULT_TOKENS, atlas
 from .args import emit, load_model
 
 

@@ -12,9 +12,9 @@ file records the model's sha256, the processing, the query and the text's sha256
 from __future__ import annotations
 
 from .._atomic import check_output_file
-from ..calibration import OWNED, calibrate
+from ..layer0.calibration import OWNED, calibrate
 from ..corpus import read_text_file
-from ..layer0 import SEED_QUERY
+from ..layer0.split import SEED_QUERY
 from .args import emit, load_model
 
 

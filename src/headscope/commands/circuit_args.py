@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from .. import shipped
 from .._errors import HeadscopeError
-from ..calibration import calibrate, load_calibration
-from ..contextual import HEAD_SETS, Circuit, HeadChoice, build_circuit
+from ..layer0.calibration import calibrate, load_calibration
+from ..layer0.contextual import HEAD_SETS, Circuit, HeadChoice, build_circuit
 from ..corpus import read_text_file
-from ..layer0 import SEED_QUERY
-from ..loading import Model
+from ..layer0.split import SEED_QUERY
+from ..core.loading import Model
 
 
 def add_calibration_arguments(p) -> None:

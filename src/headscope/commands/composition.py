@@ -11,7 +11,7 @@ d_head × d_head factors. Definitions in headscope.composition.
 from __future__ import annotations
 
 from .._errors import HeadscopeError
-from ..composition import EDGES, composition
+from ..maps.composition import EDGES, composition
 from .args import emit, load_model
 
 

@@ -19,8 +19,8 @@ from pathlib import Path
 from .._atomic import atomic_directory, refuse_foreign_dir
 from .._json import dumps
 from ..corpus import read_corpus, windows
-from ..denominators import DenominatorStability, denominator_stability
-from ..layer0 import SEED_QUERY
+from ..layer0.denominators import DenominatorStability, denominator_stability
+from ..layer0.split import SEED_QUERY
 from ..report import figures as F
 from .args import emit, load_model, parse_float
 

@@ -23,7 +23,7 @@ position, no BOS. --tokens, --k, --frequency and --attn-mean override the preset
 from __future__ import annotations
 
 from .._errors import HeadscopeError
-from ..head import analyse_head
+from ..semantic.head import analyse_head
 from .args import emit, load_model, parse_float, parse_head
 
 

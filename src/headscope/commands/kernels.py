@@ -26,8 +26,8 @@ from .._atomic import atomic_directory, refuse_foreign_dir
 from .._errors import HeadscopeError
 from .._json import dumps
 from ..corpus import read_corpus, windows
-from ..kernels import DEFAULT_RULE, RULES, TV_BINS, analyse_kernels
-from ..layer0 import SEED_QUERY
+from ..layer0.kernels import DEFAULT_RULE, RULES, TV_BINS, analyse_kernels
+from ..layer0.split import SEED_QUERY
 from ..report import figures as F
 from ..shipped import sample_corpus
 from .args import emit, load_model

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .._atomic import atomic_write_text, check_output_file, starts_with
 from ..corpus import read_text_file, windows
-from ..neurons import NeuronTrace, neuron_trace
+from ..layer0.neurons import NeuronTrace, neuron_trace
 from ..report import figures as F
 from ..report import html as H
 from .args import emit, load_model

@@ -32,7 +32,7 @@ processing, ln2_scale.
 from __future__ import annotations
 
 from .._errors import HeadscopeError
-from ..neurons import check_k, parse_variant, rank_neurons, scan_neurons
+from ..layer0.neurons import check_k, parse_variant, rank_neurons, scan_neurons
 from .args import emit, load_model, parse_float
 from .circuit_args import add_calibration_arguments, circuit_from_args
 

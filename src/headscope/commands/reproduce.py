@@ -56,7 +56,7 @@ def run(args) -> int:
     args.model = args.model or args.model_opt or "gpt2"
     if args.out:                                        # before any work
         check_output_file(args.out, owned=OWNED)
-    from ..neurons import parse_variant
+    from ..layer0.neurons import parse_variant
 
     variant = parse_variant(args.variant) if args.variant is not None else None
     if args.heads not in ("published", "auto", "seed", "code") and \

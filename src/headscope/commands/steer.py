@@ -25,7 +25,7 @@ from pathlib import Path
 
 from .._atomic import refuse_foreign_dir
 from .._errors import HeadscopeError
-from ..steering import MARKER, SELECTS, authors_steer, save_steered, steer
+from ..semantic.steering import MARKER, SELECTS, authors_steer, save_steered, steer
 from .args import emit, load_model, parse_float, parse_head
 
 

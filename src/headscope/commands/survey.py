@@ -21,7 +21,7 @@ pairs of the categories file) is not counted as wrong.
 from __future__ import annotations
 
 from .._errors import HeadscopeError
-from ..survey import survey
+from ..semantic.survey import survey
 from .args import emit, load_model
 
 

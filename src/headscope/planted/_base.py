@@ -26,8 +26,8 @@ import dataclasses
 import numpy as np
 import torch
 
-from ..config import Config
-from ..weights import Block, Weights
+from ..core.config import Config
+from ..core.weights import Block, Weights
 
 _LAYOUT_768 = (("pos", 64), ("l0_key", 32), ("ctx_in", 128), ("ctx_out", 64),
                ("sem", 192), ("sem_out", 32), ("free", 256))

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 
 from .._errors import HeadscopeError
-from ..config import Config
-from ..tokenizer import bundled_gpt2_tokenizer
-from ..weights import Weights
+from ..core.config import Config
+from ..core.tokenizer import bundled_gpt2_tokenizer
+from ..core.weights import Weights
 from . import layer0, layer1, layer2
 from ._base import Space, base_weights, gpt2_small_config
 
@@ -45,7 +45,7 @@ def build_weights(seed: int = 0, n_layers: int = 2, cfg: Config | None = None) -
 
 def build(out: str | Path, seed: int = 0, n_layers: int = 2, cfg: Config | None = None) -> Path:
     """Write a planted HF GPT-2 checkpoint with ``planted.json`` to `out` (atomically)."""
-    from ..loading import save_checkpoint
+    from ..core.loading import save_checkpoint
 
     w, manifest = build_weights(seed=seed, n_layers=n_layers, cfg=cfg)
     text = json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n"

@@ -103,7 +103,7 @@ def _directions(n: int, size: int, rng: np.random.Generator) -> np.ndarray:
 @torch.no_grad()
 def _block1_sigma(w, tokens: torch.Tensor) -> torch.Tensor:
     """σ of LayerNorm 1 of block 1 on the real residual (after block 0). [b p]"""
-    from ..forward import run_with_cache
+    from ..core.forward import run_with_cache
 
     cache = run_with_cache(w, tokens, names=["blocks.0.hook_resid_post"], stop_at_layer=1)
     x = cache["blocks.0.hook_resid_post"]                # [b p d]

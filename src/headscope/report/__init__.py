@@ -35,7 +35,7 @@ Write one class in ``headscope/report/builtin/<name>.py`` and import that module
             return {"query": SEED_QUERY}
 
         def compute(self, ctx):               # ctx.model, ctx.weights(), ctx.inputs, ctx.progress
-            from headscope.kernels import analyse_kernels           # the analysis (its own module)
+            from headscope.layer0.kernels import analyse_kernels    # the analysis (its own module)
             return analyse_kernels(ctx.model, ...).to_dict()        # typed result → JSON-ready dict
 
         def render(self, data, ctx):          # data: the saved dict (after the JSON round trip)
@@ -64,8 +64,10 @@ Use ``ctx.progress.iter(items)`` (or ``set_total``/``update``) for the stage's p
 Stages can also be passed directly: ``build_report(model, out, stages=[MyStage()])``.
 """
 
+from . import notebook  # noqa: F401  (registers the notebook views of result objects)
 from .build import MARKER, ReportOptions, ReportResult, StageRun, build_report
-from .stages import REGISTRY, Context, PageSection, Rendered, RenderContext, Stage, default_stages, register_stage
+from .builtin import default_stages
+from .stages import REGISTRY, Context, PageSection, Rendered, RenderContext, Stage, register_stage
 
 __all__ = [
     "MARKER", "REGISTRY", "Context", "PageSection", "RenderContext", "Rendered", "ReportOptions", "ReportResult",

@@ -31,11 +31,12 @@ from .._atomic import OutputDir, read_small_file, refuse_foreign_dir
 from .._errors import HeadscopeError, NotApplicable
 from .._json import NOT_APPLICABLE, dumps, is_not_applicable, not_applicable
 from .._memory import peak_rss_mb, rss_mb
-from ..weights import Processing
+from ..core.weights import Processing
 from . import html as H
+from .builtin import default_stages
 from .inputs import load_inputs
 from .stages import (Context, PageSection, Progress, RenderContext, Rendered, Stage, check_order, data_path,
-                     default_stages, document, read_cached, select, stage_key)
+                     document, read_cached, select, stage_key)
 
 MARKER = ".headscope-report"
 MARKER_TEXT = dumps({"format": "headscope-report", "version": 1})
@@ -114,7 +115,7 @@ def build_report(model, out_dir: str | Path, options: ReportOptions | None = Non
                  stages: Sequence[Stage] | None = None) -> ReportResult:
     """Write the HTML report of `model` (a :class:`headscope.Model`) to `out_dir`.
 
-    `stages` defaults to every registered stage (:func:`headscope.report.stages.default_stages`).
+    `stages` defaults to every registered stage (:func:`headscope.report.builtin.default_stages`).
     """
     options = options or ReportOptions()
     out = Path(out_dir)

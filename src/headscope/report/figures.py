@@ -34,7 +34,7 @@ import re
 from typing import Sequence
 
 from ..stats import bin_values
-from ..tokenizer import escape_token
+from ..core.tokenizer import escape_token
 from .html import Safe
 
 #: Okabe & Ito (2008), colour-blind safe qualitative palette (black last).

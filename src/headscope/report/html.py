@@ -28,7 +28,7 @@ import posixpath
 from typing import Iterable, Sequence
 
 from .._json import clean
-from ..tokenizer import escape_token
+from ..core.tokenizer import escape_token
 
 
 class Safe(str):

@@ -1,7 +1,7 @@
 """Result objects rendered as HTML in Jupyter, with the report's own figures and tables.
 
 Result types inherit :class:`headscope._html_repr.HtmlRepr`, whose ``_repr_html_`` calls
-:func:`render_html` here — the one place that knows how each type looks:
+:func:`render_html` here (registered with :func:`headscope._html_repr.set_renderer` on import) — the one place that knows how each type looks:
 
 - :class:`~headscope.atlas.Atlas`: the atlas page's grids and table
   (:class:`~headscope.report.builtin.atlas.AtlasView`, without links; each cell's
@@ -21,6 +21,7 @@ the report (:mod:`headscope.report.html`).
 
 from __future__ import annotations
 
+from .._html_repr import set_renderer
 from . import figures as F
 from . import html as H
 from .stages import RenderContext
@@ -49,7 +50,7 @@ STYLE = """<style>
 
 
 def _atlas(obj) -> H.Safe:
-    from ..atlas import METRICS
+    from ..maps.atlas import METRICS
     from .builtin.atlas import AtlasView
 
     d = obj.to_dict()
@@ -77,7 +78,7 @@ def _head(obj) -> H.Safe:
 
 
 def _kernels(obj) -> H.Safe:
-    from ..kernels import CATEGORIES
+    from ..layer0.kernels import CATEGORIES
 
     d = obj.to_dict()
     heads = d["heads"]
@@ -166,14 +167,14 @@ def _short(x, width: int = 60) -> str:
 
 
 def _renderers():
-    from ..atlas import Atlas
-    from ..composition import Composition
-    from ..head import HeadAnalysis
-    from ..kernels import KernelReport
-    from ..neurons import NeuronRanking, NeuronScan
+    from ..maps.atlas import Atlas
+    from ..maps.composition import Composition
+    from ..semantic.head import HeadAnalysis
+    from ..layer0.kernels import KernelReport
+    from ..layer0.neurons import NeuronRanking, NeuronScan
     from ..reproduce import ReproduceResult
-    from ..steering import SteerResult
-    from ..survey import SurveyResult
+    from ..semantic.steering import SteerResult
+    from ..semantic.survey import SurveyResult
 
     return [(Atlas, _atlas), (Composition, _composition), (SurveyResult, _survey), (HeadAnalysis, _head), (KernelReport, _kernels),
             (NeuronScan, _neurons), (NeuronRanking, _ranking), (SteerResult, _steer), (ReproduceResult, _reproduce)]
@@ -189,3 +190,6 @@ def render_html(obj) -> str:
         text = obj.render() if callable(getattr(obj, "render", None)) else repr(obj)
         body = H.tag("pre", text)
     return STYLE + f'<div class="headscope">{H.h(body)}</div>'
+
+
+set_renderer(render_html)

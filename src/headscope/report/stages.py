@@ -29,7 +29,7 @@ import hashlib
 import json
 import sys
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from tqdm.auto import tqdm
 
@@ -51,10 +51,9 @@ def register_stage(cls: type["Stage"]) -> type["Stage"]:
     return cls
 
 
-def default_stages() -> list["Stage"]:
-    """Instances of every registered stage, in order (importing the built-in ones first)."""
-    from . import builtin  # noqa: F401  (registers the built-in stages)
-
+def registered_stages() -> list["Stage"]:
+    """Instances of every registered stage, in order (:func:`headscope.report.builtin.default_stages`
+    registers the built-in ones first)."""
     return [cls() for cls in REGISTRY.values()]
 
 
@@ -277,5 +276,3 @@ def select(stages: Sequence[Stage], names: Sequence[str] | None) -> list[Stage]:
         add(n)
     return [s for s in stages if s.name in want]
 
-
-Compute = Callable[[Context], dict]

@@ -7,3 +7,10 @@ To add a stage to the default report, write a module here with one
 from . import model, attention, kernels, denominators, calibration, neurons, activations  # noqa: F401
 from . import survey, semantic, steering  # noqa: F401
 from . import atlas, composition  # noqa: F401
+
+from ..stages import Stage, registered_stages
+
+
+def default_stages() -> list[Stage]:
+    """Instances of every registered stage, in order (the built-in ones, imported above, first)."""
+    return registered_stages()

@@ -8,7 +8,7 @@ the ``n_neurons`` with the largest standard deviation of their pre-activation.
 
 from __future__ import annotations
 
-from ...activations import activation_profile
+from ...maps.activations import activation_profile
 from .. import figures as F
 from .. import html as H
 from ..stages import Context, PageSection, Rendered, Stage, register_stage

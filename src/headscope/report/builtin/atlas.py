@@ -18,7 +18,7 @@ import math
 
 import torch
 
-from ...atlas import EIGEN_SHOWN, METRICS, SEED, SIGNED, TOP, UNIT, WINDOW, HeadRow, atlas
+from ...maps.atlas import COLUMN, COLUMNS, EIGEN_SHOWN, METRICS, SEED, TOP, WINDOW, HeadRow, atlas
 from ...stats import quantile
 from .. import figures as F
 from .. import html as H
@@ -126,19 +126,20 @@ class AtlasView:
 
     def colour(self, metric: str):
         vals = [r[metric] for r in self.rows if isinstance(r.get(metric), (int, float))]
-        if metric == "kernel_category":
+        scale = COLUMN[metric].scale
+        if scale == "category":
             return (lambda v: CATEGORY_COLOURS.get(v, NOT_APPLICABLE)), F.colour_scale(
                 "categorical", categories=[(c.replace("_", " "), col) for c, col in CATEGORY_COLOURS.items()],
                 label="layer-0 kernel category; grey: not applicable")
         if metric in ("ov_copying_effective", "ov_copying_framework"):
             vmax = 1.0
-        elif metric in SIGNED:   # no natural bound: the 95th percentile of |value|, larger values saturate
+        elif scale == "signed":   # no natural bound: the 95th percentile of |value|, larger values saturate
             vmax = quantile(torch.tensor([abs(v) for v in vals] or [1.0]), 0.95) or 1.0
-        if metric in SIGNED:
+        if scale == "signed":
             return ((lambda v: NOT_APPLICABLE if v is None else F.diverging(v, vmax)),
                     F.colour_scale("diverging", vmax=vmax, label=f"(blue negative, red positive; beyond ±{F.fmt(vmax)}: "
                                                                  "full colour; grey: not applicable)"))
-        if metric in UNIT:
+        if scale == "unit":
             return ((lambda v: NOT_APPLICABLE if v is None else F.sequential(v, 0.0, 1.0)),
                     F.colour_scale("sequential", vmin=0.0, vmax=1.0, label="(grey: not applicable)"))
         # semantic loss (> 0, spread over decades): log scale, dark = low loss
@@ -149,8 +150,7 @@ class AtlasView:
                                label="(log scale; darker: lower loss, more semantic)"))
 
     def grid(self, metric: str) -> H.Safe:
-        label, meaning = (METRICS[metric] if metric in METRICS else
-                          ("kernel category", "seed-000 category of the layer-0 positional kernel"))
+        label, meaning = COLUMN[metric].label, COLUMN[metric].meaning
         layers = [0] if metric == "kernel_category" else self.layers
         values = [[self.by[(l, h)].get(metric) for h in range(self.n_heads)] for l in layers]
         tips = [[self.tip(self.by[(l, h)]) for h in range(self.n_heads)] for l in layers]
@@ -173,13 +173,11 @@ class AtlasView:
         rows = []
         for r in self.rows:
             name = H.link(head_page(r["layer"], r["head"]), _name(r)) if self.links else _name(r)
-            rows.append((name, r["qk_self"], r["ov_copying_effective"], r.get("ov_copying_framework"),
-                         r["qk_symmetry"], r["qk_negative_fraction"], r.get("qk_negative_mass"), r["positional_share"], (r.get("kernel_category") or "").replace("_", " ") or None,
-                         r.get("semantic_loss")))
+            rows.append((name, *(r.get(c.key) if c.metric else (r.get(c.key) or "").replace("_", " ") or None
+                                 for c in COLUMNS)))
         spec = self.data["spec"]
-        return H.table(["head", "self score z", "OV copying (effective)", "OV copying (Framework)", "QK symmetry",
-                        "negative λ share", "negative λ mass", "positional share", "kernel category", "semantic loss"],
-                       rows, numeric=(1, 2, 3, 4, 5, 6, 7, 9),
+        return H.table(["head", *(c.label for c in COLUMNS)], rows,
+                       numeric=tuple(i for i, c in enumerate(COLUMNS, 1) if c.metric),
                        caption=f"Every head{' (click a column to sort)' if self.links else ''}. Over the effective "
                                f"embeddings of the {spec['n_tokens']} most frequent tokens ({spec['frequency']}); "
                                f"eigenvalues of sym(W_QK) among the top {spec['top']}; positional share on a window "

@@ -7,7 +7,7 @@ profile of every head, and its pattern on the first sample.
 
 from __future__ import annotations
 
-from ...patterns import attention_summary
+from ...maps.patterns import attention_summary
 from .. import figures as F
 from .. import html as H
 from ..stages import Context, PageSection, Rendered, Stage, register_stage

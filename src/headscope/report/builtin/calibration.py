@@ -9,8 +9,8 @@ reads the same format), which the ``neurons`` stage rebuilds with
 
 from __future__ import annotations
 
-from ...calibration import calibrate
-from ...layer0 import SEED_QUERY
+from ...layer0.calibration import calibrate
+from ...layer0.split import SEED_QUERY
 from .. import figures as F
 from .. import html as H
 from ..stages import Context, Rendered, Stage, register_stage

@@ -7,7 +7,7 @@ heatmap per mode and the strongest edges. Compute lives in the library; this onl
 
 from __future__ import annotations
 
-from ...composition import EDGES, MODES, composition
+from ...maps.composition import EDGES, MODES, composition
 from .. import figures as F
 from .. import html as H
 from ..stages import Context, Rendered, Stage, register_stage

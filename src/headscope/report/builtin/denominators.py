@@ -11,8 +11,8 @@ E[S] ± Hoeffding / Chebyshev deviation bounds at level δ. ``window`` is the re
 from __future__ import annotations
 
 from ..._errors import HeadscopeError
-from ...denominators import denominator_stability
-from ...layer0 import SEED_QUERY
+from ...layer0.denominators import denominator_stability
+from ...layer0.split import SEED_QUERY
 from .. import figures as F
 from .. import html as H
 from ..stages import Context, PageSection, Rendered, Stage, register_stage

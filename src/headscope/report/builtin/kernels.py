@@ -13,9 +13,9 @@ with the query token q (default ' the') placed at every query position n.
 
 from __future__ import annotations
 
-from ... import kernels as K
+from ...layer0 import kernels as K
 from ...corpus import windows
-from ...layer0 import SEED_QUERY
+from ...layer0.split import SEED_QUERY
 from .. import figures as F
 from .. import html as H
 from ..stages import Context, PageSection, Rendered, Stage, register_stage

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 
-from ...calibration import Calibration
-from ...contextual import build_circuit
-from ...neurons import DEFAULT_THRESHOLD, neuron_traces, scan_neurons
+from ...layer0.calibration import Calibration
+from ...layer0.contextual import build_circuit
+from ...layer0.neurons import DEFAULT_THRESHOLD, neuron_traces, scan_neurons
 from ...stats import bin_values
 from .. import figures as F
 from .. import html as H

@@ -17,7 +17,7 @@ stage's data states the rule.
 
 from __future__ import annotations
 
-from ...head import VOCAB_KEYS_BUDGET, analyse_heads
+from ...semantic.head import VOCAB_KEYS_BUDGET, analyse_heads
 from .. import figures as F
 from .. import html as H
 from ..stages import Context, PageSection, Rendered, Stage, register_stage

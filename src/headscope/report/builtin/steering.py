@@ -10,9 +10,9 @@ the report's processing, exactly as ``headscope steer`` measures them).
 
 from __future__ import annotations
 
-from ...patterns import head_patterns, lower_rows
-from ...steering import pattern_self_stats, steer
-from ...survey import prompts_for
+from ...maps.patterns import head_patterns, lower_rows
+from ...semantic.steering import pattern_self_stats, steer
+from ...semantic.survey import prompts_for
 from .. import figures as F
 from .. import html as H
 from ..stages import Context, Rendered, Stage, register_stage

@@ -9,7 +9,7 @@ attention and BOS fallback. Lower loss = more semantic.
 
 from __future__ import annotations
 
-from ...survey import survey
+from ...semantic.survey import survey
 from .. import figures as F
 from .. import html as H
 from ..stages import Context, Rendered, Stage, register_stage

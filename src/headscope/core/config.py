@@ -1,0 +1,138 @@
+"""The hyper-parameters of a model (:class:`Config`, family-neutral) and the reading of config.json.
+
+Which config.json keys mean what is the family's business: :mod:`headscope.core.families`
+(GPT-2: :func:`headscope.core.families.gpt2.config_from_hf`) validates them and builds a Config."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import operator
+import os
+from pathlib import Path
+
+from .._errors import HeadscopeError
+from ..corpus import CHECKPOINT_FILE_LIMIT, read_json_file
+
+def _is_index(x) -> bool:
+    """An integer (Python, numpy or 0-d torch), not a bool."""
+    if isinstance(x, bool):
+        return False
+    try:
+        operator.index(x)
+    except TypeError:
+        return False
+    return True
+
+
+#: the largest size (layers, widths, vocabulary, context) headscope accepts: a 32-bit signed index.
+MAX_SIZE = 2**31 - 1
+
+#: activation_function values of HF GPT-2 configs that headscope implements.
+ACTIVATIONS = ("gelu_new", "gelu", "gelu_pytorch_tanh", "relu", "gelu_fast", "quick_gelu")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Shapes of a GPT-2-family model, in TransformerLens names."""
+
+    n_layers: int
+    d_model: int
+    n_heads: int
+    d_mlp: int
+    d_vocab: int
+    n_ctx: int
+    ln_eps: float = 1e-5
+    act_fn: str = "gelu_new"
+    scale_attn_by_inverse_layer_idx: bool = False
+    scale_attn_weights: bool = True
+    #: HF computes attention scores and softmax in float32 even for float16/bfloat16
+    #: weights (the same maths; only the rounding differs); the forward pass does too.
+    reorder_and_upcast_attn: bool = False
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
+
+    def attn_scale(self, layer: int) -> float:
+        """The divisor of layer `layer`'s attention scores, ``score = q·k / attn_scale``.
+
+        √d_head (unless ``scale_attn_weights`` is off), times (layer + 1) when
+        ``scale_attn_by_inverse_layer_idx`` is set, as HF's GPT-2 scales them.
+        """
+        scale = math.sqrt(self.d_head) if self.scale_attn_weights else 1.0
+        return scale * (layer + 1) if self.scale_attn_by_inverse_layer_idx else scale
+
+    def check_layer(self, layer: int) -> int:
+        """`layer` if the model has it, else a one-line :class:`HeadscopeError`."""
+        if not _is_index(layer) or not 0 <= layer < self.n_layers:
+            raise HeadscopeError(f"layer {layer} out of range (the model has layers 0..{self.n_layers - 1})")
+        return layer
+
+    def check_head(self, layer: int, head: int) -> tuple[int, int]:
+        """(layer, head) if the model has that head, else a one-line :class:`HeadscopeError`."""
+        self.check_layer(layer)
+        if not _is_index(head) or not 0 <= head < self.n_heads:
+            raise HeadscopeError(f"head index {head} out of range (the model has {self.n_heads} heads per layer)")
+        return layer, head
+
+    def check_neuron(self, neuron: int) -> int:
+        """`neuron` if MLP0 has it, else a one-line :class:`HeadscopeError`."""
+        if not _is_index(neuron) or not 0 <= neuron < self.d_mlp:
+            raise HeadscopeError(f"neuron {neuron} out of range (MLP0 has neurons 0..{self.d_mlp - 1})")
+        return neuron
+
+    def __post_init__(self):
+        for name in ("n_layers", "d_model", "n_heads", "d_mlp", "d_vocab", "n_ctx"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise HeadscopeError(f"config: {name} must be a positive integer, got {_show(value)}")
+            if value > MAX_SIZE:
+                raise HeadscopeError(f"config: {name} must be at most {MAX_SIZE} (2^31 − 1), got {value}")
+        eps = self.ln_eps
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps <= 0:
+            raise HeadscopeError(f"config: layer_norm_epsilon must be a finite positive number, got {_show(eps)}")
+        for name in ("scale_attn_by_inverse_layer_idx", "scale_attn_weights"):
+            if not isinstance(getattr(self, name), bool):
+                raise HeadscopeError(f"config: {name} must be true or false, got {_show(getattr(self, name))}")
+        if self.d_model % self.n_heads:
+            raise HeadscopeError(
+                f"config: d_model ({self.d_model}) is not divisible by n_heads ({self.n_heads})"
+            )
+        if self.act_fn not in ACTIVATIONS:
+            raise HeadscopeError(
+                f"config: activation_function {_show(self.act_fn)} is not supported "
+                f"(supported: {', '.join(ACTIVATIONS)})"
+            )
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["d_head"] = self.d_head
+        return d
+
+
+def read_hf_config(path: Path) -> dict:
+    """config.json at `path` as a dict: a regular file read under the input rule, a JSON object
+    without duplicate keys or deep nesting (one-line errors otherwise)."""
+    path = Path(path)
+    if not os.path.lexists(path):
+        raise HeadscopeError(f"missing config.json in {path.parent}")
+    hf = read_json_file(path, "checkpoint file", object_pairs_hook=_no_duplicate_keys, limit=CHECKPOINT_FILE_LIMIT)
+    if not isinstance(hf, dict):
+        raise HeadscopeError(f"{path} is not a JSON object")
+    return hf
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
+    d = {}
+    for k, v in pairs:
+        if k in d:
+            raise HeadscopeError(f"config.json: key {k!r} appears twice (which one is meant is ambiguous)")
+        d[k] = v
+    return d
+
+
+def _show(value) -> str:
+    """`value`'s repr, cut to 40 characters (a config value can be huge)."""
+    r = repr(value)
+    return r if len(r) <= 40 else r[:37] + "…"

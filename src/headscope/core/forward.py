@@ -1,0 +1,314 @@
+"""A white-box GPT-2 forward pass that keeps the named intermediate tensors asked for.
+
+Names follow TransformerLens (``blocks.{l}.attn.hook_pattern`` …) plus one of our own,
+``blocks.{l}.attn.hook_denom``: the log of the softmax denominator of every query,
+``logsumexp_k(score[q, k])`` over the causal keys, so that
+``pattern[q, k] = exp(score[q, k] - denom[q])``.
+
+Shapes: b = batch, p = position (query q / key k), h = head, e = d_head, d = d_model,
+m = d_mlp, v = d_vocab.
+
+===============================  ==============  ===========================================
+name                             shape           meaning
+===============================  ==============  ===========================================
+hook_embed                       [b p d]         W_E[tokens]
+hook_pos_embed                   [b p d]         W_pos[:p]
+blocks.l.hook_resid_pre          [b p d]         residual stream entering block l
+blocks.l.ln1.hook_scale          [b p]           σ = sqrt(var + eps) of LayerNorm 1
+blocks.l.ln1.hook_normalized     [b p d]         LN1 output
+blocks.l.attn.hook_q / _k / _v   [b p h e]       x @ W_Q[h] + b_Q[h] …
+blocks.l.attn.hook_attn_scores   [b h q k]       q·k / attn_scale(l), −inf above the diagonal (float32
+                                                 for float16/bfloat16 weights with reorder_and_upcast_attn)
+blocks.l.attn.hook_denom         [b h q]         logsumexp_k of the scores
+blocks.l.attn.hook_pattern       [b h q k]       softmax_k of the scores
+blocks.l.attn.hook_z             [b p h e]       Σ_k pattern · v
+blocks.l.attn.hook_result        [b p h d]       z @ W_O[h]   (per head, no bias)
+blocks.l.hook_attn_out           [b p d]         Σ_h result + b_O
+blocks.l.hook_resid_mid          [b p d]
+blocks.l.ln2.hook_scale          [b p]
+blocks.l.ln2.hook_normalized     [b p d]
+blocks.l.mlp.hook_pre            [b p m]         LN2 @ W_in + b_in
+blocks.l.mlp.hook_post           [b p m]         act(pre)
+blocks.l.hook_mlp_out            [b p d]
+blocks.l.hook_resid_post         [b p d]
+ln_final.hook_scale              [b p]
+logits                           [b p v]
+===============================  ==============  ===========================================
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import weakref
+from typing import Iterable
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float, Int
+
+from .._errors import HeadscopeError, expected_got
+from .weights import Block, Weights
+
+Tensor = torch.Tensor
+
+BLOCK_NAMES = (
+    "hook_resid_pre", "ln1.hook_scale", "ln1.hook_normalized",
+    "attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_attn_scores", "attn.hook_denom",
+    "attn.hook_pattern", "attn.hook_z", "attn.hook_result", "hook_attn_out", "hook_resid_mid",
+    "ln2.hook_scale", "ln2.hook_normalized", "mlp.hook_pre", "mlp.hook_post", "hook_mlp_out",
+    "hook_resid_post",
+)
+
+
+def all_names(n_layers: int) -> list[str]:
+    names = ["hook_embed", "hook_pos_embed"]
+    names += [f"blocks.{l}.{n}" for l in range(n_layers) for n in BLOCK_NAMES]
+    return names + ["ln_final.hook_scale", "logits"]
+
+
+class Cache(dict):
+    """Named tensors of one forward pass; ``cache["blocks.0.attn.hook_pattern"]``."""
+
+    @property
+    def logits(self) -> Tensor:
+        return self["logits"]
+
+
+def activation(name: str, x: Tensor) -> Tensor:
+    """The MLP non-linearity, written as HF writes it."""
+    if name == "gelu_new" or name == "gelu_pytorch_tanh":
+        # 0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³))): HF's NewGELU formula, as one fused kernel
+        return F.gelu(x, approximate="tanh")
+    if name == "gelu":
+        return F.gelu(x)
+    if name == "gelu_fast":
+        return 0.5 * x * (1.0 + torch.tanh(x * 0.7978845608 * (1.0 + 0.044715 * x * x)))
+    if name == "quick_gelu":
+        return x * torch.sigmoid(1.702 * x)
+    if name == "relu":
+        return F.relu(x)
+    raise HeadscopeError(f"unsupported activation {name!r}")
+
+
+def layer_norm(x: Float[Tensor, "... d"], w, b, eps: float) -> tuple[Tensor, Tensor]:
+    """LN(x) = w ⊙ (x − mean x)/σ + b with σ = sqrt(mean((x − mean x)²) + eps). Returns (LN(x), σ)."""
+    if w.dtype != x.dtype:                                                 # e.g. float64 activations
+        dt = torch.promote_types(x.dtype, w.dtype)
+        x, w, b = x.to(dt), w.to(dt), b.to(dt)
+    # the kernel behind F.layer_norm (HF's own), which also returns 1/σ: one fused pass
+    out, _, rstd = torch.native_layer_norm(x, x.shape[-1:], w, b, eps)     # rstd [... 1]
+    return out, rstd.squeeze(-1).reciprocal()
+
+
+class _Keeper:
+    """Decides which names are kept, and stores them."""
+
+    def __init__(self, names: Iterable[str] | None, n_layers: int):
+        universe = all_names(n_layers)
+        if names is None:
+            self.keep = set(universe)
+        else:
+            if isinstance(names, str):
+                names = [names]
+            self.keep = set()
+            for pat in names:
+                hits = fnmatch.filter(universe, pat)
+                if not hits:
+                    raise HeadscopeError(f"unknown cache name {pat!r} (see headscope.forward.all_names)")
+                self.keep.update(hits)
+        self.cache = Cache()
+
+    def wants(self, name: str) -> bool:
+        return name in self.keep
+
+    def put(self, name: str, t: Tensor) -> None:
+        if name in self.keep:
+            self.cache[name] = t
+
+
+#: Bytes of fused QKV matrices remembered between calls, all blocks together. Within the
+#: budget, blocks (the first ones used, typically the early layers) keep theirs; the others
+#: build theirs per call, so the memo never grows into a second copy of a large model's
+#: attention weights (GPT-2 XL's would be 1.5 GB). The values are the same either way.
+QKV_MEMO_BYTES = 256 * 2**20
+_memo_bytes = 0
+
+
+def _release_memo(n: int) -> None:
+    global _memo_bytes
+    _memo_bytes -= n
+
+
+def _fused_qkv(block: Block) -> tuple[Tensor, Tensor]:
+    """W_Q, W_K, W_V [h d e] side by side as one [d 3·h·e] matrix (and the biases [3·h·e]).
+
+    Remembered on the block while :data:`QKV_MEMO_BYTES` allows; rebuilt if any of the six
+    tensors was replaced or modified in place (tensor ``_version``), so edits to weights
+    are seen.
+    """
+    global _memo_bytes
+    parts = (block.W_Q, block.W_K, block.W_V, block.b_Q, block.b_K, block.b_V)
+    key = tuple((id(t), t._version) for t in parts)
+    memo = block.__dict__.get("_qkv_memo")
+    if memo is not None and memo[0] == key:
+        return memo[1], memo[2]
+    block.__dict__.pop("_qkv_memo", None)  # a stale memo: its bytes return to the budget when freed
+    h, d, e = block.W_Q.shape
+    W_qkv = torch.cat([W.permute(1, 0, 2).reshape(d, h * e) for W in parts[:3]], 1)                       # [h d e] → [d 3he]
+    b_qkv = torch.cat([bb.reshape(h * e) for bb in parts[3:]])                                              # [h e] → [3he]
+    n = W_qkv.numel() * W_qkv.element_size()
+    if _memo_bytes + n <= QKV_MEMO_BYTES:
+        _memo_bytes += n
+        weakref.finalize(W_qkv, _release_memo, n)
+        block.__dict__["_qkv_memo"] = (key, W_qkv, b_qkv, parts)  # `parts` keeps the ids alive (no reuse)
+    return W_qkv, b_qkv
+
+
+def _attention(block: Block, x: Tensor, l: int, w: Weights, k: _Keeper) -> Tensor:
+    cfg = w.cfg
+    b_, p, d = x.shape
+    h, e = cfg.n_heads, cfg.d_head
+    pre = f"blocks.{l}."
+    ln, scale = layer_norm(x, block.ln1_w, block.ln1_b, cfg.ln_eps)
+    k.put(pre + "ln1.hook_scale", scale)
+    k.put(pre + "ln1.hook_normalized", ln)
+    W_qkv, b_qkv = _fused_qkv(block)                                                                        # [d 3he], [3he]
+    qkv = torch.addmm(b_qkv, ln.reshape(b_ * p, d), W_qkv).view(b_, p, 3, h, e)                            # [b p 3 h e]
+    q, key, v = qkv.unbind(2)                                                                                 # [b p h e]
+    k.put(pre + "attn.hook_q", q)
+    k.put(pre + "attn.hook_k", key)
+    k.put(pre + "attn.hook_v", v)
+    qs, ks = q, key
+    if cfg.reorder_and_upcast_attn and q.dtype in (torch.float16, torch.bfloat16):
+        qs, ks = q.float(), key.float()  # HF's upcast: scores and softmax in float32, pattern back in v's dtype
+    scores = torch.matmul(qs.transpose(1, 2), ks.permute(0, 2, 3, 1)).div_(cfg.attn_scale(l))              # [b h q k]
+    above = torch.ones(p, p, dtype=torch.bool, device=x.device).triu_(1)
+    scores.masked_fill_(above, float("-inf"))                                                               # in place: fresh tensor
+    k.put(pre + "attn.hook_attn_scores", scores)
+    pattern = torch.softmax(scores, dim=-1)
+    if k.wants(pre + "attn.hook_denom"):
+        # log Z = s_max − log p_max (p_max ≥ 1/n never underflows): no second exp pass
+        s_max, at = scores.max(dim=-1, keepdim=True)                                                        # [b h q 1]
+        k.put(pre + "attn.hook_denom", (s_max - pattern.gather(-1, at).log()).squeeze(-1))
+    pattern = pattern.to(v.dtype)
+    k.put(pre + "attn.hook_pattern", pattern)
+    z = torch.matmul(pattern, v.transpose(1, 2)).transpose(1, 2)                                             # [b q h e]
+    k.put(pre + "attn.hook_z", z)
+    if k.wants(pre + "attn.hook_result"):
+        # per-head outputs first; their sum over heads is then the attention output (no second matmul)
+        r = torch.bmm(z.permute(2, 0, 1, 3).reshape(h, b_ * p, e), block.W_O)                               # [h bp d]
+        k.put(pre + "attn.hook_result", r.view(h, b_, p, d).permute(1, 2, 0, 3))                            # [b p h d]
+        return r.sum(0).add_(block.b_O).view(b_, p, d)                                                      # [b p d]
+    return torch.addmm(block.b_O, z.reshape(b_ * p, h * e), block.W_O.reshape(h * e, d)).view(b_, p, d)     # [b p d]
+
+
+def mlp(block: Block, x: Float[Tensor, "... d"], cfg) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """MLP(x) = act(LN2(x) @ W_in + b_in) @ W_out + b_out for residual vectors x [... d].
+
+    Returns (out [... d], LN2(x) [... d], σ₂ [...], pre [... m], post [... m]).
+    """
+    shape, d = x.shape[:-1], x.shape[-1]
+    ln, scale = layer_norm(x, block.ln2_w, block.ln2_b, cfg.ln_eps)
+    pre = torch.addmm(block.b_in, ln.reshape(-1, d), block.W_in)                                             # [n m]
+    post = activation(cfg.act_fn, pre)
+    out = torch.addmm(block.b_out, post, block.W_out)                                                       # [n d]
+    return out.view(*shape, d), ln, scale, pre.view(*shape, -1), post.view(*shape, -1)
+
+
+def _mlp(block: Block, x: Tensor, l: int, w: Weights, k: _Keeper) -> Tensor:
+    pre_ = f"blocks.{l}."
+    out, ln, scale, pre, post = mlp(block, x, w.cfg)
+    k.put(pre_ + "ln2.hook_scale", scale)
+    k.put(pre_ + "ln2.hook_normalized", ln)
+    k.put(pre_ + "mlp.hook_pre", pre)
+    k.put(pre_ + "mlp.hook_post", post)
+    return out
+
+
+def _forward(w: Weights, tokens: Tensor, keeper: _Keeper, stop_at_layer: int | None) -> None:
+    cfg = w.cfg
+    b_, p = tokens.shape
+    emb = w.W_E[tokens]                                                                                      # [b p d]
+    pos = w.W_pos[:p].unsqueeze(0).expand(b_, p, cfg.d_model)                                                # [b p d]
+    keeper.put("hook_embed", emb)
+    keeper.put("hook_pos_embed", pos)
+    x = emb + pos
+    n = cfg.n_layers if stop_at_layer is None else stop_at_layer
+    for l in range(n):
+        block = w.blocks[l]
+        keeper.put(f"blocks.{l}.hook_resid_pre", x)
+        attn_out = _attention(block, x, l, w, keeper)
+        keeper.put(f"blocks.{l}.hook_attn_out", attn_out)
+        x = x + attn_out
+        keeper.put(f"blocks.{l}.hook_resid_mid", x)
+        mlp_out = _mlp(block, x, l, w, keeper)
+        keeper.put(f"blocks.{l}.hook_mlp_out", mlp_out)
+        x = x + mlp_out
+        keeper.put(f"blocks.{l}.hook_resid_post", x)
+    if n < cfg.n_layers:
+        return
+    ln, scale = layer_norm(x, w.ln_final_w, w.ln_final_b, cfg.ln_eps)
+    keeper.put("ln_final.hook_scale", scale)
+    if keeper.wants("logits"):
+        logits = torch.mm(ln.reshape(b_ * p, -1), w.W_U).view(b_, p, -1)                                    # [b p v]
+        if bool(w.b_U.any()):
+            logits.add_(w.b_U)  # raw GPT-2 has b_U = 0: skip a pass over b·p·d_vocab floats
+        keeper.put("logits", logits)
+
+
+def check_tokens(tokens, cfg) -> Tensor:
+    tokens = torch.as_tensor(tokens)
+    if tokens.dim() == 1:
+        tokens = tokens.unsqueeze(0)                                                                         # [p] → [1 p]
+    if tokens.dim() != 2:
+        raise HeadscopeError(expected_got("tokens shape", "[batch pos]", list(tokens.shape)))
+    if tokens.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
+        raise HeadscopeError(expected_got("tokens dtype", "an integer dtype", tokens.dtype))
+    if tokens.shape[1] == 0:
+        raise HeadscopeError("tokens: empty sequence")
+    if tokens.shape[1] > cfg.n_ctx:
+        raise HeadscopeError(expected_got("sequence length (n_ctx)", f"≤ {cfg.n_ctx}", tokens.shape[1]))
+    if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= cfg.d_vocab):
+        raise HeadscopeError(f"token ids must lie in [0, {cfg.d_vocab}), got {int(tokens.min())}..{int(tokens.max())}")
+    return tokens.long()
+
+
+@torch.no_grad()
+def run_with_cache(
+    weights: Weights,
+    tokens: Int[Tensor, "batch pos"],
+    names: Iterable[str] | str | None = None,
+    *,
+    batch_size: int | None = None,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | None = None,
+    stop_at_layer: int | None = None,
+    keep_device: bool = False,
+) -> Cache:
+    """Run GPT-2 on `tokens` and return the named tensors asked for.
+
+    ``names`` is a list of exact names or shell-style patterns
+    (``"blocks.*.attn.hook_pattern"``); ``None`` keeps everything (costly: the
+    per-head ``hook_result`` alone is b·p·h·d floats per layer), ``[]`` keeps
+    nothing but logits if asked by name. ``batch_size`` chunks the batch; tensors are
+    returned on the CPU unless ``keep_device``. ``stop_at_layer=L`` runs blocks
+    ``0..L-1`` only (no logits).
+    """
+    cfg = weights.cfg
+    tokens = check_tokens(tokens, cfg)
+    if stop_at_layer is not None and not 0 <= stop_at_layer <= cfg.n_layers:
+        raise HeadscopeError(expected_got("stop_at_layer", f"0..{cfg.n_layers}", stop_at_layer))
+    w = weights
+    if (device is not None and torch.device(device) != w.device) or (dtype is not None and dtype != w.dtype):
+        w = w.to(device=device, dtype=dtype)
+    chunks = [tokens] if not batch_size else list(tokens.split(batch_size))
+    parts: list[Cache] = []
+    for chunk in chunks:
+        keeper = _Keeper(names, cfg.n_layers)
+        _forward(w, chunk.to(w.device), keeper, stop_at_layer)
+        if not keep_device:
+            keeper.cache = Cache({k: v.cpu() for k, v in keeper.cache.items()})
+        parts.append(keeper.cache)
+    if len(parts) == 1:
+        return parts[0]
+    return Cache({k: torch.cat([c[k] for c in parts]) for k in parts[0]})

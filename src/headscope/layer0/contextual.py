@@ -1,0 +1,304 @@
+"""The contextual circuit: several broad, weakly content-dependent layer-0 heads as one sum.
+
+Derivation (seed 000; notation of :mod:`.layer0`). For a fixed query token t_q at position
+n, head h writes
+
+    out_h[n] = Σ_{i ≤ n} A_h[n, i] · v_h[i] W_O[h]
+             ≈ Σ_i pos_h[n, i] · content_h[n, x_i] / S_h[n] · (OV_h[n, x_i] + OVP_h[n, i])
+
+with the key split in A_h and the value split of :mod:`.layer0`. Three further steps give the
+seed's circuit:
+
+1. **calibrated denominators**: S_h[n] is replaced by the calibration's S̄_h[n]
+   (:mod:`.calibration`), which makes the expression linear in per-token terms;
+2. **shared kernel**: the chosen heads have very similar kernels, so pos_h[n, i] is
+   replaced by their mean  pos[n, i] = mean_{h ∈ H} pos_h[n, i];
+3. **positional values**: the small positional value term is taken with
+   content/S̄ ≈ 1, i.e. as the input-independent offset
+   off[n] = Σ_{h ∈ H} Σ_i pos_h[n, i] · OVP_h[n, i].
+
+Together::
+
+    Σ_{h ∈ H} out_h[n] ≈ Σ_{i ≤ n} pos[n, i] · contribution[n, t_q, x_i] + off[n]
+    contribution[n, t_q, t] = Σ_{h ∈ H} content_h[n, t] · OV_h[n, t] / S̄_h[n]        [d_model]
+
+Each step is exact in a known case: the split at i = n and when W_pos = 0; the shared
+kernel when the heads' kernels coincide; the calibration on the calibration text
+itself. ``out_h`` excludes b_O (it is the forward's ``hook_result``).
+
+Head choice (:func:`select_heads`), at the reference position n of the calibration:
+a head is a candidate when its kernel is broad (effective width 1/Σ_i pos² ≥
+``min_width``) and its content dependence weak (std over the vocabulary of
+log content ≤ ``max_content_std``); candidates are grouped by single linkage on the
+total-variation distance between kernels (≤ ``max_kernel_tv``) and the largest group
+is chosen (ties: the broader group). All thresholds live in :data:`SELECTION`.
+
+Fidelity (:func:`circuit_fidelity`): on texts, at every evaluated query position,
+the circuit's prediction is compared with the true summed output of the chosen heads
+*with the same fixed query token* (keys and values are the text's own): Pearson
+correlation over the d_model coordinates and the fraction of variance unexplained
+FVU = |true − pred|² / |true − mean(true)|², with medians over positions and texts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from jaxtyping import Float, Int
+
+from . import split as layer0
+from .._errors import HeadscopeError, NotApplicable
+from .._json import finite_or_none
+from .calibration import Calibration
+from ..core.forward import run_with_cache
+from .split import Frame
+from ..core.loading import Model
+from ..stats import LOG_FLOAT64_MAX, correlation, fraction_unexplained, median
+from ..core.weights import Processing, Weights
+
+Tensor = torch.Tensor
+
+#: thresholds of the automatic head choice (see the module docstring)
+SELECTION = {"min_width": 8.0, "max_content_std": 1.0, "max_kernel_tv": 0.25}
+#: named head sets (``--heads``; docs/fidelity.md): the seed's text, and Gibson's code, which
+#: adds head 11 (gbmi/exp_max_of_n/probabilistic_experiments/main.py:286 at 4a2c7ab)
+HEAD_SETS = {"seed": [0, 2, 6, 8, 9, 10], "code": [0, 2, 6, 8, 9, 10, 11]}
+
+
+@dataclasses.dataclass
+class HeadChoice:
+    """Which heads form the contextual circuit, and why."""
+
+    heads: list[int]
+    position: int
+    automatic: bool
+    width: list[float]            # per layer-0 head, 1/Σ pos² at `position`
+    content_std: list[float]      # per head, std over the vocabulary of log content
+    candidates: list[int]
+    groups: list[list[int]]
+    thresholds: dict
+    reason: str
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def head_metrics(w: Weights, token: int, n: int, c: float) -> tuple[Tensor, Tensor, Tensor]:
+    """(width [head], content_std [head], kernel TV distances [head head]) at position n."""
+    fr = layer0.frame(w, token, n, c)
+    width = 1.0 / fr.pos.pow(2).sum(-1)                                    # [head]
+    content_std = layer0.log_content_factors(w, token, n).std(dim=1)       # [head]
+    tv = 0.5 * (fr.pos[:, None, :] - fr.pos[None, :, :]).abs().sum(-1)     # [head head]
+    return width, content_std, tv
+
+
+def select_heads(
+    w: Weights, token: int, n: int, c: float, heads: list[int] | None = None, **thresholds,
+) -> HeadChoice:
+    """Choose the contextual heads automatically (or record a given choice)."""
+    th = {**SELECTION, **thresholds}
+    width, cstd, tv = head_metrics(w, token, n, c)
+    H = w.cfg.n_heads
+    cand = [h for h in range(H) if width[h] >= th["min_width"] and cstd[h] <= th["max_content_std"]]
+    groups: list[list[int]] = []
+    for h in cand:                                                         # single linkage
+        linked = [g for g in groups if any(tv[h, k] <= th["max_kernel_tv"] for k in g)]
+        merged = sorted({h, *[k for g in linked for k in g]})
+        groups = [g for g in groups if g not in linked] + [merged]
+    groups.sort(key=lambda g: (-len(g), -float(width[g].mean()), g))
+    if heads is not None:
+        bad = [h for h in heads if not 0 <= h < H]
+        if bad or not heads:
+            raise HeadscopeError(f"--heads: expected layer-0 head indices in 0..{H - 1}, got {heads}")
+        chosen, auto = sorted(set(heads)), False
+        reason = "heads given by the user"
+    else:
+        if not groups:
+            raise NotApplicable(
+                f"no contextual circuit: no layer-0 head has a broad kernel (width ≥ {th['min_width']}) and weak "
+                f"content dependence (content std ≤ {th['max_content_std']}) at position {n}; pass --heads")
+        chosen, auto = groups[0], True
+        reason = (f"largest group of heads with width ≥ {th['min_width']:g} tokens, content std ≤ "
+                  f"{th['max_content_std']:g} and kernels within TV {th['max_kernel_tv']:g} of each other "
+                  f"at position {n} (widths {', '.join(f'{float(width[h]):.1f}' for h in chosen)})")
+    return HeadChoice(heads=chosen, position=n, automatic=auto, width=width.tolist(),
+                      content_std=cstd.tolist(), candidates=cand, groups=groups, thresholds=th, reason=reason)
+
+
+def check_log_weights(log_w: Tensor, heads: list[int], n: int) -> None:
+    """Refuse circuit token weights content/S̄ = exp(log_w) that float64 cannot hold."""
+    if log_w.numel() and not bool((log_w <= LOG_FLOAT64_MAX).all()):
+        k = int(log_w.amax(1).argmax())
+        raise NotApplicable(
+            f"contextual circuit: head {heads[k]}'s token weight content/S̄ at position {n} reaches "
+            f"e^{float(log_w[k].max()):.4g}, beyond float64 (e^{LOG_FLOAT64_MAX:.0f}); the linear circuit does "
+            "not apply to these heads")
+
+
+def finite_or_not_applicable(x: Tensor, what: str) -> Tensor:
+    """`x` if every entry is finite, else :class:`NotApplicable` (the circuit's sums overflow float64)."""
+    if not bool(torch.isfinite(x).all()):
+        raise NotApplicable(f"{what} overflows float64 (the chosen heads' value vectors times their token "
+                            "weights exceed its range); the linear circuit does not apply to these heads")
+    return x
+
+
+@dataclasses.dataclass
+class Circuit:
+    """A calibrated contextual circuit over layer-0 heads `heads` (fixed query token)."""
+
+    weights: Weights              # float64, the calibration's processing
+    calibration: Calibration
+    heads: list[int]
+
+    @property
+    def token(self) -> int:
+        return self.calibration.query_id
+
+    def _check_n(self, n: int) -> None:
+        if not 0 <= n < self.calibration.n_positions:
+            raise HeadscopeError(f"position {n} is not calibrated (the calibration covers 0..{self.calibration.n_positions - 1})")
+
+    def frame(self, n: int) -> Frame:
+        self._check_n(n)
+        return layer0.frame(self.weights, self.token, n, self.calibration.c)
+
+    def token_weights(self, fr: Frame, tokens: Int[Tensor, "t"]) -> Float[Tensor, "head t"]:
+        """content_h[n, t] / S̄_h[n] for the chosen heads.
+
+        Formed as exp(log content − log S̄); a weight beyond float64 (log weight > 709)
+        means the linear circuit does not apply to these heads: :class:`NotApplicable`.
+        """
+        log_S = self.calibration.log_seed_denom[self.heads, fr.n].to(fr.q.dtype)
+        log_w = fr.content_logits(self.weights, tokens)[self.heads] - log_S[:, None]          # [H t]
+        check_log_weights(log_w, self.heads, fr.n)
+        return log_w.exp()
+
+    def shared_kernel(self, fr: Frame) -> Float[Tensor, "k"]:
+        return fr.pos[self.heads].mean(0)
+
+    def offset(self, fr: Frame) -> Float[Tensor, "d"]:
+        """off[n] = Σ_h Σ_i pos_h[n, i] · OVP_h[n, i]."""
+        b = self.weights.blocks[0]
+        P = layer0.positional_term(self.weights, fr.n, fr.c)                  # [k d]
+        out = torch.zeros(self.weights.cfg.d_model, dtype=P.dtype)
+        for h in self.heads:
+            out += (fr.pos[h] @ P) @ b.W_V[h] @ b.W_O[h]
+        return out
+
+    def contribution(self, n: int, tokens: Int[Tensor, "t"] | None = None) -> Float[Tensor, "t d"]:
+        """contribution[n, t_q, t] for the given tokens (default: the whole vocabulary)."""
+        fr = self.frame(n)
+        w, b = self.weights, self.weights.blocks[0]
+        tokens = torch.arange(w.cfg.d_vocab) if tokens is None else tokens
+        a = self.token_weights(fr, tokens)                                 # [H t]
+        X = layer0.ln1(w, w.W_E[tokens] + w.W_pos[n])                         # [t d]
+        out = torch.zeros(len(tokens), w.cfg.d_model, dtype=X.dtype)
+        for k, h in enumerate(self.heads):
+            out += a[k][:, None] * ((X @ b.W_V[h] + b.b_V[h]) @ b.W_O[h])
+        return finite_or_not_applicable(out, "the contextual circuit's token contributions")
+
+    def predict(self, tokens: Int[Tensor, "p"], positions: list[int], *,
+                block_bytes: int = 128 * 2**20) -> Float[Tensor, "n d"]:
+        """Σ_i pos[n, i] · contribution[n, t_q, x_i] + off[n] for each n in `positions`.
+
+        :meth:`token_weights`, :meth:`shared_kernel` and :meth:`offset` evaluated for blocks of
+        positions at once (:func:`headscope.layer0.query_frames`), with LN(W_E[x_i] + W_pos[n])
+        as an [m k d] tensor of at most `block_bytes`: a few large products instead of a dozen
+        small ones per position. The offset uses Σ_i pos[n, i]·scale_i·(r_i − r_n) =
+        Σ_i pos[n, i]·scale_i·r_i − (Σ_i pos[n, i]·scale_i)·r_n (:func:`~headscope.layer0.positional_basis`).
+        """
+        w, b = self.weights, self.weights.blocks[0]
+        positions = [int(n) for n in positions]
+        for n in positions:
+            self._check_n(n)
+        H = self.heads
+        d = w.cfg.d_model
+        per_row = (max(positions, default=0) + 1) * d * w.W_E.element_size()
+        step = max(1, block_bytes // per_row)
+        rows = []
+        for a0 in range(0, len(positions), step):
+            ns = torch.tensor(positions[a0:a0 + step])                                 # [m]
+            k = int(ns.max()) + 1
+            _, Kq, bq, pos = layer0.query_frames(w, self.token, ns, self.calibration.c)   # [m d h], [m h], [m h k]
+            X = layer0.ln1(w, w.W_E[tokens[:k]][None] + w.W_pos[ns][:, None])           # [m k d]
+            log_S = self.calibration.log_seed_denom[H][:, ns].T.to(X.dtype)             # [m H]
+            content = torch.einsum("mkd,mdh->mhk", X, Kq[:, :, H]) + bq[:, H, None]      # [m H k]
+            kernel = pos[:, H].mean(1)                                                  # [m k] shared kernel
+            a = (content - log_S[:, :, None]).exp() * kernel[:, None, :]                 # [m H k]
+            a = a.masked_fill((torch.arange(k)[None, :] > ns[:, None])[:, None, :], 0.0)
+            u = torch.einsum("mhk,mkd->mhd", a, X)                                     # [m H d]
+            rw, scale = layer0.positional_basis(w, k, self.calibration.c)              # [n_ctx d], [k]
+            ps = pos[:, H] * scale                                                     # [m H k]
+            t = ps @ rw[:k] - ps.sum(-1, keepdim=True) * rw[ns][:, None, :]             # [m H d] Σ_i pos·term
+            z = torch.einsum("mhd,hde->mhe", u + t, b.W_V[H]) + a.sum(-1)[:, :, None] * b.b_V[H]   # [m H e]
+            out = torch.einsum("mhe,hed->md", z, b.W_O[H])                               # [m d]
+            rows.append(out)
+        out = torch.cat(rows) if rows else torch.empty(0, d, dtype=w.W_E.dtype)
+        return finite_or_not_applicable(out, "the contextual circuit's prediction")
+
+    def true_output(self, tokens: Int[Tensor, "p"]) -> Float[Tensor, "p d"]:
+        """Σ_{h ∈ H} out_h[n] for every n, with the fixed query token at each n."""
+        w, b = self.weights, self.weights.blocks[0]
+        cache = run_with_cache(w, tokens[None], names=["blocks.0.attn.hook_k", "blocks.0.attn.hook_v"], stop_at_layer=1)
+        pattern = torch.softmax(layer0.fixed_query_scores(w, cache["blocks.0.attn.hook_k"], self.token), -1)  # [1 H q k]
+        z = torch.einsum("hqk,khe->qhe", pattern[0], cache["blocks.0.attn.hook_v"][0])                      # [q H e]
+        return torch.einsum("qhe,hed->qd", z[:, self.heads], b.W_O[self.heads])
+
+
+def build_circuit(model: Model, calibration: Calibration, heads: list[int] | None = None,
+                  processing: Processing | None = None, position: int | None = None) -> tuple[Circuit, HeadChoice]:
+    """Check the calibration against `model`, choose heads, return (circuit, choice)."""
+    processing = Processing.default() if processing is None else processing
+    calibration.check(model, processing)
+    w = layer0.view(model, processing)
+    n = calibration.n_positions - 1 if position is None else position
+    if not 0 <= n < calibration.n_positions:
+        raise HeadscopeError(f"position {n} is not calibrated (0..{calibration.n_positions - 1})")
+    choice = select_heads(w, calibration.query_id, n, calibration.c, heads)
+    return Circuit(weights=w, calibration=calibration, heads=choice.heads), choice
+
+
+@dataclasses.dataclass
+class Fidelity:
+    """How well the circuit reproduces the chosen heads' summed output on texts."""
+
+    heads: list[int]
+    query: str
+    n_texts: int
+    positions: list[int]
+    correlation: list[list[float | None]]   # [text position]; None where either side is constant
+    fvu: list[list[float | None]]           # None where the true output is constant
+    median_correlation: float | None   # over the positions where both are defined
+    median_fvu: float | None
+    fingerprint: str
+    processing: dict
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@torch.no_grad()
+def circuit_fidelity(circuit: Circuit, texts: list[Tensor], positions: list[int] | None = None,
+                     stride: int = 16) -> Fidelity:
+    """Correlation and FVU of prediction vs true summed output (token id texts, BOS first)."""
+    if not texts:
+        raise HeadscopeError("circuit fidelity needs at least one text")
+    corr, fvu, pos_used = [], [], None
+    for tokens in texts:
+        p = min(len(tokens), circuit.calibration.n_positions)
+        pos = positions if positions is not None else list(range(stride, p, stride)) or [p - 1]
+        pos = [n for n in pos if n < p]
+        if not pos:
+            raise HeadscopeError(f"text of {len(tokens)} tokens has no evaluable position")
+        true = circuit.true_output(tokens[:p])[pos]                         # [n d]
+        pred = circuit.predict(tokens, pos)                                 # [n d]
+        corr.append([finite_or_none(r) for r in correlation(pred, true).tolist()])
+        fvu.append([finite_or_none(f) for f in fraction_unexplained(true, pred).tolist()])
+        pos_used = pos_used or pos
+    flat = lambda xs: torch.tensor([v for row in xs for v in row if v is not None], dtype=torch.float64)  # noqa: E731
+    cal = circuit.calibration
+    return Fidelity(heads=circuit.heads, query=cal.query, n_texts=len(texts), positions=pos_used,
+                    correlation=corr, fvu=fvu, median_correlation=median(flat(corr)),
+                    median_fvu=median(flat(fvu)), fingerprint=cal.fingerprint, processing=cal.processing)

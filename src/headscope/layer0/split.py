@@ -1,0 +1,421 @@
+"""Layer-0 attention split into content and position (seed 000), in one place.
+
+Every layer-0 analysis — positional kernels (:mod:`.kernels`), denominators
+(:mod:`.denominators`), calibration (:mod:`.calibration`), the contextual circuit
+(:mod:`.contextual`) and contextual neurons (:mod:`.neurons`) — reads layer 0 through
+this module. Notation of the seed: x the input, x_i its token at key position i ≤ n,
+n the query position, d = d_model, e = d_head, s = the model's score divisor
+(:meth:`Config.attn_scale`, √e for GPT-2), LN the layer-0 LayerNorm 1 with weight w₁
+and bias b₁ (folded into W_Q/W_K/W_V by ``fold_ln``; the formulas hold either way),
+c(v) = v − mean(v) the centring over d_model.
+
+Query at n::
+
+    q_h[n] = LN(W_E[x_n] + W_pos[n]) W_Q[h] + b_Q[h]                           [head e]
+
+Key split (the seed's formula, exact at i = n)::
+
+    key_h[i] ≈ E_h[n, x_i] + P_h[n, i]
+    E_h[n, t] = LN(W_E[t] + W_pos[n]) W_K[h] + b_K[h]
+    P_h[n, i] = √d · (w₁ ⊙ c(W_pos[i] − W_pos[n])) W_K[h] / sqrt(|c(W_pos[i])|² + c²)
+
+c stands for a typical token-embedding norm: by default measured as the median of
+|c(W_E[t])| over the vocabulary (:func:`measure_c`), or the seed's 3.5 for GPT-2
+Small (:data:`GPT2_C`). The key bias b_K adds q·b_K to every score of a query, which
+softmax ignores; it is kept in E so that the split is exact at i = n.
+
+Positional kernel and content factor::
+
+    pos_h[n, i]     = softmax_{i ≤ n}( q_h[n] · P_h[n, i] / s )
+    content_h[n, t] = exp( q_h[n] · E_h[n, t] / s )
+    attn_approx[n, i] = pos_h[n, i] · content_h[n, x_i] / S_h[n],
+    S_h[n] = Σ_{j ≤ n} pos_h[n, j] · content_h[n, x_j]        (the seed's denominator)
+
+The model's own log-denominator ``L_h[n] = logsumexp_i(q·key_i/s)`` (forward's
+``hook_denom``) relates to it by ``S_h[n] ≈ exp(L_h[n] − log Z_h[n])`` with
+``Z_h[n] = Σ_{i ≤ n} exp(q_h[n]·P_h[n, i]/s)`` (exact where the split is exact).
+
+Values split the same way: ``v_h[i] W_O[h] ≈ OV_h[n, x_i] + OVP_h[n, i]`` with
+``OV_h[n, t] = (LN(W_E[t] + W_pos[n]) W_V[h] + b_V[h]) W_O[h]`` and ``OVP_h`` built
+like ``P_h`` with W_V in place of W_K (:func:`positional_term` gives the shared part).
+
+The analyses see the model through :func:`view`: a float64 CPU copy of W_E, W_pos and
+block 0 only (whatever device the model was loaded on), so that tiny differences of
+exponentiated scores are not rounding noise and nothing of the later layers is copied.
+The fixed query token of the seed is :data:`SEED_QUERY`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Sequence
+
+import torch
+from jaxtyping import Float, Int
+
+from .._errors import HeadscopeError
+from ..core.forward import layer_norm, run_with_cache
+from ..core.weights import Block, Processing, Weights
+
+Tensor = torch.Tensor
+
+SEED_QUERY = " the"   #: the seed's fixed query token (appears in many contexts)
+GPT2_C = 3.5          #: the seed's c for GPT-2 Small
+CONTENT_CHUNK = 8192  #: vocabulary rows per chunk when scoring every token
+
+
+# -- the layer-0 view -----------------------------------------------------------------------
+
+
+def view(model, processing: Processing | None = None) -> Weights:
+    """W_E, W_pos and block 0 of `model` under `processing`, as float64 on the CPU.
+
+    The config says one layer, so a forward pass on the view stops after block 0; W_U is
+    shared, not copied (no layer-0 analysis reads it). Built once per model and processing
+    and kept beside the processed weights (:meth:`headscope.Model.derived`); read-only.
+    """
+    return model.derived("layer0.view", processing, _view)
+
+
+def _view(w: Weights) -> Weights:
+    f = lambda t: t.to(device="cpu", dtype=torch.float64)  # noqa: E731
+    b0 = Block(**{k: f(getattr(w.blocks[0], k)) for k in w.blocks[0].shapes(w.cfg)})
+    return dataclasses.replace(w, W_E=f(w.W_E), W_pos=f(w.W_pos), blocks=[b0],
+                               cfg=dataclasses.replace(w.cfg, n_layers=1))
+
+
+def check_split(weights: Weights, layer: int = 0) -> None:
+    """The vectorised split assumes fold_ln (LN1 only centres and scales) and layer 0.
+
+    (The caller checks that the model has `layer` at all: the view has one layer.)"""
+    if not weights.processing.fold_ln:
+        raise HeadscopeError("the key split needs weights processed with fold_ln "
+                             f"(got processing {weights.processing.label()})")
+    if layer != 0:
+        raise HeadscopeError(f"layer {layer}: the key split uses keys built from W_E + W_pos, "
+                             "which holds for layer 0 only; expected --layer 0")
+
+
+def token_id(model, text: str, what: str = "query") -> int:
+    """The id of `text`, which must be exactly one token."""
+    ids = model.tokenizer.encode(text)
+    if len(ids) != 1:
+        raise HeadscopeError(f"{what}: expected a single token, got {text!r} = {len(ids)} tokens")
+    return int(ids[0])
+
+
+# -- c ----------------------------------------------------------------------------------------
+
+
+def _centred(t: Tensor) -> Tensor:
+    return t - t.mean(-1, keepdim=True)
+
+
+def measure_c(weights: Weights) -> float:
+    """Typical token-embedding norm: median over the vocabulary of |W_E[t] − mean|."""
+    return float(_centred(weights.W_E).norm(dim=-1).median())
+
+
+def resolve_c(weights: Weights, c: float | str | None = None) -> tuple[float, str]:
+    """(c, source): None/"measured" → measured, "gpt2" → 3.5, a number → itself ("given")."""
+    if c is None or c == "measured":
+        return measure_c(weights), "measured"
+    if c == "gpt2":
+        return GPT2_C, "gpt2"
+    try:
+        value = float(c)
+    except (TypeError, ValueError):
+        raise HeadscopeError(f"c: expected 'measured', 'gpt2' or a positive number, got {c!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise HeadscopeError(f"c: expected a positive number, got {c!r}")
+    top = math.sqrt(float(torch.finfo(torch.float32).max) / weights.cfg.d_model)
+    if value > top:     # c is an embedding norm: its square, summed over d_model, must fit float32
+        raise HeadscopeError(f"c: expected a positive number at most {top:.3g} (an embedding norm whose square "
+                             f"summed over d_model {weights.cfg.d_model} fits float32), got {c!r}")
+    return value, "given"
+
+
+# -- queries and the split's terms ------------------------------------------------------------
+
+
+def ln1(w: Weights, x: Float[Tensor, "... d"]) -> Float[Tensor, "... d"]:
+    """LayerNorm 1 of block 0."""
+    b = w.blocks[0]
+    return layer_norm(x, b.ln1_w, b.ln1_b, w.cfg.ln_eps)[0]
+
+
+def queries(weights: Weights, tokens: Int[Tensor, "p"], positions: Int[Tensor, "p"] | None = None
+            ) -> Float[Tensor, "p h e"]:
+    """True layer-0 queries q = LN(W_E[t] + W_pos[n]) W_Q + b_Q of tokens at positions (default 0..p−1)."""
+    b = weights.blocks[0]
+    positions = torch.arange(len(tokens)) if positions is None else positions
+    x = ln1(weights, weights.W_E[tokens] + weights.W_pos[positions])             # [p d]
+    return torch.einsum("pd,hde->phe", x, b.W_Q) + b.b_Q                          # [p h e]
+
+
+def _positional_parts(w: Weights) -> tuple[Tensor, Tensor, Tensor]:
+    """(c(W_pos) [n_ctx d], |c(W_pos[i])|² [n_ctx], (w₁ ⊙ c(W_pos[i])) W_K[h] [h n_ctx e]) of `w`.
+
+    Computed once per weights (remembered on block 0, rebuilt if W_pos, w₁ or W_K change):
+    every frame needs them, and the positional logits of a query then cost O(n·e) per head
+    instead of O(n·d).
+    """
+    b = w.blocks[0]
+    parts = (w.W_pos, b.ln1_w, b.W_K)
+    key = tuple((id(t), t._version) for t in parts)
+    memo = b.__dict__.get("_positional_parts")
+    if memo is not None and memo[0] == key:
+        return memo[1]
+    P = _centred(w.W_pos)                                                         # [n_ctx d]
+    out = (P, P.pow(2).sum(-1), torch.einsum("id,hde->hie", P * b.ln1_w, b.W_K))    # [n_ctx], [h n_ctx e]
+    b.__dict__["_positional_parts"] = (key, out, parts)  # `parts` keeps the ids alive (no reuse)
+    return out
+
+
+def _position_scale(w: Weights, k: int, c: float) -> Float[Tensor, "k"]:
+    """√d / sqrt(|c(W_pos[i])|² + c²) for i < k.
+
+    The norm is floored at d·eps, LayerNorm's own floor (|c(x)|² + d·eps): finite when
+    c = 0 and W_pos[i] = 0."""
+    sq = (_positional_parts(w)[1][:k] + c * c).clamp_min(w.cfg.d_model * w.cfg.ln_eps)
+    return math.sqrt(w.cfg.d_model) / sq.sqrt()
+
+
+def positional_term(w: Weights, n: int, c: float, k: int | None = None) -> Float[Tensor, "k d"]:
+    """√d · w₁ ⊙ c(W_pos[i] − W_pos[n]) / sqrt(|c(W_pos[i])|² + c²) for i < k (default n+1).
+
+    Multiply by W_K[h] (W_V[h]) to get P_h[n, i] (the positional value term)."""
+    k = n + 1 if k is None else k
+    P = _positional_parts(w)[0]                                                   # [n_ctx d]
+    diff = P[:k] - P[n]                                                           # [k d]
+    return diff * _position_scale(w, k, c)[:, None] * w.blocks[0].ln1_w
+
+
+def positional_basis(w: Weights, k: int, c: float) -> tuple[Float[Tensor, "n_ctx d"], Float[Tensor, "k"]]:
+    """(w₁ ⊙ c(W_pos) [n_ctx d], scale [k]) with ``positional_term(w, n, c, k) = scale[:, None]·(rows[:k] − rows[n])``
+    (scale_i = √d / sqrt(|c(W_pos[i])|² + c²)): the positional term of many n at once."""
+    return _positional_parts(w)[0] * w.blocks[0].ln1_w, _position_scale(w, k, c)
+
+
+def _positional_logits(w: Weights, q: Float[Tensor, "m h e"], ns: Int[Tensor, "m"], k: int, c: float
+                       ) -> Float[Tensor, "m h k"]:
+    """q_m · P_h[n_m, i] / s for i < k (n_m < k): scale_i·(q·PK_h[i] − q·PK_h[n_m]) / s."""
+    G = torch.einsum("mhe,hie->mhi", q, _positional_parts(w)[2][:, :k])           # [m h k]
+    Gn = G.gather(2, ns.view(-1, 1, 1).expand(-1, G.shape[1], 1))                  # [m h 1]: exactly 0 at i = n
+    return (G - Gn) * (_position_scale(w, k, c) / w.cfg.attn_scale(0))
+
+
+def key_split(weights: Weights, tokens: Int[Tensor, "p"], n: int, c: float
+              ) -> tuple[Float[Tensor, "h i e"], Float[Tensor, "h i e"]]:
+    """(E[n, x_i], P[n, i]) for i = 0..n, every head, exactly as the seed writes them."""
+    check_split(weights)
+    b = weights.blocks[0]
+    E = torch.einsum("id,hde->hie", ln1(weights, weights.W_E[tokens[: n + 1]] + weights.W_pos[n]), b.W_K)
+    P = torch.einsum("id,hde->hie", positional_term(weights, n, c), b.W_K)
+    return E + b.b_K[:, None], P                                                  # [h i e] each
+
+
+# -- fixed query token at one position: the frame ---------------------------------------------
+
+
+@dataclasses.dataclass
+class Frame:
+    """Everything of layer 0 that depends only on (query token, n), for all heads."""
+
+    n: int
+    token: int
+    c: float
+    q: Float[Tensor, "head e"]
+    Kq: Float[Tensor, "d head"]          # W_K[h] q_h / s: a residual vector's score readout
+    bq: Float[Tensor, "head"]            # b_K[h]·q_h / s
+    pos_logits: Float[Tensor, "head k"]  # q·P[n, i]/s for i = 0..n
+    log_Z: Float[Tensor, "head"]         # logsumexp_i pos_logits
+    pos: Float[Tensor, "head k"]         # pos_h[n, i]
+
+    def content_logits(self, w: Weights, tokens: Int[Tensor, "t"]) -> Float[Tensor, "head t"]:
+        """log content_h[n, t] = q_h·E_h[n, t]/s for the given tokens."""
+        x = ln1(w, w.W_E[tokens] + w.W_pos[self.n])                             # [t d]
+        return (x @ self.Kq).T + self.bq[:, None]                              # [head t]
+
+
+def _check_frame(w: Weights, tokens: Sequence[int], n: int) -> None:
+    if not 0 <= n < w.cfg.n_ctx:
+        raise HeadscopeError(f"query position {n} out of range (n_ctx {w.cfg.n_ctx})")
+    bad = [t for t in tokens if not 0 <= t < w.cfg.d_vocab]
+    if bad:
+        raise HeadscopeError(f"query token id {bad[0]} out of range (d_vocab {w.cfg.d_vocab})")
+
+
+def score_readouts(w: Weights, query_tokens: Sequence[int], n: int) -> tuple[Tensor, Tensor, Tensor]:
+    """(q [t h e], W_K q / s [t d h], b_K·q / s [t h]) of query tokens placed at position n."""
+    b = w.blocks[0]
+    toks = torch.as_tensor(list(query_tokens), dtype=torch.long)
+    q = queries(w, toks, torch.full_like(toks, n))                                # [t h e]
+    s = w.cfg.attn_scale(0)
+    return q, torch.einsum("hde,the->tdh", b.W_K, q) / s, (b.b_K * q).sum(-1) / s
+
+
+def positional_logits(w: Weights, query_tokens: Sequence[int], n: int, c: float) -> Float[Tensor, "t h i"]:
+    """q·P[n, i]/s for i = 0..n, each query token placed at position n."""
+    _check_frame(w, list(query_tokens), n)
+    toks = torch.as_tensor(list(query_tokens), dtype=torch.long)
+    q = queries(w, toks, torch.full_like(toks, n))                                # [t h e]
+    return _positional_logits(w, q, torch.full_like(toks, n), n + 1, c)
+
+
+def query_frames(w: Weights, token: int, ns: Int[Tensor, "m"], c: float
+                 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The frames of `token` at positions `ns` at once: q [m h e], Kq = W_K q / s [m d h],
+    bq = b_K·q / s [m h] and pos [m h k] (k = max(ns) + 1, zero beyond each n) — what
+    :func:`frame` gives one position at a time."""
+    b = w.blocks[0]
+    _check_frame(w, [token], int(ns.max()))
+    q = queries(w, torch.full_like(ns, token), ns)                                 # [m h e]
+    s = w.cfg.attn_scale(0)
+    k = int(ns.max()) + 1
+    logits = _positional_logits(w, q, ns, k, c)                                    # [m h k]
+    logits.masked_fill_((torch.arange(k)[None, :] > ns[:, None])[:, None, :], -math.inf)
+    return q, torch.einsum("hde,mhe->mdh", b.W_K, q) / s, (b.b_K * q).sum(-1) / s, torch.softmax(logits, dim=-1)
+
+
+def positional_kernels(w: Weights, query_tokens: Sequence[int], n: int, c: float) -> Float[Tensor, "t h i"]:
+    """pos_{n,i,q} for i = 0..n and each query token q placed at position n."""
+    return torch.softmax(positional_logits(w, query_tokens, n, c).double(), dim=-1)
+
+
+def positional_kernel(w: Weights, query_token: int, n: int, c: float) -> Float[Tensor, "h i"]:
+    """pos_{n,i,q} for i = 0..n, the query token placed at position n."""
+    return positional_kernels(w, [query_token], n, c)[0]
+
+
+def frame(w: Weights, token: int, n: int, c: float | None = None) -> Frame:
+    """The layer-0 query frame at position n for query token `token`."""
+    _check_frame(w, [token], n)
+    c = measure_c(w) if c is None else float(c)
+    q, Kq, bq = score_readouts(w, [token], n)
+    pos_logits = _positional_logits(w, q, torch.tensor([n]), n + 1, c)[0]         # [head n+1]
+    return Frame(n=n, token=token, c=c, q=q[0], Kq=Kq[0], bq=bq[0], pos_logits=pos_logits,
+                 log_Z=torch.logsumexp(pos_logits, dim=-1), pos=torch.softmax(pos_logits, dim=-1))
+
+
+def log_content_factors(w: Weights, query_token: int, n: int, tokens: Int[Tensor, "t"] | None = None
+                        ) -> Float[Tensor, "h t"]:
+    """log content_{t,q} = q·E[n, t]/s for `tokens` (default: the whole vocabulary), query at n."""
+    fr = frame(w, query_token, n, c=1.0)                                          # c does not enter content
+    tokens = torch.arange(w.cfg.d_vocab) if tokens is None else tokens
+    return torch.cat([fr.content_logits(w, ids) for ids in tokens.split(CONTENT_CHUNK)], dim=1).double()
+
+
+def seed_log_denominator(log_denom: Float[Tensor, "... head"], fr: Frame) -> Float[Tensor, "... head"]:
+    """log S_h[n] = L_h[n] − log Z_h[n]: the model's log-denominator in the seed's normalisation."""
+    return log_denom - fr.log_Z
+
+
+def log_Z(w: Weights, token: int, n_pos: int, c: float, chunk: int = 128) -> Float[Tensor, "head pos"]:
+    """log Z_h[n] for n = 0..n_pos−1 (the positional kernel's normaliser), the frames' ``log_Z``
+    for `chunk` positions at a time (one [chunk head n_pos] block of logits, masked above n)."""
+    _check_frame(w, [token], n_pos - 1)
+    out = []
+    for a in range(0, n_pos, chunk):
+        ns = torch.arange(a, min(a + chunk, n_pos))
+        q = queries(w, torch.full_like(ns, token), ns)                             # [m h e]
+        L = _positional_logits(w, q, ns, n_pos, c)                                 # [m h n_pos]
+        L.masked_fill_((torch.arange(n_pos)[None, :] > ns[:, None])[:, None, :], -math.inf)
+        out.append(torch.logsumexp(L, dim=-1).T)                                   # [h m]
+    return torch.cat(out, dim=1)
+
+
+def fixed_query_scores(w: Weights, k: Float[Tensor, "b p head e"], token: int) -> Float[Tensor, "b head q p"]:
+    """True layer-0 scores when the query at every position n is `token` at n.
+
+    Keys ``k`` are the text's own (forward's ``hook_k``); causal mask applied. This is
+    the model's computation at n had x_n been `token` (the key and value at n stay the
+    text's own).
+    """
+    b0 = w.blocks[0]
+    p = k.shape[1]
+    x = ln1(w, w.W_E[token] + w.W_pos[:p])                                        # [p d]
+    q = torch.einsum("pd,hde->phe", x, b0.W_Q) + b0.b_Q                           # [p head e]
+    scores = torch.einsum("qhe,bkhe->bhqk", q, k) / w.cfg.attn_scale(0)           # [b head q k]
+    causal = torch.ones(p, p, dtype=torch.bool, device=k.device).tril()
+    return scores.masked_fill(~causal, float("-inf"))
+
+
+# -- the split over a whole window (vectorised over query positions) --------------------------
+
+
+def split_scores(weights: Weights, tokens: Int[Tensor, "p"], c: float
+                 ) -> tuple[Float[Tensor, "h q k"], Float[Tensor, "h q k"]]:
+    """(content, position) parts of the approximate scores q_n·(E[n,x_i] + P[n,i])/s.
+
+    The text's own queries q_n; entries above the diagonal (i > n) are −inf in both.
+    Vectorised with ‖c(W_E[x_i]) + c(W_pos[n])‖² = |e_i|² + |p_n|² + 2 e_i·p_n, which
+    needs fold_ln.
+    """
+    check_split(weights)
+    cfg, b = weights.cfg, weights.blocks[0]
+    d, P_len = cfg.d_model, len(tokens)
+    s = cfg.attn_scale(0)
+    Q = queries(weights, tokens)                                                  # [q h e]
+    e_x = _centred(weights.W_E[tokens])                                           # [k d]
+    p = _centred(weights.W_pos[:P_len])                                           # [p d]
+    eK = torch.einsum("kd,hde->hke", e_x, b.W_K)                                  # [h k e]
+    pK = torch.einsum("pd,hde->hpe", p, b.W_K)                                    # [h p e]
+    Qh = Q.transpose(0, 1)                                                        # [h q e]
+    q_eK = Qh @ eK.transpose(1, 2)                                                # [h q k]
+    q_pK = Qh @ pK.transpose(1, 2)                                                # [h q k]  q_n · p_i W_K
+    q_pnK = torch.diagonal(q_pK, dim1=1, dim2=2)                                  # [h q]    q_n · p_n W_K
+    q_bK = torch.einsum("hqe,he->hq", Qh, b.b_K)                                  # [h q]
+    norm2 = (e_x.pow(2).sum(-1)[None, :] + p.pow(2).sum(-1)[:, None] + 2 * p @ e_x.T).clamp_min(0) + d * cfg.ln_eps
+    # [q k] = |c(W_E[x_k] + W_pos[q])|² + d·eps; clamped: rounding of the expansion must not go below d·eps
+    content = (math.sqrt(d) * (q_eK + q_pnK[:, :, None]) / norm2.sqrt() + q_bK[:, :, None]) / s
+    pos_norm = (p.pow(2).sum(-1) + c ** 2).clamp_min(d * cfg.ln_eps).sqrt()      # [k] (floor: see positional_term)
+    position = math.sqrt(d) * (q_pK - q_pnK[:, :, None]) / pos_norm[None, None, :] / s
+    causal = torch.ones(P_len, P_len, dtype=torch.bool).tril()
+    return content.masked_fill(~causal, -math.inf), position.masked_fill(~causal, -math.inf)
+
+
+def crude_pattern(weights: Weights, tokens: Int[Tensor, "p"], c: float) -> Float[Tensor, "h q k"]:
+    """The crude split the seed improves on: |W_E[x_i] + W_pos[i]| ≈ √(|W_pos[i]|² + c²), i.e.
+    keys √d (c(W_E[x_i]) + c(W_pos[i])) W_K / √(|c(W_pos[i])|² + c²) + b_K, without adding and
+    subtracting W_pos[n]; softmax_i of q_n·key_i/s (causal)."""
+    check_split(weights)
+    cfg, b = weights.cfg, weights.blocks[0]
+    d, P_len = cfg.d_model, len(tokens)
+    Q = queries(weights, tokens).transpose(0, 1)                                  # [h q e]
+    x = _centred(weights.W_E[tokens]) + _centred(weights.W_pos[:P_len])           # [k d]
+    norm = (_centred(weights.W_pos[:P_len]).pow(2).sum(-1) + c ** 2).clamp_min(d * cfg.ln_eps).sqrt()   # [k]
+    keys = math.sqrt(d) * torch.einsum("kd,hde->hke", x, b.W_K) / norm[None, :, None] + b.b_K[:, None, :]
+    scores = Q @ keys.transpose(1, 2) / cfg.attn_scale(0)                         # [h q k]
+    causal = torch.ones(P_len, P_len, dtype=torch.bool).tril()
+    return torch.softmax(scores.masked_fill(~causal, -math.inf), dim=-1)
+
+
+def approx_pattern(weights: Weights, tokens: Int[Tensor, "p"], c: float) -> Float[Tensor, "h q k"]:
+    """attn_approx[n, i] = softmax_i of the split scores (causal, rows sum to 1)."""
+    content, position = split_scores(weights, tokens, c)
+    return torch.softmax(content + position, dim=-1)
+
+
+def text_positional_kernels(weights: Weights, tokens: Int[Tensor, "p"], c: float) -> Float[Tensor, "h q k"]:
+    """pos_{n,i,query[n](x)} with the real queries of a text: softmax_i of q_n·P[n,i]/s."""
+    _, position = split_scores(weights, tokens, c)
+    return torch.softmax(position, dim=-1)
+
+
+def text_content_factors(weights: Weights, tokens: Int[Tensor, "p"], c: float) -> Float[Tensor, "h q k"]:
+    """content_{E[n, x_i], query[n](x)} = exp(q_n·E[n, x_i]/s) (0 above the diagonal)."""
+    content, _ = split_scores(weights, tokens, c)
+    return content.exp()
+
+
+def true_pattern(weights: Weights, tokens: Int[Tensor, "p"]) -> Float[Tensor, "h q k"]:
+    """The model's layer-0 attention pattern on one window."""
+    cache = run_with_cache(weights, tokens[None], names=["blocks.0.attn.hook_pattern"], stop_at_layer=1)
+    return cache["blocks.0.attn.hook_pattern"][0]
+
+
+def tv_distance(true: Float[Tensor, "h q k"], approx: Float[Tensor, "h q k"]) -> Float[Tensor, "h q"]:
+    """½ Σ_k |true − approx| per head and query position."""
+    return 0.5 * (true.double() - approx.double()).abs().sum(-1)

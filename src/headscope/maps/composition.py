@@ -1,0 +1,232 @@
+"""Weight-based maps between heads and through the vocabulary, as in "A Mathematical Framework".
+
+Composition scores (the Framework's definition, TransformerLens's ``all_composition_scores``)
+---------------------------------------------------------------------------------------
+For a head A of layer l_A writing W_OV^A = W_V^A W_O^A [d d] and a head B of a later
+layer l_B > l_A reading it::
+
+    score(A → B) = ‖W_OV^A · M_B‖_F / (‖W_OV^A‖_F ‖M_B‖_F)
+
+with M_B = W_Q^B W_K^Bᵀ (Q-composition: A's output feeds B's query), W_K^B W_Q^Bᵀ
+(K-composition: A's output feeds B's key) or W_V^B W_O^B (V-composition). Pairs with
+l_B ≤ l_A score 0 (as TransformerLens masks them). Every matrix is a product of two
+rank-e factors (e = d_head), so no d × d product is formed: for a factor F [d e],
+‖F X‖_F = ‖R_F X‖_F with R_F [e e] the triangular factor of F = Q R (Q orthonormal
+columns), and likewise on the right. Hence, e.g. for K-composition,
+‖W_V^A W_O^A W_K^B W_Q^Bᵀ‖_F = ‖R_V^A (W_O^A W_K^B) R_Q^Bᵀ‖_F — an e × e matrix per
+pair, W_O^A W_K^B [e e] costing e²·d. All in float64. The weights are read as given:
+``model.weights()`` (the default processing, equal to TransformerLens's) gives
+TransformerLens's figures.
+
+The Framework's copying score
+-----------------------------
+Σλ/Σ|λ| over the eigenvalues of the full OV circuit W_E W_V W_O W_U [vocab vocab] (raw
+— processed, not effective — token embeddings, every token of the vocabulary). Its
+nonzero eigenvalues are those of the e × e matrix W_O (W_U W_E) W_V (AB and BA share
+their nonzero eigenvalues, A = W_E W_V, B = W_O W_U); W_U W_E [d d] is formed once per
+model, summed over vocabulary chunks, in float64 (:func:`vocab_gram`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from jaxtyping import Float
+
+from .._html_repr import HtmlRepr
+from .lowrank import column_factor, small_matrices
+from ..core.weights import Weights
+
+Tensor = torch.Tensor
+MODES = ("Q", "K", "V")
+EDGES = 10          #: strongest edges listed per mode
+CHUNK = 8192        #: vocabulary rows per chunk of W_U W_E
+
+
+def _r(F: Float[Tensor, "... d e"]) -> Float[Tensor, "... e e"]:
+    """R with FᵀF = RᵀR (QR of F, float64): ‖F X‖_F = ‖R X‖_F for any X."""
+    return column_factor(F)
+
+
+def vocab_gram(weights: Weights, chunk: int = CHUNK) -> Float[Tensor, "d d"]:
+    """W_U W_E [d_model d_model] in float64, summed over vocabulary chunks (no vocab-sized float64 copy)."""
+    d = weights.cfg.d_model
+    G = torch.zeros(d, d, dtype=torch.float64)
+    for i in range(0, weights.cfg.d_vocab, chunk):
+        G += weights.W_U[:, i:i + chunk].double() @ weights.W_E[i:i + chunk].double()
+    return G
+
+
+def framework_ov_eigenvalues(weights: Weights, layer: int, gram: Tensor | None = None) -> Tensor:
+    """Eigenvalues [head e] (complex) of W_O[h] (W_U W_E) W_V[h]: the nonzero ones of W_E W_OV[h] W_U."""
+    G = vocab_gram(weights) if gram is None else gram
+    b = weights.blocks[layer]
+    GV = torch.einsum("cd,hde->hce", G, b.W_V.double())                                  # [h d e]
+    with small_matrices():
+        return torch.linalg.eigvals(b.W_O.double() @ GV)                                 # [h e]
+
+
+def composition_scores(weights: Weights, max_elements: int = 1 << 24) -> dict[str, Float[Tensor, "L h L h"]]:
+    """{mode: scores [layer_A head_A layer_B head_B]} for modes Q, K, V (module docstring); 0 where l_B ≤ l_A.
+
+    With R_X the e × e factor of W_X (and R_O that of W_Oᵀ): the writer's left factor
+    P_A = R_V^A W_O^A [e d]; the reader's right factor W_Q R_Kᵀ (Q), W_K R_Qᵀ (K) or
+    W_V R_Oᵀ (V) [d e]; the numerator is ‖P_A · right_B‖_F. All writers of the layers below
+    a reader layer meet its heads in one matrix product ([writers·e d] @ [d heads·e]),
+    chunked to at most `max_elements` entries.
+    """
+    cfg = weights.cfg
+    L, H, e = cfg.n_layers, cfg.n_heads, cfg.d_head
+    st = lambda name: torch.stack([getattr(b, name).double() for b in weights.blocks])  # noqa: E731
+    W_Q, W_K, W_V, W_O = st("W_Q"), st("W_K"), st("W_V"), st("W_O")                    # [L h d e] ×3, [L h e d]
+    R = {"Q": _r(W_Q), "K": _r(W_K), "V": _r(W_V), "O": _r(W_O.transpose(-1, -2))}      # [L h e e]
+    T = lambda x: x.transpose(-1, -2)  # noqa: E731
+    n_ov = (R["V"] @ T(R["O"])).flatten(-2).norm(dim=-1)                                 # [L h] ‖W_V W_O‖_F
+    n_qk = (R["Q"] @ T(R["K"])).flatten(-2).norm(dim=-1)                                 # [L h] ‖W_Q W_Kᵀ‖_F
+    left = R["V"] @ W_O                                                                  # [L h e d]
+    right = {"Q": (W_Q @ T(R["K"]), n_qk), "K": (W_K @ T(R["Q"]), n_qk), "V": (W_V @ T(R["O"]), n_ov)}
+    out = {m: torch.zeros(L, H, L, H, dtype=torch.float64) for m in MODES}
+    step = max(1, max_elements // (H * e * H * e))                                       # writer layers per product
+    for lb in range(1, L):
+        for m in MODES:
+            fac, norm_b = right[m]
+            Rb = fac[lb].permute(1, 0, 2).reshape(cfg.d_model, H * e)                     # [d hB·e]
+            for la0 in range(0, lb, step):
+                la1 = min(lb, la0 + step)
+                C = left[la0:la1].reshape(-1, cfg.d_model) @ Rb                          # [n·hA·e hB·e]
+                num = C.view(la1 - la0, H, e, H, e).square().sum((2, 4)).sqrt()           # [n hA hB]
+                den = n_ov[la0:la1, :, None] * norm_b[lb][None, None, :]
+                out[m][la0:la1, :, lb, :] = torch.where(den > 0, num / torch.where(den > 0, den, 1.0), 0.0)
+    return out
+
+
+@dataclasses.dataclass
+class Edge:
+    mode: str
+    source: tuple[int, int]       # (layer, head) writing
+    target: tuple[int, int]       # (layer, head) reading
+    score: float
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class Composition(HtmlRepr):
+    """Q-, K-, V-composition scores of every pair of heads in different layers (module docstring)."""
+
+    fingerprint: str
+    processing: dict
+    n_layers: int
+    n_heads: int
+    scores: dict[str, list]       # mode → [L][h][L][h]
+    edges: dict[str, list[Edge]]  # mode → the strongest EDGES, descending
+    baseline: float               # 1/√d_model: the score of two unrelated (random) heads
+    incoming: dict[str, list] = dataclasses.field(default_factory=dict)  # mode → [L][h] max over writers
+    outgoing: dict[str, list] = dataclasses.field(default_factory=dict)  # mode → [L][h] max over readers
+
+    def score(self, mode: str, source: tuple[int, int], target: tuple[int, int]) -> float:
+        return self.scores[mode][source[0]][source[1]][target[0]][target[1]]
+
+    def to_dict(self) -> dict:
+        return {"fingerprint": self.fingerprint, "processing": self.processing, "n_layers": self.n_layers,
+                "n_heads": self.n_heads, "scores": self.scores, "baseline": self.baseline,
+                "incoming": self.incoming, "outgoing": self.outgoing,
+                "edges": {m: [e.to_dict() for e in v] for m, v in self.edges.items()}}
+
+    def render(self) -> str:
+        lines = [f"composition scores ({self.n_layers} layers × {self.n_heads} heads; "
+                 f"random-pair baseline ≈ {self.baseline:.3f})"]
+        for m in MODES:
+            lines.append(f"{m}-composition, strongest edges:")
+            lines += [f"  L{e.source[0]}H{e.source[1]} → L{e.target[0]}H{e.target[1]}  {e.score:.4f}"
+                      for e in self.edges[m]]
+        return "\n".join(lines)
+
+
+def strongest_edges(scores: Tensor, mode: str, k: int = EDGES) -> list[Edge]:
+    """The k largest scores of [L h L h] (ties by index), as edges."""
+    L, H = scores.shape[0], scores.shape[1]
+    flat = scores.flatten()
+    k = min(k, int((flat > 0).sum()))
+    order = torch.argsort(flat, descending=True, stable=True)[:k]
+    out = []
+    for i in order.tolist():
+        la, ha, lb, hb = i // (H * L * H), (i // (L * H)) % H, (i // H) % L, i % H
+        out.append(Edge(mode, (la, ha), (lb, hb), float(flat[i])))
+    return out
+
+
+@torch.no_grad()
+def composition(model_or_weights, processing=None, k: int = EDGES) -> Composition:
+    """Composition scores of a model (processed by default) or of given weights, with the strongest edges."""
+    if isinstance(model_or_weights, Weights):
+        W, fp = model_or_weights, ""
+    else:
+        W, fp = model_or_weights.weights(processing), model_or_weights.fingerprint
+    s = composition_scores(W)
+    e, d = W.cfg.d_head, W.cfg.d_model
+    return Composition(
+        fingerprint=fp, processing=W.processing.to_dict(), n_layers=W.cfg.n_layers, n_heads=W.cfg.n_heads,
+        scores={m: s[m].tolist() for m in MODES}, edges={m: strongest_edges(s[m], m, k) for m in MODES},
+        incoming={m: s[m].amax(dim=(0, 1)).tolist() for m in MODES},   # [L h]: the reader's strongest writer
+        outgoing={m: s[m].amax(dim=(2, 3)).tolist() for m in MODES},   # [L h]: the writer's strongest reader
+        # unrelated heads (independent, isotropic factors): E‖AB‖²_F ≈ ‖A‖²_F ‖B‖²_F / d, so ≈ 1/√d
+        baseline=float((1.0 / d) ** 0.5) if e else 0.0,
+    )
+
+
+# -- per head: singular directions of W_OV and W_QK read through the vocabulary ----------------
+
+
+DIRECTIONS = 3      #: singular directions kept per circuit
+DIRECTION_TOKENS = 5  #: tokens listed at each end of a direction
+
+
+def _low_rank_svd(L: Float[Tensor, "h d e"], R: Float[Tensor, "h d e"]):
+    """SVD of L Rᵀ [h d d] (rank ≤ e) from e × e cores: (U [h d e], σ [h e], V [h d e]) with L Rᵀ = U diag σ Vᵀ."""
+    with small_matrices():
+        QL, RL = torch.linalg.qr(L.double())
+        QR, RR = torch.linalg.qr(R.double())
+        Uc, sig, Vhc = torch.linalg.svd(RL @ RR.transpose(-1, -2))
+    return QL @ Uc, sig, QR @ Vhc.transpose(-1, -2)
+
+
+def head_directions(weights: Weights, layer: int, ids: Tensor, tokens, k: int = DIRECTIONS,
+                    n: int = DIRECTION_TOKENS) -> list[dict]:
+    """Per head of `layer`: the singular values of W_OV = W_V W_O and W_QK = W_Q W_Kᵀ and, for the
+    top `k` singular triples (σ, u, v), the tokens of `ids` each side reads or writes.
+
+    OV: W_OV = Σ σ_i u_i v_iᵀ: a token t whose embedding W_E[t] has a large u_i component
+    (``reads``) makes the head write σ_i (W_E[t]·u_i) v_i, raising the logits of the tokens s
+    with large W_U[:, s]·v_i (``writes``); the ``-`` lists are the other end (the sign pair
+    (u, v) → (−u, −v) is the same direction). QK: W_QK = Σ σ_i u_i v_iᵀ: queries with large
+    W_E[t]·u_i score keys with large W_E[s]·v_i highly. Tokens are the given ids' (e.g. the
+    atlas's frequent tokens), read through the processed W_E and W_U. `tokens(ids)` gives
+    their strings. Float64, from e × e cores (:func:`_low_rank_svd`).
+    """
+    b = weights.blocks[layer]
+    E = weights.W_E[ids].double()                                                  # [N d]
+    Uu = weights.W_U[:, ids].double()                                              # [d N]
+    out = []
+    ov = _low_rank_svd(b.W_V.double(), b.W_O.double().transpose(-1, -2))
+    qk = _low_rank_svd(b.W_Q.double(), b.W_K.double())
+    ids = ids.tolist()
+
+    def ends(scores: Tensor) -> tuple[list[str], list[str]]:
+        top = torch.argsort(scores, descending=True, stable=True)
+        return tokens([ids[i] for i in top[:n]]), tokens([ids[i] for i in top.flip(0)[:n]])
+
+    for h in range(weights.cfg.n_heads):
+        row = {"ov_singular_values": ov[1][h].tolist(), "qk_singular_values": qk[1][h].tolist(),
+               "ov_directions": [], "qk_directions": []}
+        for i in range(min(k, ov[1].shape[-1])):
+            (r_hi, r_lo), (w_hi, w_lo) = ends(E @ ov[0][h, :, i]), ends(ov[2][h, :, i] @ Uu)
+            row["ov_directions"].append({"sigma": float(ov[1][h, i]), "reads": r_hi, "writes": w_hi,
+                                         "reads_neg": r_lo, "writes_neg": w_lo})
+            (q_hi, q_lo), (k_hi, k_lo) = ends(E @ qk[0][h, :, i]), ends(E @ qk[2][h, :, i])
+            row["qk_directions"].append({"sigma": float(qk[1][h, i]), "queries": q_hi, "keys": k_hi,
+                                         "queries_neg": q_lo, "keys_neg": k_lo})
+        out.append(row)
+    return out

@@ -1,0 +1,178 @@
+"""Attention patterns of whole layers on texts: mean patterns, per-head rates, offset profiles.
+
+For head h of layer l and text s with pattern A_s[q, k] (softmax over k ≤ q, forward's
+``hook_pattern``):
+
+* mean pattern  Ā[q, k] = mean_s A_s[q, k] for q, k < P (P = min(max_positions, shortest
+  text)); exact on the truncated texts, since A[q, ·] only depends on tokens 0..q;
+* per-head rates, means over all queries q ≥ 1 of all texts: BOS = A[q, 0],
+  self = A[q, q], previous = A[q, q−1], mean distance Σ_k (q − k) A[q, k],
+  entropy −Σ_k A log A (nats);
+* offset profile: A[q, q − d] against the offset d < D, mean and 10–90 % range over the
+  queries q ≥ max(d, 1) that reach back that far; D = min(max_positions, longest text),
+  so every offset shown is reached by at least one query (no undefined entries);
+* the pattern of the first text, positions < max_positions.
+
+Texts are ``[BOS] + tokens`` truncated to n_ctx; texts that are BOS alone have no query q ≥ 1
+and the summary does not apply (:class:`~headscope.NotApplicable`) when every text is one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Iterable, Sequence
+
+import torch
+
+from .._errors import NotApplicable
+from ..core.forward import run_with_cache
+from ..core.loading import Model
+from ..shipped import Text
+from ..core.weights import Processing, Weights
+
+Tensor = torch.Tensor
+RATES = ("bos", "self", "prev", "distance", "entropy")
+
+
+def lower_rows(m: Tensor) -> list[list[float]]:
+    """Rows of the lower triangle of a square matrix (row q has q + 1 entries)."""
+    return [m[q, : q + 1].tolist() for q in range(m.shape[0])]
+
+
+@torch.no_grad()
+def head_pattern(weights: Weights, tokens: Tensor, layer: int, head: int) -> Tensor:
+    """Attention pattern A[b, q, k] (float64) of head (layer, head) on token batches [b p]."""
+    name = f"blocks.{layer}.attn.hook_pattern"
+    return run_with_cache(weights, tokens, names=[name], stop_at_layer=layer + 1, batch_size=32)[name][:, head].double()
+
+
+def _shares_prefix(a: Weights, b: Weights, layer: int) -> bool:
+    """Whether `a` and `b` hold the very same embeddings and blocks 0..layer−1 (by identity)."""
+    return (a.cfg == b.cfg and a.W_E is b.W_E and a.W_pos is b.W_pos
+            and all(x is y for x, y in zip(a.blocks[:layer], b.blocks[:layer])))
+
+
+@torch.no_grad()
+def head_patterns(weights: Sequence[Weights], tokens: Tensor, layer: int, head: int) -> list[Tensor]:
+    """:func:`head_pattern` under each of several weights, e.g. a model and its steered copy.
+
+    When they share the embeddings and blocks 0..layer−1 (the same tensors, as
+    :func:`headscope.steering.steered_weights` leaves them), the residual stream entering
+    block `layer` is computed once and only block `layer`'s attention runs per weights —
+    the very operations ``run_with_cache`` performs, so the patterns are the same.
+    """
+    weights = list(weights)
+    if len(weights) < 2 or not all(_shares_prefix(weights[0], w, layer) for w in weights[1:]):
+        return [head_pattern(w, tokens, layer, head) for w in weights]
+    from ..core.forward import _attention, _Keeper  # the forward's own attention block (one home)
+
+    name = f"blocks.{layer}.attn.hook_pattern"
+    resid = f"blocks.{layer - 1}.hook_resid_post"                                  # = block layer's resid_pre
+    x = run_with_cache(weights[0], tokens, names=[resid], stop_at_layer=layer, batch_size=32)[resid] if layer else None
+    out = []
+    for w in weights:
+        parts = []
+        for a in range(0, tokens.shape[0], 32):
+            if layer:
+                xa = x[a:a + 32]
+            else:                                                                   # block 0 reads the embeddings
+                t = tokens[a:a + 32]
+                xa = w.W_E[t] + w.W_pos[:t.shape[1]]
+            keeper = _Keeper([name], w.cfg.n_layers)
+            _attention(w.blocks[layer], xa.to(w.device), layer, w, keeper)
+            parts.append(keeper.cache[name][:, head].cpu())
+        out.append(torch.cat(parts).double())
+    return out
+
+
+@dataclasses.dataclass
+class HeadAttention:
+    layer: int
+    head: int
+    bos: float
+    self: float
+    prev: float
+    distance: float
+    entropy: float
+    mean_pattern: list[list[float]]          # lower triangle of Ā, rows q < P
+    offset_profile: dict                     # {"mean", "p10", "p90"}: [D] each
+    example_pattern: list[list[float]]       # lower triangle of A on the first text
+
+
+@dataclasses.dataclass
+class AttentionSummary:
+    layers: list[int]
+    n_heads: int
+    positions: int           # P
+    offsets: int             # D
+    n_queries: int
+    samples: list[str]
+    example: dict            # {"sample": name, "tokens": str tokens of the example pattern}
+    heads: list[HeadAttention]
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@torch.no_grad()
+def attention_summary(model: Model, texts: Sequence[Text], layers: Sequence[int], *, max_positions: int = 40,
+                      processing: Processing | None = None,
+                      progress: Callable[[list], Iterable] | None = None) -> AttentionSummary:
+    """The module docstring's statistics for every head of `layers` (those the model has) on `texts`."""
+    cfg = model.cfg
+    asked, layers = list(layers), [l for l in layers if 0 <= l < cfg.n_layers]
+    if not layers:
+        raise NotApplicable(f"attention summary: the model has layers 0..{cfg.n_layers - 1}, none of {asked}")
+    W = model.weights(processing)
+    toks = [model.to_tokens(t.text)[: cfg.n_ctx] for t in texts]
+    P = min(max_positions, min(len(t) for t in toks))
+    D = min(max_positions, max(len(t) for t in toks))                              # every offset d < D is reached
+    if D < 2:
+        raise NotApplicable("attention summary: every text is BOS alone (no query position q ≥ 1)")
+    H_ = cfg.n_heads
+    mean = torch.zeros(len(layers), H_, P, P, dtype=torch.float64)
+    rate = {k: torch.zeros(len(layers), H_, dtype=torch.float64) for k in RATES}
+    offs: list[list[list[Tensor]]] = [[[] for _ in range(H_)] for _ in layers]   # [l][h] → [q, D] rows
+    n_q = 0
+    example: dict[int, Tensor] = {}
+    names = [f"blocks.{l}.attn.hook_pattern" for l in layers]
+    for s, t in enumerate((progress or iter)(toks)):
+        cache = run_with_cache(W, t[None], names, stop_at_layer=max(layers) + 1)
+        n = len(t)
+        q = torch.arange(n)
+        dist = (q[:, None] - q[None, :]).clamp(min=0).double()                     # [q k]
+        idx = q[:, None] - torch.arange(D)[None, :]                                 # [q d]: key q − d
+        valid = idx >= 0
+        for i, l in enumerate(layers):
+            A = cache[f"blocks.{l}.attn.hook_pattern"][0].double()                 # [h q k]
+            mean[i] += A[:, :P, :P]
+            rate["bos"][i] += A[:, 1:, 0].sum(-1)
+            rate["self"][i] += A.diagonal(dim1=1, dim2=2)[:, 1:].sum(-1)
+            rate["prev"][i] += A.diagonal(offset=-1, dim1=1, dim2=2).sum(-1)
+            rate["distance"][i] += (A * dist).sum(-1)[:, 1:].sum(-1)
+            rate["entropy"][i] += -(A * A.clamp_min(1e-30).log()).sum(-1)[:, 1:].sum(-1)
+            g = A.gather(2, idx.clamp(min=0)[None].expand(H_, n, D))               # [h q d]
+            g = torch.where(valid[None], g, torch.nan)
+            for h in range(H_):
+                offs[i][h].append(g[h, 1:])
+            if s == 0:
+                m = min(n, max_positions)
+                example[l] = A[:, :m, :m]
+        n_q += n - 1
+    mean /= len(toks)
+    heads = []
+    for i, l in enumerate(layers):
+        for h in range(H_):
+            o = torch.cat(offs[i][h])                                              # [all queries, D]
+            heads.append(HeadAttention(
+                layer=l, head=h, **{k: (rate[k][i, h] / n_q).item() for k in RATES},
+                mean_pattern=lower_rows(mean[i, h]),
+                offset_profile={"mean": torch.nanmean(o, 0).tolist(),
+                                "p10": torch.nanquantile(o, 0.1, dim=0).tolist(),
+                                "p90": torch.nanquantile(o, 0.9, dim=0).tolist()},
+                example_pattern=lower_rows(example[l][h])))
+    m = min(len(toks[0]), max_positions)
+    return AttentionSummary(layers=layers, n_heads=H_, positions=P, offsets=D, n_queries=n_q,
+                            samples=[t.name for t in texts],
+                            example={"sample": texts[0].name, "tokens": model.to_str_tokens(toks[0][:m].tolist())},
+                            heads=heads)

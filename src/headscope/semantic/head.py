@@ -1,0 +1,471 @@
+"""One head, analysed from its weights (seed 002): effective embeddings, the bilinear form and
+its eigenvalues, neighbours, token clusters, position independence.
+
+Compute (:func:`analyse_head`, :func:`head_clusters`) → typed results
+(:class:`HeadAnalysis`, :class:`HeadClusters`, each with ``to_dict()``) → ``render()``.
+The maths lives in :mod:`.bilinear` (effective embeddings, W_QK, eigen-split, top-k),
+:mod:`.clustering` (graph, Leiden, spectral) and :mod:`.survey` (prompts, position
+independence); this module puts them together for one head.
+
+Presets (:data:`PRESETS`, ``headscope head … --preset``): ``headscope`` (the default) —
+5000 nodes by BPE merge order plus the category words, top-10 targets per query,
+symmetrised attention-probability weights, Leiden (RB configuration, seeded) and a
+spectral alternative, attention means from the category prompts; ``seed`` — the L1H5
+authors' clustering (:mod:`.clustering`: ``<|endoftext|>`` + the 2 999 most frequent
+tokens by ``wordfreq`` or a corpus, raw key×query scores, top 4 per key, directed,
+Leiden modularity with communities of at most 512) over their effective embeddings
+(attention means ``authors``, :mod:`.bilinear`). Every option can be set on its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import torch
+
+from . import bilinear, clustering
+from .._errors import HeadscopeError
+from .._html_repr import HtmlRepr
+from .bilinear import BilinearForm
+from .clustering import Clustering
+from ..core.loading import Model
+from .survey import PositionIndependence, position_independence_heads, prompts_for
+from ..core.tokenizer import escape_token
+from ..core.weights import Processing, Weights
+
+Tensor = torch.Tensor
+
+
+@dataclasses.dataclass
+class GraphSpec:
+    """How the token graph of a head was built."""
+
+    n_nodes: int
+    n_frequent: int
+    k: int
+    keys: str
+    frequency: str          # "corpus", "bpe-merge-order" or "wordfreq"
+    resolution: float
+    seed: int
+    preset: str = "headscope"
+    graph: str = "headscope"        # "headscope": query → top-k keys, symmetrised; "authors": key → top-k queries
+    attn_mean: str = "prompts"      # bilinear.ATTN_MEANS
+    max_comm_size: int | None = None
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class HeadClusters:
+    """A head's top-k token graph over the nodes and its partitions."""
+
+    spec: GraphSpec
+    leiden: Clustering
+    spectral: Clustering | None
+    nodes: list[int] = dataclasses.field(repr=False)         # token ids of the graph's nodes
+    embeddings: Tensor = dataclasses.field(repr=False)       # effective embeddings of the nodes [n d]
+    values: Tensor = dataclasses.field(repr=False)           # top-k logits [n k]
+    targets: Tensor = dataclasses.field(repr=False)          # top-k target node indices [n k]
+
+    def to_dict(self) -> dict:
+        return {"graph": self.spec.to_dict(), "leiden": self.leiden.to_dict(),
+                "spectral": None if self.spectral is None else self.spectral.to_dict()}
+
+
+@dataclasses.dataclass
+class Neighbours:
+    """The top-k attention targets of one token."""
+
+    token: str
+    token_id: int
+    targets: list[str]
+    target_ids: list[int]
+    logits: list[float]
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class SelfScore:
+    """Why a token avoids (or attends to) itself: its self score and its score to its top target, split."""
+
+    token: str
+    token_id: int
+    self: dict                 # bilinear.explain_score of (t, t)
+    top_target: str
+    to_top_target: dict        # bilinear.explain_score of (t, its top target)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class HeadAnalysis(HtmlRepr):
+    layer: int
+    head: int
+    fingerprint: str
+    processing: dict
+    embedding_variant: str
+    form: BilinearForm
+    clusters: HeadClusters
+    neighbours: list[Neighbours]
+    self_scores: list[SelfScore]
+    position: PositionIndependence
+
+    def to_dict(self) -> dict:
+        leiden = self.clusters.leiden.to_dict()
+        return {
+            "layer": self.layer, "head": self.head, "fingerprint": self.fingerprint,
+            "processing": self.processing, "embedding_variant": self.embedding_variant,
+            "clusters": leiden.pop("clusters"), "leiden": leiden,
+            "spectral": None if self.clusters.spectral is None else self.clusters.spectral.to_dict(),
+            "neighbours": [n.to_dict() for n in self.neighbours],
+            "self_scores": [s.to_dict() for s in self.self_scores],
+            "position": self.position.to_dict(), "graph": self.clusters.spec.to_dict(),
+            **self.form.to_dict(),   # eigenvalues, n_negative_top64, sigma_sym, sigma_skew, … at top level
+        }
+
+    def render(self) -> str:
+        f, lei = self.form, self.clusters.leiden
+        lines = [
+            f"head {self.layer}.{self.head}  ({self.embedding_variant} effective embeddings; processing "
+            + ",".join(k for k, v in self.processing.items() if v) + ")",
+            "eigenvalues (top 8 by |λ|): " + " ".join(f"{x:+.3g}" for x in f.eigenvalues[:8].tolist()),
+            f"negative eigenvalues: {f.n_negative_top} of the top {f.top}, {f.n_negative} overall; "
+            f"positive: {f.n_positive}",
+            f"σ_sym {float(f.sigma_sym[0]):.4g}   σ_skew {float(f.sigma_skew[0]):.4g}",
+            f"token-identity share of score variance: {_fmt(self.position.identity_fraction)}",
+            f"Leiden: {lei.n_clusters} clusters, modularity {_fmt(lei.modularity)}"
+            + (f", ARI vs categories {lei.ari:.3f}" if lei.ari is not None else ""),
+        ]
+        for c in lei.clusters[:12]:
+            lines.append(f"  [{c.size:>3}] " + " ".join(escape_token(t) for t in c.tokens[:12]))
+        return "\n".join(lines)
+
+
+#: clustering presets (module docstring); explicit arguments override them
+PRESETS = {
+    "headscope": {"n_tokens": 5000, "k": 10, "frequency": "bpe", "graph": "headscope", "attn_mean": "prompts"},
+    "seed": {"n_tokens": 3000, "k": 4, "frequency": "wordfreq", "graph": "authors", "attn_mean": "authors"},
+}
+FREQUENCIES = ("bpe", "wordfreq")
+AUTHORS_MAX_COMM_SIZE = 512
+
+
+def _preset(preset: str, **given) -> dict:
+    if preset not in PRESETS:
+        raise HeadscopeError(f"preset: expected one of {', '.join(PRESETS)}, got {preset!r}")
+    out = {k: (PRESETS[preset][k] if v is None else v) for k, v in given.items()}
+    if out.get("frequency") not in (None, *FREQUENCIES):
+        raise HeadscopeError(f"frequency: expected one of {', '.join(FREQUENCIES)}, got {out['frequency']!r}")
+    if out.get("attn_mean") not in (None, *bilinear.ATTN_MEANS):
+        raise HeadscopeError(f"attention means: expected one of {', '.join(bilinear.ATTN_MEANS)}, "
+                             f"got {out['attn_mean']!r}")
+    return out
+
+
+def _fmt(x: float | None) -> str:
+    return "— (undefined)" if x is None else f"{x:.3f}"
+
+
+#: Flops that ``keys="auto"`` allows for the whole-vocabulary effective embeddings of one deep
+#: dive (:func:`vocab_pass_flops`; about 15–30 s on 2 CPU cores). Above it, neighbours are
+#: ranked over the graph's nodes.
+VOCAB_KEYS_BUDGET = 1e12
+KEYS = ("vocab", "nodes", "auto")
+
+
+def vocab_pass_flops(cfg, layer: int, variant: str = "full") -> float:
+    """Flops of the effective embeddings of the whole vocabulary for a head in `layer`: one MLP
+    (2·2·d_model·d_mlp flops) per token and block below the head (block 0 alone for variant mlp)."""
+    blocks = 1 if variant == "mlp" else layer
+    return float(cfg.d_vocab) * blocks * 4 * cfg.d_model * cfg.d_mlp
+
+
+def resolve_keys(cfg, layer: int, keys: str, variant: str = "full") -> str:
+    """``"vocab"`` or ``"nodes"``: `keys` itself, or for ``"auto"`` the whole vocabulary when its
+    effective embeddings cost at most :data:`VOCAB_KEYS_BUDGET` flops, else the graph's nodes.
+    A function of the model's shape and the head's layer only, so results stay deterministic."""
+    if keys != "auto":
+        return keys
+    return "vocab" if vocab_pass_flops(cfg, layer, variant) <= VOCAB_KEYS_BUDGET else "nodes"
+
+
+def _check_head_options(model: Model, layer: int, head: int, keys: str, k: int) -> None:
+    model.cfg.check_head(layer, head)
+    if keys not in KEYS:
+        raise HeadscopeError(f"keys: expected 'vocab', 'nodes' or 'auto', got {keys!r}")
+    if k < 1:
+        raise HeadscopeError(f"k: expected ≥ 1, got {k}")
+
+
+def _embeddings_at(W: Weights, layers: list[int], token_ids: Tensor | None, variant: str,
+                   attn_means: list[Tensor]):
+    """(l, x̂ of `token_ids` for the heads of layer l) for each l in `layers` (ascending): variant
+    full in one pass up the residual stream (every block read once, whatever the layers)."""
+    if variant == "full":
+        want = set(layers)
+        for l, x_hat in bilinear.effective_embeddings_by_layer(W, token_ids, attn_means=attn_means, upto=max(layers)):
+            if l in want:
+                yield l, x_hat
+    else:
+        for l in layers:
+            yield l, bilinear.effective_embeddings(W, l, token_ids, variant=variant, attn_means=attn_means)
+
+
+def _nodes(model: Model, n_tokens: int, corpus, cat_ids: dict[str, list[int]], frequency: str = "bpe",
+           authors: bool = False) -> tuple[list[int], list[int], str]:
+    """(the n_tokens most frequent tokens, the graph's nodes, the frequency source's name).
+
+    headscope's graph: the frequent tokens plus the category words. The authors' graph:
+    BOS first, then the n_tokens − 1 most frequent (their ``token_frequencies.csv`` puts
+    ``<|endoftext|>`` first), no category words.
+    """
+    if corpus is not None:
+        freq = clustering.frequent_tokens(model.tokenizer, n_tokens - (1 if authors else 0), corpus)
+        freq = ([model.bos_id] if authors else []) + [t for t in freq if not authors or t != model.bos_id]
+        name = "corpus"
+    elif frequency == "wordfreq":
+        freq, name = clustering.wordfreq_tokens(model.tokenizer, n_tokens, bos_first=authors), "wordfreq"
+    else:
+        freq, name = clustering.frequent_tokens(model.tokenizer, n_tokens), "bpe-merge-order"
+    extra = [] if authors else [t for ids in cat_ids.values() for t in ids]
+    return freq, list(dict.fromkeys(freq + extra)), name
+
+
+def _graph_clusters(model: Model, W: Weights, layer: int, head: int, X: Tensor, nodes: list[int], n_freq: int,
+                    cat_ids, *, k: int, keys: str, frequency: str, resolution: float, seed: int,
+                    with_spectral: bool, preset: str = "headscope", attn_mean: str = "prompts") -> HeadClusters:
+    """The top-k graph of `nodes` (effective embeddings X) under head (layer, head), clustered:
+    headscope's (:func:`headscope.clustering.knn_graph`, Leiden RB) or, for a preset whose
+    graph is ``authors``, theirs (:func:`headscope.clustering.authors_graph`, Leiden modularity
+    with communities of at most :data:`AUTHORS_MAX_COMM_SIZE`)."""
+    authors = PRESETS[preset]["graph"] == "authors"
+    strs = model.to_str_tokens(nodes)
+    if authors:
+        b = W.blocks[layer]
+        Qr, Kr = X @ b.W_Q[head], X @ b.W_K[head]                                         # raw, no biases [n e]
+        g = clustering.authors_graph(Kr, Qr, k)
+        vals, idx = torch.topk(Kr.double() @ Qr.double().T, min(k, len(nodes)), dim=1)    # per key [n k]
+        membership = clustering.leiden_modularity(g, max_comm_size=AUTHORS_MAX_COMM_SIZE, seed=seed)
+    else:
+        Q, K = bilinear.head_qk(W, layer, head, X)
+        vals, idx, lse = bilinear.topk_targets(Q, K, k, self_index=torch.arange(len(nodes)), return_lse=True)
+        g = clustering.knn_graph(vals, idx, len(nodes), lse)
+        membership = clustering.leiden(g, resolution=resolution, seed=seed)
+    leiden = clustering.describe(g, membership, nodes, strs, "leiden", categories=cat_ids)
+    spectral = None
+    if with_spectral:
+        spectral = clustering.describe(g, clustering.spectral(g, max(2, leiden.n_clusters), seed=seed), nodes, strs,
+                                       "spectral", categories=cat_ids)
+    spec = GraphSpec(n_nodes=len(nodes), n_frequent=n_freq, k=k, keys=keys, frequency=frequency,
+                     resolution=resolution, seed=seed, preset=preset, graph="authors" if authors else "headscope",
+                     attn_mean=attn_mean, max_comm_size=AUTHORS_MAX_COMM_SIZE if authors else None)
+    return HeadClusters(spec=spec, leiden=leiden, spectral=spectral, nodes=nodes, embeddings=X, values=vals,
+                        targets=idx)
+
+
+def head_clusters(model: Model, layer: int, head: int, *, variant: str = "full", n_tokens: int | None = None,
+                  k: int | None = None, categories=None, corpus: str | Path | None = None, resolution: float = 1.0,
+                  seed: int = 0, with_spectral: bool = True, keys: str = "vocab",
+                  processing: Processing | None = None, weights: Weights | None = None,
+                  attn_means: list[Tensor] | None = None, preset: str = "headscope", frequency: str | None = None,
+                  attn_mean: str | None = None) -> HeadClusters:
+    """Cluster the tokens that head (layer, head) makes attend to each other.
+
+    ``headscope`` preset: nodes are the `n_tokens` most frequent tokens
+    (:func:`headscope.clustering.frequent_tokens`) plus the category words; each links to
+    its top-k targets among the nodes by the head's score over effective embeddings
+    (self excluded); Leiden (and a spectral alternative) on that graph
+    (:func:`headscope.clustering.knn_graph`). ``seed`` preset: the authors' graph
+    (:func:`headscope.clustering.authors_graph`, :func:`headscope.clustering.leiden_modularity`)
+    over BOS + the most frequent tokens (no category words added).
+    """
+    o = _preset(preset, n_tokens=n_tokens, k=k, frequency=frequency, attn_mean=attn_mean)
+    n_tokens, k = o["n_tokens"], o["k"]
+    _check_head_options(model, layer, head, keys, k)
+    W = model.weights(processing) if weights is None else weights
+    prompts, cat_ids = prompts_for(model, categories, n_prompts=32, length=16, seed=seed)
+    if attn_means is None:
+        attn_means = bilinear.attn_means_for(W, max(layer, 1 if variant == "mlp" else 0), o["attn_mean"],
+                                             prompts.tokens)
+    freq, nodes, freq_name = _nodes(model, n_tokens, corpus, cat_ids, o["frequency"],
+                                    PRESETS[preset]["graph"] == "authors")
+    X = bilinear.effective_embeddings(W, layer, torch.tensor(nodes), variant=variant, attn_means=attn_means)
+    return _graph_clusters(model, W, layer, head, X, nodes, len(freq), cat_ids, k=k,
+                           keys=resolve_keys(model.cfg, layer, keys, variant), frequency=freq_name,
+                           resolution=resolution, seed=seed, with_spectral=with_spectral, preset=preset,
+                           attn_mean=o["attn_mean"])
+
+
+def analyse_head(model: Model, layer: int, head: int, *, variant: str = "full", n_tokens: int | None = None,
+                 k: int | None = None, keys: str = "vocab", categories=None, corpus=None, resolution: float = 1.0,
+                 seed: int = 0, with_spectral: bool = True, n_examples: int = 10,
+                 processing: Processing | None = None, preset: str = "headscope", frequency: str | None = None,
+                 attn_mean: str | None = None) -> HeadAnalysis:
+    """Analyse head (layer, head); ``keys="vocab"`` ranks neighbours over the whole vocabulary,
+    ``"nodes"`` over the graph's nodes, ``"auto"`` chooses by cost (:func:`resolve_keys`).
+
+    ``preset`` / ``frequency`` / ``attn_mean``: see :data:`PRESETS` (explicit values win).
+    """
+    return analyse_heads(model, [(layer, head)], variant=variant, n_tokens=n_tokens, k=k, keys=keys,
+                         categories=categories, corpus=corpus, resolution=resolution, seed=seed,
+                         with_spectral=with_spectral, n_examples=n_examples, processing=processing,
+                         preset=preset, frequency=frequency, attn_mean=attn_mean)[0]
+
+
+def analyse_heads(model: Model, heads: list[tuple[int, int]], *, variant: str = "full", n_tokens: int | None = None,
+                  k: int | None = None, keys: str = "vocab", categories=None, corpus=None, resolution: float = 1.0,
+                  seed: int = 0, with_spectral: bool = True, n_examples: int = 10,
+                  processing: Processing | None = None, progress=None, preset: str = "headscope",
+                  frequency: str | None = None, attn_mean: str | None = None) -> list[HeadAnalysis]:
+    """:func:`analyse_head` of several heads (results in the order given), sharing their common work.
+
+    What the heads share is computed once: the category prompts and the mean attention
+    outputs (up to the deepest head), the graph's nodes and their effective embeddings (one
+    pass up the residual stream, every block read once, yielding each head's layer), the
+    whole-vocabulary pass of the heads whose neighbours are ranked over the vocabulary (up to
+    the deepest of them; only each head's [d_vocab d_head] keys and its examples' queries are
+    kept), and one forward pass per prompt order for position independence. Each result is
+    what :func:`analyse_head` of that head alone returns. ``progress(done, total, what)``, if
+    given, is called after each step.
+
+    With the authors' graph (``preset="seed"``) the examples need not be nodes and the
+    graph's edges run key → query, so each example's neighbours and the partner of its
+    self-score explanation are its own top-k keys (over the vocabulary, or over the nodes
+    for ``keys="nodes"``), not the graph's targets.
+    """
+    o = _preset(preset, n_tokens=n_tokens, k=k, frequency=frequency, attn_mean=attn_mean)
+    n_tokens, k = o["n_tokens"], o["k"]
+    authors = PRESETS[preset]["graph"] == "authors"
+    heads = [(int(l), int(h)) for l, h in heads]
+    for l, h in heads:
+        _check_head_options(model, l, h, keys, k)
+    if not heads:
+        return []
+    cfg = model.cfg
+    W = model.weights(processing)
+    head_keys = {hd: resolve_keys(cfg, hd[0], keys, variant) for hd in heads}
+    vocab_layers = sorted({l for (l, _), kk in head_keys.items() if kk == "vocab"})
+    layers = sorted({l for l, _ in heads})
+    total = 3 + bool(vocab_layers) + len(heads)
+    done = 0
+
+    def step(what: str) -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(done, total, what)
+
+    prompts, cat_ids = prompts_for(model, categories, n_prompts=32, length=16, seed=seed)
+    attn_means = bilinear.attn_means_for(W, max(max(layers), 1 if variant == "mlp" else 0), o["attn_mean"],
+                                         prompts.tokens)
+    step("mean attention outputs")
+    freq, nodes, freq_name = _nodes(model, n_tokens, corpus, cat_ids, o["frequency"], authors)
+    X_nodes = dict(_embeddings_at(W, layers, torch.tensor(nodes), variant, attn_means))        # layer → [n d]
+    step("effective embeddings of the nodes")
+
+    # neighbours and self-score explanations of example tokens (first word of each category)
+    examples = [ids[0] for ids in cat_ids.values()][:n_examples]
+    node_index = {t: i for i, t in enumerate(nodes)}
+    vocab_targets: dict[tuple[int, int], tuple[Tensor, ...]] = {}
+    if vocab_layers:
+        vocab_targets = _vocab_targets(W, heads, head_keys, vocab_layers, examples, k, variant, attn_means, authors)
+        step("effective embeddings of the vocabulary")
+
+    out_parts = []
+    for l, h in heads:
+        fold = W.processing.fold_ln
+        form = bilinear.bilinear_form(bilinear.qk_matrix(W, l, h, centred=fold), l, h,
+                                      factors=bilinear.qk_factors(W, l, h, centred=fold))
+        hc = _graph_clusters(model, W, l, h, X_nodes[l], nodes, len(freq), cat_ids, k=k, keys=head_keys[(l, h)],
+                             frequency=freq_name, resolution=resolution, seed=seed, with_spectral=with_spectral,
+                             preset=preset, attn_mean=o["attn_mean"])
+        X_n = hc.embeddings
+        strs = model.to_str_tokens(nodes)
+        scale = cfg.attn_scale(l)
+        if authors:                         # each example's own top keys (module docstring of analyse_heads)
+            neighbours, self_scores = _authors_examples(model, W, l, h, form, X_n, nodes, node_index, examples, k,
+                                                        head_keys[(l, h)], vocab_targets.get((l, h)))
+        else:
+            neighbours, self_scores = _graph_examples(model, form, hc, X_n, nodes, strs, examples, scale,
+                                                      vocab_targets.get((l, h)) if head_keys[(l, h)] == "vocab"
+                                                      else None)
+        out_parts.append((l, h, form, hc, neighbours, self_scores))
+        step(f"head {l}.{h}")
+    del X_nodes, vocab_targets
+
+    positions = position_independence_heads(model, heads, categories=categories, seed=seed, processing=processing)
+    step("position independence")
+    return [HeadAnalysis(layer=l, head=h, fingerprint=model.fingerprint, processing=W.processing.to_dict(),
+                         embedding_variant=variant, form=form, clusters=hc, neighbours=neighbours,
+                         self_scores=self_scores, position=pos)
+            for (l, h, form, hc, neighbours, self_scores), pos in zip(out_parts, positions)]
+
+
+def _vocab_targets(W, heads, head_keys, vocab_layers, examples, k, variant, attn_means, authors
+                   ) -> dict[tuple[int, int], tuple[Tensor, ...]]:
+    """Each vocabulary-keyed head's top-k keys of the examples over the whole vocabulary, from one
+    pass up the residual stream (only [d_vocab d_head] keys per head live at a time); with the
+    authors' graph, also the examples' and their top keys' embeddings (self-score partners)."""
+    out: dict[tuple[int, int], tuple[Tensor, ...]] = {}
+    for l, X_all in _embeddings_at(W, vocab_layers, None, variant, attn_means):           # [d_vocab d] each
+        for hd in heads:
+            if hd[0] == l and head_keys[hd] == "vocab" and hd not in out:
+                Qa, Ka = bilinear.head_qk(W, l, hd[1], X_all)
+                ev, key_ids = bilinear.topk_targets(Qa[examples], Ka, k, self_index=torch.tensor(examples))
+                ex_x = (X_all[examples].clone(), X_all[key_ids[:, 0]].clone()) if authors else ()
+                out[hd] = (ev, key_ids, *ex_x)
+                del Qa, Ka
+        del X_all
+    return out
+
+
+def _authors_examples(model, W, l, h, form, X_n, nodes, node_index, examples, k, keys, vocab):
+    """(neighbours, self scores) of the examples with the authors' graph: each example's own top
+    keys (over the vocabulary when `keys` is "vocab", from `vocab`; else over the nodes)."""
+    scale = model.cfg.attn_scale(l)
+    if keys == "vocab":
+        ex, (ev, key_ids, x_ex, x_top) = examples, vocab
+    else:
+        ex = [t for t in examples if t in node_index]
+        pos = torch.tensor([node_index[t] for t in ex], dtype=torch.long)
+        Qn, Kn = bilinear.head_qk(W, l, h, X_n)
+        ev, idx = bilinear.topk_targets(Qn[pos], Kn, k, self_index=pos)
+        key_ids, x_ex, x_top = torch.tensor(nodes)[idx], X_n[pos], X_n[idx[:, 0]]
+    ex_strs = model.to_str_tokens(ex)
+    neighbours = [Neighbours(token=s, token_id=t, targets=model.to_str_tokens(key_ids[i].tolist()),
+                             target_ids=key_ids[i].tolist(), logits=ev[i].tolist())
+                  for i, (t, s) in enumerate(zip(ex, ex_strs))]
+    self_scores = [SelfScore(token=ex_strs[i], token_id=t,
+                             self=bilinear.explain_score(form, x_ex[i], x_ex[i], divisor=scale),
+                             top_target=model.to_str_tokens([int(key_ids[i, 0])])[0],
+                             to_top_target=bilinear.explain_score(form, x_ex[i], x_top[i], divisor=scale))
+                   for i, t in enumerate(ex)]
+    return neighbours, self_scores
+
+
+def _graph_examples(model, form, hc, X_n, nodes, strs, examples, scale, vocab):
+    """(neighbours, self scores) of the examples with headscope's graph: neighbours over the
+    vocabulary (`vocab`, when given) or the graph's targets; the self score explained against
+    the example's first graph target."""
+    ex_pos = torch.tensor([nodes.index(t) for t in examples])
+    if vocab is not None:
+        ev, key_ids = vocab
+    else:
+        ev, key_ids = hc.values[ex_pos], torch.tensor(nodes)[hc.targets[ex_pos]]
+    neighbours = [Neighbours(token=s, token_id=t, targets=model.to_str_tokens(key_ids[i].tolist()),
+                             target_ids=key_ids[i].tolist(), logits=ev[i].tolist())
+                  for i, (t, s) in enumerate(zip(examples, model.to_str_tokens(examples)))]
+    self_scores = []
+    for i, t in enumerate(examples):
+        x = X_n[ex_pos[i]]
+        partner = int(hc.targets[ex_pos[i], 0])
+        self_scores.append(SelfScore(
+            token=strs[ex_pos[i]], token_id=t, self=bilinear.explain_score(form, x, x, divisor=scale),
+            top_target=strs[partner],
+            to_top_target=bilinear.explain_score(form, x, X_n[partner], divisor=scale)))
+    return neighbours, self_scores

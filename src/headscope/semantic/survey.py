@@ -1,0 +1,400 @@
+"""Behaviour of semantic heads (seed 002): category prompts, metrics, survey, position independence.
+
+Category prompts are ``BOS w_1 … w_n`` with every w_i a single GPT-2 token with a
+leading space drawn from a few categories (with replacement, so copies occur). For a
+query q (q ≥ 1) the target mask is::
+
+    M[q, k] = 1  if k < q, cat(k) = cat(q) and tok(k) ≠ tok(q)    (earlier partner)
+    M[q, 0] = 1  if q has no earlier partner                        (BOS fallback)
+
+and the seed's loss is ``L = mean_q −log Σ_k (M ⊙ A)[q, k]`` for the head's pattern A
+(a query's term is capped at −log 1e-30 ≈ 69 nats where its target mass underflows).
+
+Categories that overlap in meaning (days and months, colours and metals: " silver" is
+a colour too) are declared in the categories file under ``"_related"`` (pairs of names);
+attention from a query to an earlier token of a *related* category is then allowed
+(added to M), not counted as wrong. The BOS query (q = 0) is left out of every mean by
+default; the authors' loss includes it (row 0 targets BOS, A[0, 0] = 1, adding
+−log 1 = 0 to the mean: ``include_bos_query=True``).
+
+Presets (:data:`PRESETS`): ``headscope`` — 64 seeded prompts of 16 words, each drawing
+5 of the shipped categories (``data/categories.json``), BOS query excluded; ``seed`` —
+as the L1H5 authors (Mamiglia et al., ``src/prompt.py`` and ``src/constants.py`` at
+6c45e47, ``characterize_head.py:41``): one prompt of 255 words, each word a category
+drawn uniformly from their 8 categories and then a word drawn uniformly from it (with
+replacement), BOS query included (``data/categories_seed.json``).
+Further rates (means over the queries they apply to):
+
+- ``self_attention``  A[q, q]
+- ``copy_attention``  Σ A[q, k] over earlier copies (tok(k) = tok(q), k < q), queries with copies
+- ``same_category``   Σ A[q, k] over earlier partners, queries with a partner
+- ``bos_fallback``    A[q, 0], queries without a partner
+
+A rate whose set of queries is empty (no query has an earlier copy, say) is undefined
+and reported as None, not as 0.
+
+Position independence: the same tokens are shown in shuffled orders; the score of
+every (query token, key token) pair is grouped over the orders, and the fraction of
+score variance explained by token identity is ``1 − E[within-pair variance] / Var``.
+Both variances are taken about their means (two passes, float64), so scores with a
+large common offset do not cancel catastrophically; when every score is the same
+(e.g. W_Q or W_K zero) the fraction is 0/0 and reported as None.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+from jaxtyping import Float, Int
+
+from .. import shipped
+from .._errors import HeadscopeError, NotApplicable
+from .._html_repr import HtmlRepr
+from .._json import finite_or_none
+from ..corpus import read_json_file
+from ..core.forward import run_with_cache
+from ..core.loading import Model
+from ..core.weights import Processing
+
+Tensor = torch.Tensor
+
+
+# -- categories --------------------------------------------------------------------------
+
+
+RELATED = "_related"   #: reserved key of a categories file: pairs of semantically overlapping categories
+
+
+def _read_categories(path: str | Path | None) -> dict:
+    if path is None:
+        return shipped.categories()
+    data = read_json_file(path, "categories file")
+    if not isinstance(data, dict) or not all(
+        isinstance(v, list) and all(isinstance(w, str) for w in v) for k, v in data.items() if k != RELATED
+    ):
+        raise HeadscopeError(f"categories file {path}: expected an object of name → list of words")
+    return data
+
+
+def load_categories(path: str | Path | None = None) -> dict[str, list[str]]:
+    """Category word lists: ``{"colours": ["red", …], …}`` from a JSON file or the shipped one
+    (without the reserved ``"_related"`` entry: see :func:`load_relations`)."""
+    data = _read_categories(path)
+    return {str(k): list(v) for k, v in data.items() if k != RELATED}
+
+
+def _relations(data: dict, source) -> list[tuple[str, str]]:
+    pairs = data.get(RELATED, [])
+    names = {k for k in data if k != RELATED}
+    ok = isinstance(pairs, list) and all(isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p)
+                                         for p in pairs)
+    if not ok:
+        raise HeadscopeError(f"categories file {source}: \"{RELATED}\" must be a list of [name, name] pairs, "
+                             f"got {pairs!r}")
+    bad = sorted({x for p in pairs for x in p} - names)
+    if bad:
+        raise HeadscopeError(f"categories file {source}: \"{RELATED}\" names unknown categories {bad}")
+    return [(a, b) for a, b in pairs]
+
+
+def load_relations(path: str | Path | dict | None = None) -> list[tuple[str, str]]:
+    """The ``"_related"`` pairs of a categories file (or dict), [] when there are none."""
+    data = path if isinstance(path, dict) else _read_categories(path)
+    return _relations(data, "(given)" if isinstance(path, dict) else (path or "headscope:categories.json"))
+
+
+def category_tokens(tokenizer, categories: dict[str, list[str]]) -> dict[str, list[int]]:
+    """Token ids of the words that are single GPT-2 tokens with a leading space.
+
+    Words are given with or without their leading space. Other words are dropped;
+    categories left with fewer than 2 words, or tokens in two categories, are refused.
+    """
+    out: dict[str, list[int]] = {}
+    seen: dict[int, str] = {}
+    for name, words in categories.items():
+        if name == RELATED:
+            continue
+        ids = []
+        for w in words:
+            enc = tokenizer.encode(w if w.startswith(" ") else " " + w)
+            if len(enc) == 1 and enc[0] not in ids:
+                if enc[0] in seen:
+                    raise HeadscopeError(f"categories: token {w!r} is in both {seen[enc[0]]!r} and {name!r}")
+                seen[enc[0]] = name
+                ids.append(enc[0])
+        if len(ids) >= 2:
+            out[name] = ids
+    if len(out) < 2:
+        raise HeadscopeError(f"categories: expected at least 2 categories with ≥ 2 single-token words, got {len(out)}")
+    return out
+
+
+# -- prompts and masks ----------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class CategoryPrompts:
+    tokens: Int[Tensor, "batch pos"]      # BOS first
+    labels: Int[Tensor, "batch pos"]      # category index, -1 at BOS
+    names: list[str]
+    related: list[tuple[int, int]] = dataclasses.field(default_factory=list)   # label pairs that overlap
+
+
+#: survey presets (module docstring): categories (None: shipped), prompts, words, categories per prompt, BOS query
+PRESETS = {
+    "headscope": {"categories": None, "n_prompts": 64, "length": 16, "cats_per_prompt": 5, "bos_query": False},
+    "seed": {"categories": "seed", "n_prompts": 1, "length": 255, "cats_per_prompt": None, "bos_query": True},
+}
+
+
+def preset_categories(name: str | None):
+    """Categories of a preset: ``"seed"`` → the L1H5 authors' 8 lists, else the shipped ones."""
+    return shipped.seed_categories() if name == "seed" else None
+
+
+def make_prompts(cat_ids: dict[str, list[int]], bos: int, *, n_prompts: int = 64, length: int = 16,
+                 cats_per_prompt: int = 5, seed: int = 0) -> CategoryPrompts:
+    """Seeded category prompts: each draws `cats_per_prompt` categories, then words from them."""
+    rng = np.random.default_rng(seed)
+    names = list(cat_ids)
+    k = min(cats_per_prompt, len(names))
+    toks = np.empty((n_prompts, length + 1), dtype=np.int64)
+    labs = np.full((n_prompts, length + 1), -1, dtype=np.int64)
+    toks[:, 0] = bos
+    for b in range(n_prompts):
+        chosen = rng.choice(len(names), size=k, replace=False)
+        for p in range(1, length + 1):
+            c = int(chosen[rng.integers(k)])
+            members = cat_ids[names[c]]
+            toks[b, p] = members[rng.integers(len(members))]
+            labs[b, p] = c
+    return CategoryPrompts(torch.from_numpy(toks), torch.from_numpy(labs), names)
+
+
+def target_masks(tokens: Tensor, labels: Tensor, related: list[tuple[int, int]] | None = None
+                 ) -> dict[str, Tensor]:
+    """Boolean masks [b q k]: partner, copy (earlier copies), related (earlier tokens of an
+    overlapping category), target (partner, related, or BOS when there is no partner)."""
+    b, p = tokens.shape
+    earlier = torch.ones(p, p, dtype=torch.bool).tril(-1)                                  # k < q
+    same_cat = (labels[:, :, None] == labels[:, None, :]) & (labels[:, :, None] >= 0)      # [b q k]
+    same_tok = tokens[:, :, None] == tokens[:, None, :]
+    partner = same_cat & ~same_tok & earlier
+    copy = same_tok & earlier
+    rel = torch.zeros_like(partner)
+    for a, c in related or []:
+        for x, y in ((a, c), (c, a)):
+            rel |= (labels[:, :, None] == x) & (labels[:, None, :] == y)
+    rel &= earlier
+    has_partner = partner.any(-1)                                                          # [b q]
+    target = partner | rel
+    target[:, :, 0] |= ~has_partner
+    return {"partner": partner, "copy": copy, "related": rel, "target": target, "has_partner": has_partner}
+
+
+def pattern_metrics(pattern: Float[Tensor, "batch head q k"], masks: dict[str, Tensor],
+                    include_bos_query: bool = False) -> dict[str, Tensor]:
+    """The metrics of the module docstring for every head at once ([head] tensors).
+
+    ``include_bos_query`` adds the BOS row (q = 0, target BOS) to the loss's mean, as the
+    authors' loss does; the rates always use queries q ≥ 1.
+    """
+    A = pattern.double()
+    q = slice(1, None)                                                                     # queries q ≥ 1
+    def m(x):
+        return x[:, None, q].double()                                                       # [b 1 q (k)]
+    lq = slice(0, None) if include_bos_query else q
+    target = (A[:, :, lq] * masks["target"][:, None, lq].double()).sum(-1)                 # [b h q]
+    loss = -target.clamp_min(1e-30).log().mean(dim=(0, 2))
+    diag = torch.diagonal(A, dim1=-2, dim2=-1)[:, :, q]                                    # [b h q]
+    has_copy = masks["copy"].any(-1)[:, None, q].double()
+    has_partner = masks["has_partner"][:, None, q].double()
+
+    def masked_mean(x, w):                                     # NaN where no query applies (→ None)
+        n = w.sum(dim=(0, 2))
+        return torch.where(n > 0, (x * w).sum(dim=(0, 2)) / n.clamp_min(1), torch.full_like(n, math.nan))
+    return {
+        "semantic_loss": loss,
+        "self_attention": diag.mean(dim=(0, 2)),
+        "copy_attention": masked_mean((A[:, :, q] * m(masks["copy"])).sum(-1), has_copy),
+        "same_category": masked_mean((A[:, :, q] * m(masks["partner"])).sum(-1), has_partner),
+        "bos_fallback": masked_mean(A[:, :, q, 0], 1 - has_partner),
+    }
+
+
+# -- survey ------------------------------------------------------------------------------------
+
+#: rates over a subset of the queries, undefined (None) when that subset is empty
+OPTIONAL_RATES = ("copy_attention", "same_category", "bos_fallback")
+
+
+@dataclasses.dataclass
+class HeadScore:
+    layer: int
+    head: int
+    semantic_loss: float
+    self_attention: float
+    copy_attention: float | None      # None: no query of the prompts has an earlier copy
+    same_category: float | None       # None: no query has an earlier partner
+    bos_fallback: float | None        # None: every query has a partner
+    rank: int = 0
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class SurveyResult(HtmlRepr):
+    rows: list[HeadScore]                 # ranked by semantic_loss, best first
+    fingerprint: str
+    processing: dict
+    prompts: dict                         # how the prompts were made
+    categories: dict[str, list[str]]
+
+    def to_dict(self) -> dict:
+        return {"rows": [r.to_dict() for r in self.rows], "fingerprint": self.fingerprint,
+                "processing": self.processing, "prompts": self.prompts, "categories": self.categories}
+
+    def render(self, top: int | None = None) -> str:
+        lines = [f"{'rank':>4}  {'head':>5}  {'loss':>7}  {'self':>6}  {'copy':>6}  {'same_cat':>8}  {'bos_fb':>6}"]
+        def f(x, w):
+            return f"{'—':>{w}}" if x is None else f"{x:{w}.3f}"
+        for r in self.rows[:top]:
+            lines.append(f"{r.rank:>4}  {r.layer:>2}.{r.head:<2}  {r.semantic_loss:7.3f}  {r.self_attention:6.3f}  "
+                         f"{f(r.copy_attention, 6)}  {f(r.same_category, 8)}  {f(r.bos_fallback, 6)}")
+        return "\n".join(lines)
+
+
+def prompts_for(model: Model, categories=None, *, n_prompts=64, length=16, seed=0, cats_per_prompt: int | None = 5):
+    """(CategoryPrompts, {category: token ids}); ``categories``: a dict, a file, ``"seed"`` or None
+    (shipped). ``cats_per_prompt=None``: every category in every prompt."""
+    if categories == "seed":
+        categories = shipped.seed_categories()
+    data = categories if isinstance(categories, dict) else _read_categories(categories)
+    cats = {k: v for k, v in data.items() if k != RELATED}
+    rel_names = load_relations(data)
+    ids = category_tokens(model.tokenizer, cats)
+    if length + 1 > model.cfg.n_ctx:
+        raise NotApplicable(f"prompt length {length} + BOS exceeds n_ctx {model.cfg.n_ctx}")
+    k = len(ids) if cats_per_prompt is None else cats_per_prompt
+    prompts = make_prompts(ids, model.bos_id, n_prompts=n_prompts, length=length, seed=seed, cats_per_prompt=k)
+    index = {name: i for i, name in enumerate(prompts.names)}
+    prompts.related = [(index[a], index[b]) for a, b in rel_names if a in index and b in index]
+    return prompts, ids
+
+
+def survey(model: Model, layers: list[int] | None = None, *, categories=None, n_prompts: int | None = None,
+           length: int | None = None, seed: int = 0, processing: Processing | None = None,
+           preset: str = "headscope", include_bos_query: bool | None = None) -> SurveyResult:
+    """Score every head of `layers` (default: all) on category prompts, ranked by semantic loss.
+
+    ``preset`` (:data:`PRESETS`) sets the categories, the number and length of prompts,
+    the categories per prompt and whether the BOS query counts; explicit arguments
+    override it. The seed preset's 255 words are capped at n_ctx − 1.
+    """
+    if preset not in PRESETS:
+        raise HeadscopeError(f"survey preset: expected one of {', '.join(PRESETS)}, got {preset!r}")
+    pre = PRESETS[preset]
+    cfg = model.cfg
+    layers = list(range(cfg.n_layers)) if layers is None else [cfg.check_layer(l) for l in layers]
+    categories = pre["categories"] if categories is None else categories
+    n_prompts = pre["n_prompts"] if n_prompts is None else n_prompts
+    length = (min(pre["length"], cfg.n_ctx - 1) if preset == "seed" else pre["length"]) if length is None else length
+    bos_query = pre["bos_query"] if include_bos_query is None else include_bos_query
+    prompts, ids = prompts_for(model, categories, n_prompts=n_prompts, length=length, seed=seed,
+                               cats_per_prompt=pre["cats_per_prompt"])
+    W = model.weights(processing)
+    cache = run_with_cache(W, prompts.tokens, names=[f"blocks.{l}.attn.hook_pattern" for l in layers],
+                           stop_at_layer=max(layers) + 1, batch_size=32)
+    masks = target_masks(prompts.tokens, prompts.labels, prompts.related)
+    rows = []
+    for l in layers:
+        met = pattern_metrics(cache[f"blocks.{l}.attn.hook_pattern"], masks, include_bos_query=bos_query)
+        for h in range(cfg.n_heads):
+            rows.append(HeadScore(l, h, **{k: finite_or_none(v[h]) if k in OPTIONAL_RATES else float(v[h])
+                                           for k, v in met.items()}))
+    rows.sort(key=lambda r: (r.semantic_loss, r.layer, r.head))
+    for i, r in enumerate(rows):
+        r.rank = i + 1
+    return SurveyResult(
+        rows=rows, fingerprint=model.fingerprint, processing=W.processing.to_dict(),
+        prompts={"n_prompts": n_prompts, "length": length, "seed": seed, "preset": preset,
+                 "cats_per_prompt": pre["cats_per_prompt"], "bos_query_in_loss": bos_query,
+                 "related": [[prompts.names[a], prompts.names[b]] for a, b in prompts.related]},
+        categories={k: model.to_str_tokens(v) for k, v in ids.items()},
+    )
+
+
+# -- position independence --------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class PositionIndependence:
+    layer: int
+    head: int
+    identity_fraction: float | None   # share of score variance explained by (query token, key token);
+    position_fraction: float | None   # 1 − identity_fraction; both None when the scores are constant
+    within_pair_std: float        # mean std of a pair's score across orders
+    n_pairs: int
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def position_independence(model: Model, layer: int, head: int, *, categories=None, n_prompts: int = 16,
+                          length: int = 16, n_shuffles: int = 4, seed: int = 0,
+                          processing: Processing | None = None) -> PositionIndependence:
+    """How much of head (layer, head)'s score is token identity rather than position."""
+    return position_independence_heads(model, [(layer, head)], categories=categories, n_prompts=n_prompts,
+                                       length=length, n_shuffles=n_shuffles, seed=seed, processing=processing)[0]
+
+
+def position_independence_heads(model: Model, heads: list[tuple[int, int]], *, categories=None, n_prompts: int = 16,
+                                length: int = 16, n_shuffles: int = 4, seed: int = 0,
+                                processing: Processing | None = None) -> list[PositionIndependence]:
+    """:func:`position_independence` of several heads (in the order given) from one forward pass per
+    order of the prompts, up to the deepest head's layer (a head's scores do not depend on later blocks)."""
+    heads = [(int(l), int(h)) for l, h in heads]
+    for layer, head in heads:
+        model.cfg.check_head(layer, head)
+    if not heads:
+        return []
+    prompts, _ = prompts_for(model, categories, n_prompts=n_prompts, length=length, seed=seed)
+    rng = np.random.default_rng([seed, 1])
+    W = model.weights(processing)
+    b, p = prompts.tokens.shape
+    perms = [np.arange(p)] + [np.concatenate([[0], 1 + rng.permutation(p - 1)]) for _ in range(n_shuffles)]
+    scores = {hd: torch.empty(len(perms), b, p, p, dtype=torch.float64) for hd in heads}  # by original positions
+    names = {l: f"blocks.{l}.attn.hook_attn_scores" for l in sorted({l for l, _ in heads})}
+    for r, perm in enumerate(perms):
+        perm_t = torch.from_numpy(perm)
+        toks = prompts.tokens[:, perm_t]                      # new position n holds original token perm[n]
+        cache = run_with_cache(W, toks, names=list(names.values()), stop_at_layer=max(names) + 1)
+        inv = torch.empty_like(perm_t)
+        inv[perm_t] = torch.arange(p)
+        for (layer, head), s in scores.items():
+            S = cache[names[layer]][:, head].double()         # [b q k]
+            s[r] = S[:, inv][:, :, inv]                       # back to original indices [b i j]
+        del cache
+    return [_position_result(layer, head, scores[(layer, head)]) for layer, head in heads]
+
+
+def _position_result(layer: int, head: int, scores: Tensor) -> PositionIndependence:
+    """Two-pass variances of scores [orders b i j] (a pair is seen in the orders that keep i ≥ j)."""
+    ok = torch.isfinite(scores)
+    cnt = ok.sum(0).double()                                  # [b i j]
+    keep = cnt >= 2
+    S0 = torch.where(ok, scores, torch.zeros_like(scores))
+    mean = S0.sum(0) / cnt.clamp_min(1)                       # per pair [b i j]
+    within = (torch.where(ok, scores - mean, torch.zeros_like(scores)).pow(2).sum(0) / cnt.clamp_min(1))[keep]
+    n = cnt[keep]
+    total_mean = (mean[keep] * n).sum() / n.sum()
+    total_var = (torch.where(ok, scores - total_mean, torch.zeros_like(scores)).pow(2).sum(0)[keep]).sum() / n.sum()
+    within_var = (within * n).sum() / n.sum()
+    frac = float(1 - within_var / total_var) if total_var > 0 else None
+    return PositionIndependence(layer, head, frac, None if frac is None else 1 - frac, float(within.sqrt().mean()),
+                                int(keep.sum()))
