@@ -73,3 +73,29 @@ def test_framework_copying_eigenvalues_are_those_of_the_vocab_by_vocab_ov_circui
         full = full[torch.argsort(full.abs(), descending=True)][:5]
         key = lambda z: (round(z.real, 7), round(z.imag, 7))                         # noqa: E731
         assert sorted(map(key, lam[h].tolist())) == sorted(map(key, full.tolist()))
+
+
+def test_composition_cost_counts_the_products_it_forms():
+    """The cost formula equals the multiply-adds of the writer × reader products, counted pair by pair."""
+    for L, h, d in ((3, 3, 42), (4, 2, 30), (12, 12, 768)):
+        cfg = Config(n_layers=L, d_model=d, n_heads=h, d_mlp=4 * d, d_vocab=50, n_ctx=8)
+        e = cfg.d_head
+        counted = sum(3 * (h * e) * d * (h * e) for lb in range(L) for la in range(lb))
+        assert C.composition_cost(cfg) == counted
+
+
+def test_report_stage_leaves_large_models_to_the_command(tiny, monkeypatch):
+    """Beyond the report's budget the stage says why in one line (not applicable), unless asked for by name."""
+    from headscope._errors import NotApplicable
+    from headscope.report import ReportOptions
+    from headscope.report.builtin import composition as stage
+    from headscope.report.stages import Context
+
+    monkeypatch.setattr(stage, "REPORT_BUDGET", C.composition_cost(tiny.cfg) / 2)
+    s = stage.CompositionStage()
+    ctx = lambda names: Context(model=tiny, options=ReportOptions(stages=names), inputs=None, results={})  # noqa: E731
+    with pytest.raises(NotApplicable, match="headscope composition MODEL"):
+        s.compute(ctx(None))
+    assert s.key_options(ReportOptions(stages=None)) != s.key_options(ReportOptions(stages=["composition"]))
+    data = s.compute(ctx(["composition"]))
+    assert data["edges"] and data == C.composition(tiny).to_dict()

@@ -67,6 +67,15 @@ def framework_ov_eigenvalues(weights: Weights, layer: int, gram: Tensor | None =
         return torch.linalg.eigvals(b.W_O.double() @ GV)                                 # [h e]
 
 
+def composition_cost(cfg) -> float:
+    """Multiply-adds of :func:`composition_scores` on a model of shape `cfg`: for each of the
+    3 modes, every reader layer l meets the l·h·e writer rows below it, d_model deep, in its
+    h·e columns — 3 · Σ_l l·(h·e)²·d = 3 · L(L−1)/2 · (h·e)² · d (GPT-2 small 0.2·10¹²,
+    medium 0.9·10¹², large 4.0·10¹², XL 14·10¹²)."""
+    he = cfg.n_heads * cfg.d_head
+    return 3.0 * cfg.n_layers * (cfg.n_layers - 1) / 2 * he * he * cfg.d_model
+
+
 def composition_scores(weights: Weights, max_elements: int = 1 << 24) -> dict[str, Float[Tensor, "L h L h"]]:
     """{mode: scores [layer_A head_A layer_B head_B]} for modes Q, K, V (module docstring); 0 where l_B ≤ l_A.
 

@@ -7,11 +7,17 @@ heatmap per mode and the strongest edges. Compute lives in the library; this onl
 
 from __future__ import annotations
 
-from ...maps.composition import EDGES, MODES, composition
+from ..._errors import NotApplicable
+from ...maps.composition import EDGES, MODES, composition, composition_cost
 from .. import figures as F
 from .. import html as H
 from ..stages import Context, Rendered, Stage, register_stage
 from .paths import head_page
+
+#: multiply-adds the report spends on composition unless asked (``--stages composition``):
+#: GPT-2 small and medium fit (0.2 and 0.9·10¹²), large and XL (4 and 14·10¹², minutes of
+#: CPU on 2 cores) are left to ``headscope composition MODEL``
+REPORT_BUDGET = 1e12
 
 MEANING = {"Q": "the writer's output feeds the reader's query",
            "K": "the writer's output feeds the reader's key",
@@ -71,9 +77,15 @@ class CompositionStage(Stage):
     version = 1
 
     def key_options(self, o) -> dict:
-        return {"edges": EDGES}
+        return {"edges": EDGES, "asked": "composition" in (o.stages or ())}
 
     def compute(self, ctx: Context) -> dict:
+        cost = composition_cost(ctx.model.cfg)
+        if cost > REPORT_BUDGET and "composition" not in (ctx.options.stages or ()):
+            raise NotApplicable(f"not run by default: composition of every pair of heads costs "
+                                f"{cost / 1e12:.1f}·10¹² multiply-adds (the report's default budget is "
+                                f"{REPORT_BUDGET / 1e12:.0f}·10¹²); `headscope composition MODEL` or "
+                                f"`headscope report … --stages composition` computes it")
         return composition(ctx.model, processing=ctx.options.processing).to_dict()
 
     def render(self, data: dict, ctx) -> Rendered:
