@@ -482,7 +482,7 @@ CASES: list[Case] = [
          "got an empty file"),
     # -- presets and variants (issue 16: the authors' definitions) ----------------------
     Case("neurons --variant bogus", lambda c: ["neurons", c.model(), "--variant", "bogus"],
-         "--variant: expected one of paper, code or key=value pairs, got 'bogus'"),
+         "--variant: expected one of paper, code, scaled or key=value pairs, got 'bogus'"),
     Case("neurons --variant ln2=-1", lambda c: ["neurons", c.model(), "--variant", "paper,ln2=-1"],
          "--variant ln2: expected median, none or a positive number, got '-1'"),
     Case("neurons --variant max=min", lambda c: ["neurons", c.model(), "--variant", "max=min"], "got 'max=min'"),
@@ -1123,10 +1123,11 @@ def test_text_longer_than_n_ctx_is_windowed(ctx: Ctx, capsys, monkeypatch):
 def test_weights_just_inside_the_bound_give_finite_figures(ctx: Ctx, capsys, monkeypatch):
     """Every weight matrix scaled to 0.9 × the load bound (headscope.core.loading.max_weight): accepted, and every
     analysis prints finite numbers (the bound is what keeps float32 from overflowing, README JSON notes)."""
-    from headscope.core.config import read_config
+    from headscope.core.config import read_hf_config
+    from headscope.core.families import read_config
     from headscope.core.loading import max_weight
 
-    bound = max_weight(read_config(ctx.tiny / "config.json"))
+    bound = max_weight(read_config(read_hf_config(ctx.tiny / "config.json"))[1])
 
     def to_bound(state: dict):
         for k, v in state.items():

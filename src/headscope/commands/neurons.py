@@ -12,9 +12,11 @@ top and bottom tokens.
   headscope neurons gpt2 --variant paper,ln2=none,max=abs --rank robust
 
 --variant: how a token's contribution becomes a neuron's score, a name (paper: the
-seed's text, the default; code: Gibson's public code) optionally followed by
-,key=value overrides: pos=with|without (the W_pos[n] part of the value), ln2=median|
-none|X (divide by the calibrated median LayerNorm-2 scale, nothing, or X),
+seed's formula, no LayerNorm-2 scale, the default; scaled: paper divided by the
+calibrated median LayerNorm-2 scale, the change of the neuron's pre-activation; code:
+Gibson's public code, piece by piece) optionally followed by ,key=value overrides:
+pos=with|without (the W_pos[n] part of the value), ln2=median|none|X (divide by the
+calibrated median LayerNorm-2 scale, nothing, or X),
 max=signed|abs, glitch=keep|exclude|FILE (under-trained tokens out of the max, or the
 token strings of a JSON list), position=N (query position n). docs/fidelity.md
 compares every choice with the authors' code.
