@@ -12,7 +12,8 @@ import torch
 
 from headscope.semantic import bilinear, clustering
 from headscope._errors import HeadscopeError
-from headscope.semantic.head import PRESETS, head_clusters
+from headscope.semantic.head import head_clusters
+from headscope.semantic.options import PRESETS, ClusterOptions, HeadOptions
 
 pytestmark = pytest.mark.slow
 
@@ -83,7 +84,7 @@ def test_wordfreq_tokens(planted_model):
 
 @pytest.fixture(scope="module")
 def seed_clusters(planted_model):
-    return head_clusters(planted_model, 1, 5, preset="seed", with_spectral=False)
+    return head_clusters(planted_model, 1, 5, ClusterOptions(preset="seed", with_spectral=False))
 
 
 def test_seed_preset_on_planted(seed_clusters, planted_model, planted_manifest):
@@ -138,7 +139,7 @@ def test_seed_preset_examples_rank_their_own_keys(tiny):
     from headscope.semantic.head import analyse_heads
 
     W = tiny.weights()
-    by_vocab, by_nodes = (analyse_heads(tiny, [(1, 2)], preset="seed", keys=keys, with_spectral=False)[0]
+    by_vocab, by_nodes = (analyse_heads(tiny, [(1, 2)], HeadOptions(preset="seed", keys=keys, with_spectral=False))[0]
                           for keys in ("vocab", "nodes"))
     nodes = by_nodes.clusters.nodes
     assert by_nodes.clusters.spec.keys == "nodes" and by_nodes.clusters.spec.graph == "authors"
