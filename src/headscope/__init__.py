@@ -38,7 +38,8 @@ from .semantic.clustering import adjusted_rand_index, frequent_tokens
 from .semantic.head import HeadAnalysis, HeadClusters, analyse_head, head_clusters
 from .semantic.options import ClusterOptions, HeadOptions, SteerOptions
 from .semantic.steering import Steered, SteerResult, save_steered, steer, steered_qk
-from .semantic.survey import HeadScore, PositionIndependence, SurveyResult, load_categories, position_independence, survey
+from .semantic.prompts import load_categories
+from .semantic.survey import HeadScore, PositionIndependence, SurveyResult, position_independence, survey
 
 # every head from its weights
 from .maps.atlas import Atlas, HeadRow, atlas

@@ -661,7 +661,7 @@ def rules_by_category(pattern: torch.Tensor, prompts) -> dict[str, dict]:
 
 def _three_rules(c, ref, w):
     """The three rules per category of the seed's list (data/categories_rules.json)."""
-    from .semantic.survey import prompts_for
+    from .semantic.prompts import prompts_for
 
     l, h = w._check_head()
     data = {k: v for k, v in json.loads(shipped.read("categories_rules.json")).items() if not k.startswith("_")}

@@ -4,8 +4,9 @@ its eigenvalues, neighbours, token clusters, position independence.
 Compute (:func:`analyse_head`, :func:`head_clusters`) → typed results
 (:class:`HeadAnalysis`, :class:`HeadClusters`, each with ``to_dict()``) → ``render()``.
 The maths lives in :mod:`.bilinear` (effective embeddings, W_QK, eigen-split, top-k),
-:mod:`.clustering` (graph, Leiden, spectral) and :mod:`.survey` (prompts, position
-independence); this module puts them together for one head.
+:mod:`.clustering` (graph, Leiden, spectral), :mod:`.prompts` (category prompts) and
+:mod:`.survey` (position independence); this module puts them together for one head, with
+its options as one value (:class:`~headscope.semantic.options.HeadOptions`).
 
 Presets (:data:`PRESETS`, ``headscope head … --preset``): ``headscope`` (the default) —
 5000 nodes by BPE merge order plus the category words, top-10 targets per query,
@@ -14,7 +15,8 @@ spectral alternative, attention means from the category prompts; ``seed`` — th
 authors' clustering (:mod:`.clustering`: ``<|endoftext|>`` + the 2 999 most frequent
 tokens by ``wordfreq`` or a corpus, raw key×query scores, top 4 per key, directed,
 Leiden modularity with communities of at most 512) over their effective embeddings
-(attention means ``authors``, :mod:`.bilinear`). Every option can be set on its own.
+(attention means ``authors``, :mod:`.bilinear`). Every option can be set on its own
+(:mod:`.options`: a field left None takes the preset's value).
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from .bilinear import BilinearForm
 from .clustering import Clustering
 from .options import PRESETS, ClusterOptions, HeadOptions  # noqa: F401  (PRESETS: re-exported)
 from ..core.loading import Model
-from .survey import PositionIndependence, position_independence_heads, prompts_for
+from .prompts import prompts_for
+from .survey import PositionIndependence, position_independence_heads
 from ..core.tokenizer import escape_token
 from ..core.weights import Processing, Weights
 

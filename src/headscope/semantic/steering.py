@@ -47,7 +47,7 @@ from .bilinear import bilinear_form, key_bias_vector, qk_factors, qk_matrix
 from ..core.loading import WEIGHTS_FILE, Model, file_sha256
 from ..maps.patterns import head_pattern, head_patterns
 from .options import SteerOptions
-from .survey import prompts_for
+from .prompts import prompts_for
 from ..core.weights import Block, Processing, Weights
 
 Tensor = torch.Tensor
@@ -350,7 +350,6 @@ def authors_steer(model: Model, layer: int, head: int, alphas=SEED_ALPHAS, *, to
     """The authors' steering (module docstring) for each α in `alphas`, and the unsteered form."""
     from .. import shipped
     from .bilinear import attn_means_for, effective_embeddings
-    from .survey import prompts_for as _prompts
 
     model.cfg.check_head(layer, head)
     processing = Processing.default() if processing is None else processing
@@ -366,7 +365,7 @@ def authors_steer(model: Model, layer: int, head: int, alphas=SEED_ALPHAS, *, to
                 groups.append(name)
     if len(ids) < 2:
         raise HeadscopeError(f"steering tokens: expected at least 2 single tokens, got {len(ids)}")
-    prompts = _prompts(model, None, n_prompts=32, length=16)[0].tokens if attn_mean == "prompts" else None
+    prompts = prompts_for(model, None, n_prompts=32, length=16)[0].tokens if attn_mean == "prompts" else None
     means = attn_means_for(W, max(layer, 0), attn_mean, prompts)
     E = effective_embeddings(W, layer, torch.tensor(ids), attn_means=means).double()    # [t d]
     Wqk = qk_matrix(W, layer, head)                                                   # [d d] float64

@@ -13,7 +13,7 @@ from __future__ import annotations
 from ...maps.patterns import head_patterns, lower_rows
 from ...semantic.options import SteerOptions
 from ...semantic.steering import pattern_self_stats, steer
-from ...semantic.survey import prompts_for
+from ...semantic.prompts import prompts_for
 from .. import figures as F
 from .. import html as H
 from ..stages import Context, Rendered, Stage, register_stage
