@@ -36,7 +36,7 @@ def measure(model: str | None = None, layer: int = 1, head: int = 5, *, n_tokens
 
     import headscope
     from headscope.semantic import bilinear, clustering, steering
-    from headscope.semantic.survey import prompts_for
+    from headscope.semantic.prompts import prompts_for
 
     torch.set_num_threads(threads)
     times: dict[str, float] = {}

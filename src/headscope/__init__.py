@@ -36,8 +36,10 @@ from .layer0.neurons import NeuronScan, NeuronTrace, neuron_trace, neuron_traces
 from .semantic.bilinear import BilinearForm, bilinear_form, effective_embeddings, explain_score, qk_matrix, topk_targets
 from .semantic.clustering import adjusted_rand_index, frequent_tokens
 from .semantic.head import HeadAnalysis, HeadClusters, analyse_head, head_clusters
+from .semantic.options import ClusterOptions, HeadOptions, SteerOptions
 from .semantic.steering import Steered, SteerResult, save_steered, steer, steered_qk
-from .semantic.survey import HeadScore, PositionIndependence, SurveyResult, load_categories, position_independence, survey
+from .semantic.prompts import load_categories
+from .semantic.survey import HeadScore, PositionIndependence, SurveyResult, position_independence, survey
 
 # every head from its weights
 from .maps.atlas import Atlas, HeadRow, atlas
@@ -57,8 +59,8 @@ __all__ = [
     "DenominatorStability", "denominator_stability",
     "NeuronScan", "NeuronTrace", "neuron_trace", "neuron_traces", "predict_neuron", "predict_neurons",
     "scan_neurons",
-    "BilinearForm", "HeadAnalysis", "HeadClusters", "HeadScore", "PositionIndependence", "Steered",
-    "SteerResult", "SurveyResult", "adjusted_rand_index", "analyse_head", "bilinear_form",
+    "BilinearForm", "ClusterOptions", "HeadAnalysis", "HeadClusters", "HeadOptions", "HeadScore", "PositionIndependence", "Steered",
+    "SteerOptions", "SteerResult", "SurveyResult", "adjusted_rand_index", "analyse_head", "bilinear_form",
     "effective_embeddings", "explain_score", "frequent_tokens", "head_clusters", "load_categories",
     "position_independence", "qk_matrix", "save_steered", "steer", "steered_qk", "survey", "topk_targets",
     "Atlas", "HeadRow", "atlas",

@@ -57,6 +57,7 @@ from .layer0.neurons import (AUTHORS_LN2, DEFAULT_THRESHOLD, ln2_divisor, parse_
 from .planted.build import MANIFEST, read_manifest
 from .shipped import seed_claims
 from .stats import robust_z, roc_auc, spearman
+from .semantic.options import SteerOptions
 from .semantic.steering import authors_steer, steer
 from .semantic.survey import position_independence, survey
 from .core.weights import Processing
@@ -347,7 +348,7 @@ class _Work:
     @functools.lru_cache(maxsize=None)
     def steer(self, alpha: float):
         l, h = self._check_head()
-        return steer(self.model, l, h, alpha, select="negative", processing=self.processing).result
+        return steer(self.model, l, h, alpha, SteerOptions(select="negative"), processing=self.processing).result
 
     @functools.cached_property
     def authors_steer(self):
@@ -660,7 +661,7 @@ def rules_by_category(pattern: torch.Tensor, prompts) -> dict[str, dict]:
 
 def _three_rules(c, ref, w):
     """The three rules per category of the seed's list (data/categories_rules.json)."""
-    from .semantic.survey import prompts_for
+    from .semantic.prompts import prompts_for
 
     l, h = w._check_head()
     data = {k: v for k, v in json.loads(shipped.read("categories_rules.json")).items() if not k.startswith("_")}

@@ -18,7 +18,7 @@ import torch
 import headscope
 from headscope.semantic import bilinear
 from headscope._json import dumps
-from headscope.semantic.survey import prompts_for
+from headscope.semantic.prompts import prompts_for
 
 A = importlib.import_module("headscope.maps.atlas")   # the module (headscope.atlas itself is the function)
 

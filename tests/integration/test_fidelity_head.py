@@ -12,7 +12,8 @@ import torch
 
 from headscope.semantic import bilinear, clustering
 from headscope._errors import HeadscopeError
-from headscope.semantic.head import PRESETS, head_clusters
+from headscope.semantic.head import head_clusters
+from headscope.semantic.options import PRESETS, ClusterOptions, HeadOptions
 
 pytestmark = pytest.mark.slow
 
@@ -35,7 +36,7 @@ def test_authors_attn_means_match_a_by_hand_forward(tiny):
     got = bilinear.authors_attn_means(W, 1)[0]
     torch.testing.assert_close(got.double(), out.mean(0), rtol=1e-4, atol=1e-6)
     # headscope's means (category prompts, positions ≥ 1) are another vector
-    from headscope.semantic.survey import prompts_for
+    from headscope.semantic.prompts import prompts_for
     ours = bilinear.attn_means_for(W, 1, "prompts", prompts_for(tiny, None, n_prompts=8, length=16)[0].tokens)[0]
     assert (ours - got).norm() > 1e-3 * got.norm()
     with pytest.raises(HeadscopeError, match="expected one of prompts, authors"):
@@ -83,7 +84,7 @@ def test_wordfreq_tokens(planted_model):
 
 @pytest.fixture(scope="module")
 def seed_clusters(planted_model):
-    return head_clusters(planted_model, 1, 5, preset="seed", with_spectral=False)
+    return head_clusters(planted_model, 1, 5, ClusterOptions(preset="seed", with_spectral=False))
 
 
 def test_seed_preset_on_planted(seed_clusters, planted_model, planted_manifest):
@@ -106,7 +107,7 @@ def test_presets_differ_in_definition_agree_on_planted_neighbours(planted_model,
     embeddings (layer 0 writes other blocks), same neighbours of every category word (the
     planted head reads only the sem block: x̂_t W x̂_s = sem_t W sem_s / (σ_t σ_s))."""
     W = planted_model.weights()
-    from headscope.semantic.survey import prompts_for
+    from headscope.semantic.prompts import prompts_for
     words = [t for c in planted_manifest["layer1"]["categories"].values() for t in c["ids"]]
     ours = bilinear.attn_means_for(W, 1, "prompts", prompts_for(planted_model, None, n_prompts=32, length=16)[0].tokens)
     theirs = bilinear.attn_means_for(W, 1, "authors")
@@ -138,7 +139,7 @@ def test_seed_preset_examples_rank_their_own_keys(tiny):
     from headscope.semantic.head import analyse_heads
 
     W = tiny.weights()
-    by_vocab, by_nodes = (analyse_heads(tiny, [(1, 2)], preset="seed", keys=keys, with_spectral=False)[0]
+    by_vocab, by_nodes = (analyse_heads(tiny, [(1, 2)], HeadOptions(preset="seed", keys=keys, with_spectral=False))[0]
                           for keys in ("vocab", "nodes"))
     nodes = by_nodes.clusters.nodes
     assert by_nodes.clusters.spec.keys == "nodes" and by_nodes.clusters.spec.graph == "authors"

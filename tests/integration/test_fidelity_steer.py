@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from headscope.semantic.options import SteerOptions
 from headscope.semantic.steering import AUTHORS_TOP, authors_form, authors_steer, steer, steered_qk
 
 pytestmark = pytest.mark.slow
@@ -52,7 +53,7 @@ def test_headscope_top64_selection_agrees_when_all_negatives_are_in_the_top(plan
     a = steered_qk(W, 1, 5, 0.0, select="negative")
     b = steered_qk(W, 1, 5, 0.0, select="negative-top64")
     assert a.selected == b.selected and torch.equal(a.W_Q, b.W_Q) and torch.equal(a.W_K, b.W_K)
-    s = steer(planted_model, 1, 5, 0.0, select="negative-top64").result
+    s = steer(planted_model, 1, 5, 0.0, SteerOptions(select="negative-top64")).result
     assert s.select == "negative-top64" and s.rebuild_error < 1e-10
     assert s.self_attention_after > s.self_attention_before + 0.1
 

@@ -66,7 +66,7 @@ def test_every_main_result_type_renders(tiny, tmp_path):
     surv = headscope.survey(tiny)
     doc = _check(surv._repr_html_())
     assert doc.tags["svg"] >= 2 and "semantic loss" in "".join(doc.text)
-    head = headscope.analyse_head(tiny, 1, 0, n_tokens=300, with_spectral=False)
+    head = headscope.analyse_head(tiny, 1, 0, headscope.HeadOptions(n_tokens=300, with_spectral=False))
     doc = _check(head._repr_html_())
     assert "Semantic deep dive" in "".join(doc.text) and doc.tags["svg"] >= 2
     st = headscope.steer(tiny, 1, 0, 0.0).result

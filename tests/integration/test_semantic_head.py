@@ -136,7 +136,7 @@ def test_rebuild_at_alpha_one_is_exact(planted_model, tiny_hf_dir, tmp_path):
 
 
 def test_alpha_zero_raises_self_attention_in_hf(planted_model, planted_dir, tmp_path, capsys):
-    from headscope.semantic.survey import prompts_for
+    from headscope.semantic.prompts import prompts_for
 
     out = tmp_path / "steered0"
     res = _cli_json(capsys, ["steer", str(planted_dir), "1.5", "--scale-negative", "0", "--out", str(out)])

@@ -97,6 +97,7 @@ def _extra_analyses(model, tmp: Path, calibration: dict) -> None:
     from headscope.corpus import windows
     from headscope.layer0.denominators import denominator_stability
     from headscope.layer0.neurons import neuron_traces, scan_neurons
+    from headscope.semantic.options import SteerOptions
     from headscope.semantic.steering import steer
 
     text = (tmp / "calibration.txt").read_text(encoding="utf-8")
@@ -115,7 +116,7 @@ def _extra_analyses(model, tmp: Path, calibration: dict) -> None:
                 "circuit fidelity")
     except NotApplicable as e:
         assert "float64" in str(e), e                                  # the only reason with given heads
-    st_ = steer(model, model.cfg.n_layers - 1, model.cfg.n_heads - 1, -0.5, select="positive")
+    st_ = steer(model, model.cfg.n_layers - 1, model.cfg.n_heads - 1, -0.5, SteerOptions(select="positive"))
     _finite(st_.result, ("out", "steered_fingerprint"), "steer positive eigenvalues")
 
 

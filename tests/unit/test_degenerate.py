@@ -232,6 +232,7 @@ def test_zero_qk_analyses(zero_qk):
     from headscope.semantic.bilinear import bilinear_form, qk_matrix
     from headscope.corpus import windows
     from headscope.semantic.head import analyse_head
+    from headscope.semantic.options import HeadOptions
     from headscope.layer0.kernels import analyse_kernels
     from headscope.semantic.steering import steer
 
@@ -245,7 +246,7 @@ def test_zero_qk_analyses(zero_qk):
     form = bilinear_form(qk_matrix(model.weights(), 0, 0), 0, 0)
     assert form.eigenvalues.tolist() == [0.0] and form.n_negative == form.n_positive == 0
     assert form.to_dict()["skew_to_sym_ratio"] is None                 # σ_skew / σ_sym = 0/0
-    a = analyse_head(model, 0, 0, n_tokens=1200, k=5, with_spectral=True)
+    a = analyse_head(model, 0, 0, HeadOptions(n_tokens=1200, k=5, with_spectral=True))
     d = _finite(a, ("leiden.ari", "spectral.ari", "clusters[].category", "clusters[].purity", "skew_to_sym_ratio",
                     "position.identity_fraction", "position.position_fraction", "leiden.modularity",
                     "spectral.modularity", "spectral.clusters[].category", "spectral.clusters[].purity",

@@ -10,8 +10,8 @@ import torch
 
 from headscope import shipped
 from headscope._errors import HeadscopeError
-from headscope.semantic.survey import (PRESETS, RELATED, load_categories, load_relations, make_prompts, pattern_metrics,
-                              target_masks)
+from headscope.semantic.prompts import RELATED, load_categories, load_relations, make_prompts
+from headscope.semantic.survey import PRESETS, pattern_metrics, target_masks
 
 
 def test_related_category_is_not_counted_wrong():

@@ -7,7 +7,8 @@ import importlib
 
 import torch
 
-from headscope.semantic.survey import make_prompts, target_masks
+from headscope.semantic.prompts import make_prompts
+from headscope.semantic.survey import target_masks
 
 R = importlib.import_module("headscope.reproduce")
 

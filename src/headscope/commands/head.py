@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from .._errors import HeadscopeError
 from ..semantic.head import analyse_head
+from ..semantic.options import HeadOptions
 from .args import emit, load_model, parse_float, parse_head
 
 
@@ -57,8 +58,9 @@ def run(args) -> int:
             raise HeadscopeError(f"--{name}: expected ≥ 1, got {getattr(args, name)}")
     model = load_model(args)
     layer, head = parse_head(args.head, model.cfg)
-    res = analyse_head(model, layer, head, variant=args.variant, n_tokens=args.tokens, k=args.k, keys=args.keys,
-                       categories=args.categories, corpus=args.corpus, resolution=resolution, seed=args.seed,
-                       preset=args.preset, frequency=args.frequency, attn_mean=args.attn_mean)
+    options = HeadOptions(preset=args.preset, variant=args.variant, n_tokens=args.tokens, k=args.k,
+                          frequency=args.frequency, attn_mean=args.attn_mean, keys=args.keys,
+                          categories=args.categories, corpus=args.corpus, resolution=resolution, seed=args.seed)
+    res = analyse_head(model, layer, head, options)
     emit(args, res, res.render())
     return 0

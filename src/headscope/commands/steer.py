@@ -25,6 +25,7 @@ from pathlib import Path
 
 from .._atomic import refuse_foreign_dir
 from .._errors import HeadscopeError
+from ..semantic.options import SteerOptions
 from ..semantic.steering import MARKER, SELECTS, authors_steer, save_steered, steer
 from .args import emit, load_model, parse_float, parse_head
 
@@ -47,12 +48,12 @@ def add_arguments(p):
 
 def run(args) -> int:
     alpha = parse_float(args.alpha, "--scale-negative")
-    select = args.select or ("negative-top64" if args.preset == "seed" else "negative")
+    select = args.select                                # None: the preset's (SteerOptions)
     if args.eigen is not None:
         items = [x.strip() for x in args.eigen.split(",") if x.strip()]
         if not all(re.fullmatch(r"-?[0-9]{1,9}", x) for x in items):      # ASCII digits only
             raise HeadscopeError(f"--eigen: expected comma-separated integers, got {args.eigen!r}")
-        select = [int(x) for x in items]
+        select = tuple(int(x) for x in items)
         if not select:
             raise HeadscopeError(f"--eigen: expected at least one eigenvalue index, got {args.eigen!r}")
         twice = sorted({i for i in select if select.count(i) > 1})
@@ -62,8 +63,9 @@ def run(args) -> int:
     refuse_foreign_dir(Path(args.out), MARKER)          # before any work
     model = load_model(args)
     layer, head = parse_head(args.head, model.cfg)
-    steered = steer(model, layer, head, alpha, select=select, keep_skew=not args.drop_skew,
-                    categories=args.categories)
+    options = SteerOptions(preset=args.preset, select=select, keep_skew=not args.drop_skew,
+                           categories=args.categories)
+    steered = steer(model, layer, head, alpha, options)
     if args.preset == "seed":
         authors = authors_steer(model, layer, head, (alpha,))
     res = save_steered(model, steered, args.out)

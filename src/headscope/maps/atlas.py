@@ -521,7 +521,7 @@ def atlas(model: Model, layers: Sequence[int] | None = None, *, n_tokens: int = 
     N, e, H = len(freq), cfg.d_head, cfg.n_heads
     notes: list[str] = []
 
-    from ..semantic.survey import prompts_for
+    from ..semantic.prompts import prompts_for
 
     upto = max(layers)
     prompts, _ = prompts_for(model, None, n_prompts=PROMPTS, length=16, seed=SEED)

@@ -4,8 +4,9 @@ its eigenvalues, neighbours, token clusters, position independence.
 Compute (:func:`analyse_head`, :func:`head_clusters`) → typed results
 (:class:`HeadAnalysis`, :class:`HeadClusters`, each with ``to_dict()``) → ``render()``.
 The maths lives in :mod:`.bilinear` (effective embeddings, W_QK, eigen-split, top-k),
-:mod:`.clustering` (graph, Leiden, spectral) and :mod:`.survey` (prompts, position
-independence); this module puts them together for one head.
+:mod:`.clustering` (graph, Leiden, spectral), :mod:`.prompts` (category prompts) and
+:mod:`.survey` (position independence); this module puts them together for one head, with
+its options as one value (:class:`~headscope.semantic.options.HeadOptions`).
 
 Presets (:data:`PRESETS`, ``headscope head … --preset``): ``headscope`` (the default) —
 5000 nodes by BPE merge order plus the category words, top-10 targets per query,
@@ -14,7 +15,8 @@ spectral alternative, attention means from the category prompts; ``seed`` — th
 authors' clustering (:mod:`.clustering`: ``<|endoftext|>`` + the 2 999 most frequent
 tokens by ``wordfreq`` or a corpus, raw key×query scores, top 4 per key, directed,
 Leiden modularity with communities of at most 512) over their effective embeddings
-(attention means ``authors``, :mod:`.bilinear`). Every option can be set on its own.
+(attention means ``authors``, :mod:`.bilinear`). Every option can be set on its own
+(:mod:`.options`: a field left None takes the preset's value).
 """
 
 from __future__ import annotations
@@ -25,12 +27,13 @@ from pathlib import Path
 import torch
 
 from . import bilinear, clustering
-from .._errors import HeadscopeError
 from .._html_repr import HtmlRepr
 from .bilinear import BilinearForm
 from .clustering import Clustering
+from .options import PRESETS, ClusterOptions, HeadOptions  # noqa: F401  (PRESETS: re-exported)
 from ..core.loading import Model
-from .survey import PositionIndependence, position_independence_heads, prompts_for
+from .prompts import prompts_for
+from .survey import PositionIndependence, position_independence_heads
 from ..core.tokenizer import escape_token
 from ..core.weights import Processing, Weights
 
@@ -146,25 +149,7 @@ class HeadAnalysis(HtmlRepr):
         return "\n".join(lines)
 
 
-#: clustering presets (module docstring); explicit arguments override them
-PRESETS = {
-    "headscope": {"n_tokens": 5000, "k": 10, "frequency": "bpe", "graph": "headscope", "attn_mean": "prompts"},
-    "seed": {"n_tokens": 3000, "k": 4, "frequency": "wordfreq", "graph": "authors", "attn_mean": "authors"},
-}
-FREQUENCIES = ("bpe", "wordfreq")
 AUTHORS_MAX_COMM_SIZE = 512
-
-
-def _preset(preset: str, **given) -> dict:
-    if preset not in PRESETS:
-        raise HeadscopeError(f"preset: expected one of {', '.join(PRESETS)}, got {preset!r}")
-    out = {k: (PRESETS[preset][k] if v is None else v) for k, v in given.items()}
-    if out.get("frequency") not in (None, *FREQUENCIES):
-        raise HeadscopeError(f"frequency: expected one of {', '.join(FREQUENCIES)}, got {out['frequency']!r}")
-    if out.get("attn_mean") not in (None, *bilinear.ATTN_MEANS):
-        raise HeadscopeError(f"attention means: expected one of {', '.join(bilinear.ATTN_MEANS)}, "
-                             f"got {out['attn_mean']!r}")
-    return out
 
 
 def _fmt(x: float | None) -> str:
@@ -175,7 +160,6 @@ def _fmt(x: float | None) -> str:
 #: dive (:func:`vocab_pass_flops`; about 15–30 s on 2 CPU cores). Above it, neighbours are
 #: ranked over the graph's nodes.
 VOCAB_KEYS_BUDGET = 1e12
-KEYS = ("vocab", "nodes", "auto")
 
 
 def vocab_pass_flops(cfg, layer: int, variant: str = "full") -> float:
@@ -192,14 +176,6 @@ def resolve_keys(cfg, layer: int, keys: str, variant: str = "full") -> str:
     if keys != "auto":
         return keys
     return "vocab" if vocab_pass_flops(cfg, layer, variant) <= VOCAB_KEYS_BUDGET else "nodes"
-
-
-def _check_head_options(model: Model, layer: int, head: int, keys: str, k: int) -> None:
-    model.cfg.check_head(layer, head)
-    if keys not in KEYS:
-        raise HeadscopeError(f"keys: expected 'vocab', 'nodes' or 'auto', got {keys!r}")
-    if k < 1:
-        raise HeadscopeError(f"k: expected ≥ 1, got {k}")
 
 
 def _embeddings_at(W: Weights, layers: list[int], token_ids: Tensor | None, variant: str,
@@ -237,13 +213,13 @@ def _nodes(model: Model, n_tokens: int, corpus, cat_ids: dict[str, list[int]], f
 
 
 def _graph_clusters(model: Model, W: Weights, layer: int, head: int, X: Tensor, nodes: list[int], n_freq: int,
-                    cat_ids, *, k: int, keys: str, frequency: str, resolution: float, seed: int,
-                    with_spectral: bool, preset: str = "headscope", attn_mean: str = "prompts") -> HeadClusters:
-    """The top-k graph of `nodes` (effective embeddings X) under head (layer, head), clustered:
-    headscope's (:func:`headscope.clustering.knn_graph`, Leiden RB) or, for a preset whose
-    graph is ``authors``, theirs (:func:`headscope.clustering.authors_graph`, Leiden modularity
-    with communities of at most :data:`AUTHORS_MAX_COMM_SIZE`)."""
-    authors = PRESETS[preset]["graph"] == "authors"
+                    cat_ids, o: ClusterOptions, keys: str, frequency: str) -> HeadClusters:
+    """The top-k graph of `nodes` (effective embeddings X) under head (layer, head), clustered with
+    the resolved options `o`: headscope's (:func:`headscope.clustering.knn_graph`, Leiden RB) or,
+    for a preset whose graph is ``authors``, theirs (:func:`headscope.clustering.authors_graph`,
+    Leiden modularity with communities of at most :data:`AUTHORS_MAX_COMM_SIZE`). `keys` and
+    `frequency`: what the graph's spec records (the resolved keys, the frequency source's name)."""
+    authors, k, seed = o.authors, o.k, o.seed
     strs = model.to_str_tokens(nodes)
     if authors:
         b = W.blocks[layer]
@@ -255,25 +231,22 @@ def _graph_clusters(model: Model, W: Weights, layer: int, head: int, X: Tensor, 
         Q, K = bilinear.head_qk(W, layer, head, X)
         vals, idx, lse = bilinear.topk_targets(Q, K, k, self_index=torch.arange(len(nodes)), return_lse=True)
         g = clustering.knn_graph(vals, idx, len(nodes), lse)
-        membership = clustering.leiden(g, resolution=resolution, seed=seed)
+        membership = clustering.leiden(g, resolution=o.resolution, seed=seed)
     leiden = clustering.describe(g, membership, nodes, strs, "leiden", categories=cat_ids)
     spectral = None
-    if with_spectral:
+    if o.with_spectral:
         spectral = clustering.describe(g, clustering.spectral(g, max(2, leiden.n_clusters), seed=seed), nodes, strs,
                                        "spectral", categories=cat_ids)
     spec = GraphSpec(n_nodes=len(nodes), n_frequent=n_freq, k=k, keys=keys, frequency=frequency,
-                     resolution=resolution, seed=seed, preset=preset, graph="authors" if authors else "headscope",
-                     attn_mean=attn_mean, max_comm_size=AUTHORS_MAX_COMM_SIZE if authors else None)
+                     resolution=o.resolution, seed=seed, preset=o.preset, graph="authors" if authors else "headscope",
+                     attn_mean=o.attn_mean, max_comm_size=AUTHORS_MAX_COMM_SIZE if authors else None)
     return HeadClusters(spec=spec, leiden=leiden, spectral=spectral, nodes=nodes, embeddings=X, values=vals,
                         targets=idx)
 
 
-def head_clusters(model: Model, layer: int, head: int, *, variant: str = "full", n_tokens: int | None = None,
-                  k: int | None = None, categories=None, corpus: str | Path | None = None, resolution: float = 1.0,
-                  seed: int = 0, with_spectral: bool = True, keys: str = "vocab",
+def head_clusters(model: Model, layer: int, head: int, options: ClusterOptions = ClusterOptions(), *,
                   processing: Processing | None = None, weights: Weights | None = None,
-                  attn_means: list[Tensor] | None = None, preset: str = "headscope", frequency: str | None = None,
-                  attn_mean: str | None = None) -> HeadClusters:
+                  attn_means: list[Tensor] | None = None) -> HeadClusters:
     """Cluster the tokens that head (layer, head) makes attend to each other.
 
     ``headscope`` preset: nodes are the `n_tokens` most frequent tokens
@@ -282,46 +255,34 @@ def head_clusters(model: Model, layer: int, head: int, *, variant: str = "full",
     (self excluded); Leiden (and a spectral alternative) on that graph
     (:func:`headscope.clustering.knn_graph`). ``seed`` preset: the authors' graph
     (:func:`headscope.clustering.authors_graph`, :func:`headscope.clustering.leiden_modularity`)
-    over BOS + the most frequent tokens (no category words added).
+    over BOS + the most frequent tokens (no category words added). `options`:
+    :class:`~headscope.semantic.options.ClusterOptions`; `weights` (already processed) and
+    `attn_means`, when given, are used instead of computing them.
     """
-    o = _preset(preset, n_tokens=n_tokens, k=k, frequency=frequency, attn_mean=attn_mean)
-    n_tokens, k = o["n_tokens"], o["k"]
-    _check_head_options(model, layer, head, keys, k)
+    o = options.resolved()
+    model.cfg.check_head(layer, head)
     W = model.weights(processing) if weights is None else weights
-    prompts, cat_ids = prompts_for(model, categories, n_prompts=32, length=16, seed=seed)
+    prompts, cat_ids = prompts_for(model, o.categories, n_prompts=32, length=16, seed=o.seed)
     if attn_means is None:
-        attn_means = bilinear.attn_means_for(W, max(layer, 1 if variant == "mlp" else 0), o["attn_mean"],
+        attn_means = bilinear.attn_means_for(W, max(layer, 1 if o.variant == "mlp" else 0), o.attn_mean,
                                              prompts.tokens)
-    freq, nodes, freq_name = _nodes(model, n_tokens, corpus, cat_ids, o["frequency"],
-                                    PRESETS[preset]["graph"] == "authors")
-    X = bilinear.effective_embeddings(W, layer, torch.tensor(nodes), variant=variant, attn_means=attn_means)
-    return _graph_clusters(model, W, layer, head, X, nodes, len(freq), cat_ids, k=k,
-                           keys=resolve_keys(model.cfg, layer, keys, variant), frequency=freq_name,
-                           resolution=resolution, seed=seed, with_spectral=with_spectral, preset=preset,
-                           attn_mean=o["attn_mean"])
+    freq, nodes, freq_name = _nodes(model, o.n_tokens, o.corpus, cat_ids, o.frequency, o.authors)
+    X = bilinear.effective_embeddings(W, layer, torch.tensor(nodes), variant=o.variant, attn_means=attn_means)
+    return _graph_clusters(model, W, layer, head, X, nodes, len(freq), cat_ids, o,
+                           keys=resolve_keys(model.cfg, layer, o.keys, o.variant), frequency=freq_name)
 
 
-def analyse_head(model: Model, layer: int, head: int, *, variant: str = "full", n_tokens: int | None = None,
-                 k: int | None = None, keys: str = "vocab", categories=None, corpus=None, resolution: float = 1.0,
-                 seed: int = 0, with_spectral: bool = True, n_examples: int = 10,
-                 processing: Processing | None = None, preset: str = "headscope", frequency: str | None = None,
-                 attn_mean: str | None = None) -> HeadAnalysis:
-    """Analyse head (layer, head); ``keys="vocab"`` ranks neighbours over the whole vocabulary,
-    ``"nodes"`` over the graph's nodes, ``"auto"`` chooses by cost (:func:`resolve_keys`).
-
-    ``preset`` / ``frequency`` / ``attn_mean``: see :data:`PRESETS` (explicit values win).
-    """
-    return analyse_heads(model, [(layer, head)], variant=variant, n_tokens=n_tokens, k=k, keys=keys,
-                         categories=categories, corpus=corpus, resolution=resolution, seed=seed,
-                         with_spectral=with_spectral, n_examples=n_examples, processing=processing,
-                         preset=preset, frequency=frequency, attn_mean=attn_mean)[0]
+def analyse_head(model: Model, layer: int, head: int, options: HeadOptions = HeadOptions(), *,
+                 processing: Processing | None = None) -> HeadAnalysis:
+    """Analyse head (layer, head) with `options` (:class:`~headscope.semantic.options.HeadOptions`;
+    its preset's values where a field is None, :data:`PRESETS`). ``keys="vocab"`` ranks
+    neighbours over the whole vocabulary, ``"nodes"`` over the graph's nodes, ``"auto"``
+    chooses by cost (:func:`resolve_keys`)."""
+    return analyse_heads(model, [(layer, head)], options, processing=processing)[0]
 
 
-def analyse_heads(model: Model, heads: list[tuple[int, int]], *, variant: str = "full", n_tokens: int | None = None,
-                  k: int | None = None, keys: str = "vocab", categories=None, corpus=None, resolution: float = 1.0,
-                  seed: int = 0, with_spectral: bool = True, n_examples: int = 10,
-                  processing: Processing | None = None, progress=None, preset: str = "headscope",
-                  frequency: str | None = None, attn_mean: str | None = None) -> list[HeadAnalysis]:
+def analyse_heads(model: Model, heads: list[tuple[int, int]], options: HeadOptions = HeadOptions(), *,
+                  processing: Processing | None = None, progress=None) -> list[HeadAnalysis]:
     """:func:`analyse_head` of several heads (results in the order given), sharing their common work.
 
     What the heads share is computed once: the category prompts and the mean attention
@@ -338,17 +299,16 @@ def analyse_heads(model: Model, heads: list[tuple[int, int]], *, variant: str = 
     self-score explanation are its own top-k keys (over the vocabulary, or over the nodes
     for ``keys="nodes"``), not the graph's targets.
     """
-    o = _preset(preset, n_tokens=n_tokens, k=k, frequency=frequency, attn_mean=attn_mean)
-    n_tokens, k = o["n_tokens"], o["k"]
-    authors = PRESETS[preset]["graph"] == "authors"
+    o = options.resolved()
+    k, variant, authors = o.k, o.variant, o.authors
     heads = [(int(l), int(h)) for l, h in heads]
     for l, h in heads:
-        _check_head_options(model, l, h, keys, k)
+        model.cfg.check_head(l, h)
     if not heads:
         return []
     cfg = model.cfg
     W = model.weights(processing)
-    head_keys = {hd: resolve_keys(cfg, hd[0], keys, variant) for hd in heads}
+    head_keys = {hd: resolve_keys(cfg, hd[0], o.keys, variant) for hd in heads}
     vocab_layers = sorted({l for (l, _), kk in head_keys.items() if kk == "vocab"})
     layers = sorted({l for l, _ in heads})
     total = 3 + bool(vocab_layers) + len(heads)
@@ -360,16 +320,16 @@ def analyse_heads(model: Model, heads: list[tuple[int, int]], *, variant: str = 
         if progress is not None:
             progress(done, total, what)
 
-    prompts, cat_ids = prompts_for(model, categories, n_prompts=32, length=16, seed=seed)
-    attn_means = bilinear.attn_means_for(W, max(max(layers), 1 if variant == "mlp" else 0), o["attn_mean"],
+    prompts, cat_ids = prompts_for(model, o.categories, n_prompts=32, length=16, seed=o.seed)
+    attn_means = bilinear.attn_means_for(W, max(max(layers), 1 if variant == "mlp" else 0), o.attn_mean,
                                          prompts.tokens)
     step("mean attention outputs")
-    freq, nodes, freq_name = _nodes(model, n_tokens, corpus, cat_ids, o["frequency"], authors)
+    freq, nodes, freq_name = _nodes(model, o.n_tokens, o.corpus, cat_ids, o.frequency, authors)
     X_nodes = dict(_embeddings_at(W, layers, torch.tensor(nodes), variant, attn_means))        # layer → [n d]
     step("effective embeddings of the nodes")
 
     # neighbours and self-score explanations of example tokens (first word of each category)
-    examples = [ids[0] for ids in cat_ids.values()][:n_examples]
+    examples = [ids[0] for ids in cat_ids.values()][:o.n_examples]
     node_index = {t: i for i, t in enumerate(nodes)}
     vocab_targets: dict[tuple[int, int], tuple[Tensor, ...]] = {}
     if vocab_layers:
@@ -381,9 +341,8 @@ def analyse_heads(model: Model, heads: list[tuple[int, int]], *, variant: str = 
         fold = W.processing.fold_ln
         form = bilinear.bilinear_form(bilinear.qk_matrix(W, l, h, centred=fold), l, h,
                                       factors=bilinear.qk_factors(W, l, h, centred=fold))
-        hc = _graph_clusters(model, W, l, h, X_nodes[l], nodes, len(freq), cat_ids, k=k, keys=head_keys[(l, h)],
-                             frequency=freq_name, resolution=resolution, seed=seed, with_spectral=with_spectral,
-                             preset=preset, attn_mean=o["attn_mean"])
+        hc = _graph_clusters(model, W, l, h, X_nodes[l], nodes, len(freq), cat_ids, o, keys=head_keys[(l, h)],
+                             frequency=freq_name)
         X_n = hc.embeddings
         strs = model.to_str_tokens(nodes)
         scale = cfg.attn_scale(l)
@@ -398,7 +357,8 @@ def analyse_heads(model: Model, heads: list[tuple[int, int]], *, variant: str = 
         step(f"head {l}.{h}")
     del X_nodes, vocab_targets
 
-    positions = position_independence_heads(model, heads, categories=categories, seed=seed, processing=processing)
+    positions = position_independence_heads(model, heads, categories=o.categories, seed=o.seed,
+                                            processing=processing)
     step("position independence")
     return [HeadAnalysis(layer=l, head=h, fingerprint=model.fingerprint, processing=W.processing.to_dict(),
                          embedding_variant=variant, form=form, clusters=hc, neighbours=neighbours,

@@ -46,7 +46,8 @@ from .._json import dumps
 from .bilinear import bilinear_form, key_bias_vector, qk_factors, qk_matrix
 from ..core.loading import WEIGHTS_FILE, Model, file_sha256
 from ..maps.patterns import head_pattern, head_patterns
-from .survey import prompts_for
+from .options import SteerOptions
+from .prompts import prompts_for
 from ..core.weights import Block, Processing, Weights
 
 Tensor = torch.Tensor
@@ -229,25 +230,28 @@ class Steered:
     weights: Weights          # processed weights of the steered model (other blocks shared)
 
 
-def steer(model: Model, layer: int, head: int, alpha: float, *, select: str | list[int] = "negative",
-          keep_skew: bool = True, tokens: Tensor | None = None, categories=None, seed: int = 0,
-          processing: Processing | None = None) -> Steered:
+def steer(model: Model, layer: int, head: int, alpha: float, options: SteerOptions = SteerOptions(), *,
+          tokens: Tensor | None = None, processing: Processing | None = None) -> Steered:
     """Scale eigenvalues of head (layer, head) by α and measure self-attention before and after.
 
-    Both measurements use `processing` (default: the seed studies'; it must include
-    fold_ln). :func:`save_steered` writes the steered weights as a checkpoint.
+    `options` (:class:`~headscope.semantic.options.SteerOptions`): which eigenvalues, whether
+    the skew part is kept, the measurement prompts' categories and seed (used when `tokens`
+    [b p] is not given). Both measurements use `processing` (default: the seed studies'; it
+    must include fold_ln). :func:`save_steered` writes the steered weights as a checkpoint.
     """
+    o = options.resolved()
+    select = o.select if isinstance(o.select, str) else [int(i) for i in o.select]
     model.cfg.check_head(layer, head)
     processing = Processing.default() if processing is None else processing
     W = model.weights(processing)
-    rb = steered_qk(W, layer, head, alpha, select=select, keep_skew=keep_skew)
+    rb = steered_qk(W, layer, head, alpha, select=select, keep_skew=o.keep_skew)
     raw_block = unfold_into_raw(model.raw_block(layer), head, rb)
     W_new = steered_weights(W, layer, head, rb)
     if tokens is None:
-        tokens = prompts_for(model, categories, n_prompts=32, length=16, seed=seed)[0].tokens
+        tokens = prompts_for(model, o.categories, n_prompts=32, length=16, seed=o.seed)[0].tokens
     before, after = (pattern_self_stats(A) for A in head_patterns([W, W_new], tokens, layer, head))
     res = SteerResult(
-        layer=layer, head=head, alpha=float(alpha), select=select, keep_skew=keep_skew,
+        layer=layer, head=head, alpha=float(alpha), select=select, keep_skew=o.keep_skew,
         n_selected=len(rb.selected), selected_eigenvalues=rb.selected_eigenvalues, rank=rb.rank,
         rebuild_error=rb.rebuild_error, key_bias_error=rb.key_bias_error,
         self_attention_before=before["self_attention"], self_attention_after=after["self_attention"],
@@ -346,7 +350,6 @@ def authors_steer(model: Model, layer: int, head: int, alphas=SEED_ALPHAS, *, to
     """The authors' steering (module docstring) for each α in `alphas`, and the unsteered form."""
     from .. import shipped
     from .bilinear import attn_means_for, effective_embeddings
-    from .survey import prompts_for as _prompts
 
     model.cfg.check_head(layer, head)
     processing = Processing.default() if processing is None else processing
@@ -362,7 +365,7 @@ def authors_steer(model: Model, layer: int, head: int, alphas=SEED_ALPHAS, *, to
                 groups.append(name)
     if len(ids) < 2:
         raise HeadscopeError(f"steering tokens: expected at least 2 single tokens, got {len(ids)}")
-    prompts = _prompts(model, None, n_prompts=32, length=16)[0].tokens if attn_mean == "prompts" else None
+    prompts = prompts_for(model, None, n_prompts=32, length=16)[0].tokens if attn_mean == "prompts" else None
     means = attn_means_for(W, max(layer, 0), attn_mean, prompts)
     E = effective_embeddings(W, layer, torch.tensor(ids), attn_means=means).double()    # [t d]
     Wqk = qk_matrix(W, layer, head)                                                   # [d d] float64

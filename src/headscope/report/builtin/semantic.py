@@ -18,6 +18,7 @@ stage's data states the rule.
 from __future__ import annotations
 
 from ...semantic.head import VOCAB_KEYS_BUDGET, analyse_heads
+from ...semantic.options import HeadOptions
 from .. import figures as F
 from .. import html as H
 from ..stages import Context, PageSection, Rendered, Stage, register_stage
@@ -42,8 +43,9 @@ class SemanticStage(Stage):
     def compute(self, ctx: Context) -> dict:
         rows = ctx.results["survey"]["rows"][: ctx.options.deep_dives]
         keys = ctx.options.neighbour_keys
-        analyses = analyse_heads(ctx.model, [(r["layer"], r["head"]) for r in rows], n_tokens=ctx.options.semantic_tokens,
-                                 keys=keys, seed=0, with_spectral=False, processing=ctx.options.processing,
+        options = HeadOptions(n_tokens=ctx.options.semantic_tokens, keys=keys, seed=0, with_spectral=False)
+        analyses = analyse_heads(ctx.model, [(r["layer"], r["head"]) for r in rows], options,
+                                 processing=ctx.options.processing,
                                  progress=ctx.progress.step if ctx.progress else None)
         heads = []
         for r, a in zip(rows, analyses):

@@ -11,8 +11,9 @@ the report's processing, exactly as ``headscope steer`` measures them).
 from __future__ import annotations
 
 from ...maps.patterns import head_patterns, lower_rows
+from ...semantic.options import SteerOptions
 from ...semantic.steering import pattern_self_stats, steer
-from ...semantic.survey import prompts_for
+from ...semantic.prompts import prompts_for
 from .. import figures as F
 from .. import html as H
 from ..stages import Context, Rendered, Stage, register_stage
@@ -39,7 +40,7 @@ class SteeringStage(Stage):
         layer, head = best["layer"], best["head"]
         p = ctx.progress
         p.set_total(2)
-        st = steer(model, layer, head, ALPHA, select="negative", processing=processing)
+        st = steer(model, layer, head, ALPHA, SteerOptions(select="negative"), processing=processing)
         p.update()
         prompts, _ = prompts_for(model, n_prompts=1, length=PROMPT_LENGTH, seed=0)
         tokens = prompts.tokens[:1]                                                 # [1 p]
