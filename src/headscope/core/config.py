@@ -29,7 +29,13 @@ def _is_index(x) -> bool:
 MAX_SIZE = 2**31 - 1
 
 #: activation_function values of HF GPT-2 configs that headscope implements.
-ACTIVATIONS = ("gelu_new", "gelu", "gelu_pytorch_tanh", "relu", "gelu_fast", "quick_gelu")
+ACTIVATIONS = ("gelu_new", "gelu", "gelu_pytorch_tanh", "relu", "gelu_fast", "quick_gelu", "silu")
+
+#: how positions enter: "learned" (a W_pos row added to the token embedding; GPT-2, GPT-Neo, OPT)
+#: or "rotary" (queries and keys rotated by position inside every attention layer; GPT-NeoX, Llama, Qwen2).
+POSITIONAL = ("learned", "rotary")
+#: the normalisation before each reader: "layernorm" (centre, scale, w, b) or "rmsnorm" (scale, w; no centring).
+NORMS = ("layernorm", "rmsnorm")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,10 +55,40 @@ class Config:
     #: HF computes attention scores and softmax in float32 even for float16/bfloat16
     #: weights (the same maths; only the rounding differs); the forward pass does too.
     reorder_and_upcast_attn: bool = False
+    # -- beyond GPT-2 (defaults are GPT-2's; each family adapter sets what its config.json says) --
+    #: the config.json model_type this Config was read from (the family adapter that reads it).
+    family: str = "gpt2"
+    #: key/value heads (grouped-query attention): None = n_heads. The canonical weights hold W_K, W_V
+    #: expanded to one copy per query head, so every analysis sees n_heads ordinary heads.
+    n_kv_heads: int | None = None
+    #: per-head width when the config states one (Llama, Qwen2 may); None = d_model // n_heads.
+    head_dim: int | None = None
+    positional: str = "learned"                  #: one of POSITIONAL
+    rotary_dim: int = 0                          #: dims of each head rotated (rotary only; even, ≤ d_head)
+    rotary_base: float = 10000.0                 #: rotary θ base
+    #: config.json's rope_scaling as sorted (key, value) pairs, () when absent (rotary only).
+    rope_scaling: tuple = ()
+    norm: str = "layernorm"                      #: one of NORMS
+    parallel_residual: bool = False              #: x + attn(ln1 x) + mlp(ln2 x) (GPT-NeoX)
+    gated_mlp: bool = False                      #: MLP(x) = (act(x W_gate) ⊙ (x W_in)) W_out (SwiGLU)
+    post_ln: bool = False                        #: LayerNorm after each residual add (OPT-350m style)
+    final_ln: bool = True                        #: a final norm before the unembedding
+    #: per-layer local attention window (keys within the last `w` positions), 0 = global;
+    #: () = every layer global (GPT-Neo's "local" layers set it).
+    attn_windows: tuple = ()
 
     @property
     def d_head(self) -> int:
-        return self.d_model // self.n_heads
+        return self.head_dim if self.head_dim is not None else self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads as stored (grouped-query attention); n_heads without grouping."""
+        return self.n_kv_heads if self.n_kv_heads is not None else self.n_heads
+
+    def window(self, layer: int) -> int:
+        """Layer `layer`'s local attention window (0 = global)."""
+        return self.attn_windows[layer] if self.attn_windows else 0
 
     def attn_scale(self, layer: int) -> float:
         """The divisor of layer `layer`'s attention scores, ``score = q·k / attn_scale``.
@@ -95,10 +131,37 @@ class Config:
         for name in ("scale_attn_by_inverse_layer_idx", "scale_attn_weights"):
             if not isinstance(getattr(self, name), bool):
                 raise HeadscopeError(f"config: {name} must be true or false, got {_show(getattr(self, name))}")
-        if self.d_model % self.n_heads:
+        for name in ("n_kv_heads", "head_dim"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= MAX_SIZE):
+                raise HeadscopeError(f"config: {name} must be a positive integer, got {_show(value)}")
+        if self.head_dim is None and self.d_model % self.n_heads:
             raise HeadscopeError(
                 f"config: d_model ({self.d_model}) is not divisible by n_heads ({self.n_heads})"
             )
+        if self.n_heads % self.kv_heads:
+            raise HeadscopeError(f"config: n_heads ({self.n_heads}) is not a multiple of the key/value heads "
+                                 f"({self.kv_heads})")
+        if self.positional not in POSITIONAL:
+            raise HeadscopeError(f"config: positional must be one of {', '.join(POSITIONAL)}, got {_show(self.positional)}")
+        if self.norm not in NORMS:
+            raise HeadscopeError(f"config: norm must be one of {', '.join(NORMS)}, got {_show(self.norm)}")
+        if self.positional == "rotary":
+            rd = self.rotary_dim
+            if not isinstance(rd, int) or isinstance(rd, bool) or rd <= 0 or rd % 2 or rd > self.d_head:
+                raise HeadscopeError(f"config: the rotary dimension must be a positive even integer ≤ d_head "
+                                     f"({self.d_head}), got {_show(rd)}")
+            base = self.rotary_base
+            if isinstance(base, bool) or not isinstance(base, (int, float)) or not math.isfinite(base) or base <= 1:
+                raise HeadscopeError(f"config: rope_theta must be a finite number > 1, got {_show(base)}")
+        for name in ("parallel_residual", "gated_mlp", "post_ln", "final_ln"):
+            if not isinstance(getattr(self, name), bool):
+                raise HeadscopeError(f"config: {name} must be true or false, got {_show(getattr(self, name))}")
+        if self.attn_windows:
+            w = self.attn_windows
+            if len(w) != self.n_layers or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in w):
+                raise HeadscopeError(f"config: attention windows must be {self.n_layers} non-negative integers "
+                                     f"(one per layer, 0 = global), got {_show(w)}")
         if self.act_fn not in ACTIVATIONS:
             raise HeadscopeError(
                 f"config: activation_function {_show(self.act_fn)} is not supported "
@@ -108,6 +171,8 @@ class Config:
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["d_head"] = self.d_head
+        d["rope_scaling"] = dict(self.rope_scaling)
+        d["attn_windows"] = list(self.attn_windows)
         return d
 
 

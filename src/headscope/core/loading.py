@@ -617,20 +617,20 @@ class Checkpoint:
                                                top["ln_final_w"], top["ln_final_b"], processing)
         if not W_U.is_contiguous() or W_U.data_ptr() == top["W_E"].data_ptr():
             W_U = W_U.clone(memory_format=torch.contiguous_format)   # processing left W_U alone: a dense raw copy
-        W_E, W_pos = process_embed(top["W_E"], top["W_pos"], processing, inplace=True)
+        W_E, W_pos = process_embed(top["W_E"], top.get("W_pos"), processing, inplace=True)
         del top
-        W_E, W_pos, W_U, b_U, ln_w, ln_b = map(move, (W_E, W_pos, W_U, b_U, ln_w, ln_b))
+        W_E, W_U, b_U, ln_w, ln_b = map(move, (W_E, W_U, b_U, ln_w, ln_b))
+        W_pos = move(W_pos) if W_pos is not None else None          # rotary models have no W_pos
         blocks = []
         for l in range(self.cfg.n_layers):
             b = process_block(self.raw_block(l, work), processing)
-            blocks.append(Block(**{k: move(getattr(b, k)) for k in _BLOCK_FIELDS}))
+            blocks.append(Block(**{k: move(getattr(b, k)) for k in b.shapes(self.cfg)}))
             del b
             _return_free_memory()
         return Weights(cfg=self.cfg, W_E=W_E, W_pos=W_pos, blocks=blocks, ln_final_w=ln_w, ln_final_b=ln_b,
                        W_U=W_U, b_U=b_U, processing=processing)
 
 
-_BLOCK_FIELDS = tuple(f.name for f in dataclasses.fields(Block))
 
 
 # -- resolving a model argument to a directory ----------------------------------------

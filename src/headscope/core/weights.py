@@ -103,10 +103,14 @@ class Block:
     b_in: Float[Tensor, "d_mlp"]
     W_out: Float[Tensor, "d_mlp d_model"]
     b_out: Float[Tensor, "d_model"]
+    #: gated MLPs only (``cfg.gated_mlp``, SwiGLU): MLP(x) = (act(x @ W_gate + b_gate) ⊙ (x @ W_in + b_in)) @ W_out + b_out
+    W_gate: Float[Tensor, "d_model d_mlp"] | None = None
+    b_gate: Float[Tensor, "d_mlp"] | None = None
 
     def shapes(self, cfg: Config) -> dict[str, tuple[int, ...]]:
+        """Name → shape of every tensor this block holds under `cfg` (W_gate/b_gate only when gated)."""
         h, d, e, m = cfg.n_heads, cfg.d_model, cfg.d_head, cfg.d_mlp
-        return {
+        out = {
             "ln1_w": (d,), "ln1_b": (d,),
             "W_Q": (h, d, e), "W_K": (h, d, e), "W_V": (h, d, e),
             "b_Q": (h, e), "b_K": (h, e), "b_V": (h, e),
@@ -114,6 +118,9 @@ class Block:
             "ln2_w": (d,), "ln2_b": (d,),
             "W_in": (d, m), "b_in": (m,), "W_out": (m, d), "b_out": (d,),
         }
+        if cfg.gated_mlp:
+            out.update({"W_gate": (d, m), "b_gate": (m,)})
+        return out
 
 
 _BLOCK_FIELDS = tuple(f.name for f in dataclasses.fields(Block))
@@ -133,7 +140,7 @@ class Weights:
 
     cfg: Config
     W_E: Float[Tensor, "d_vocab d_model"]
-    W_pos: Float[Tensor, "n_ctx d_model"]
+    W_pos: Float[Tensor, "n_ctx d_model"] | None      #: None for rotary models (cfg.positional == "rotary")
     blocks: list[Block]
     ln_final_w: Float[Tensor, "d_model"]
     ln_final_b: Float[Tensor, "d_model"]
@@ -145,11 +152,11 @@ class Weights:
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
         c = self.cfg
-        return {
-            "W_E": (c.d_vocab, c.d_model), "W_pos": (c.n_ctx, c.d_model),
-            "ln_final_w": (c.d_model,), "ln_final_b": (c.d_model,),
-            "W_U": (c.d_model, c.d_vocab), "b_U": (c.d_vocab,),
-        }
+        out = {"W_E": (c.d_vocab, c.d_model), "W_pos": (c.n_ctx, c.d_model)}
+        if c.positional != "learned":
+            del out["W_pos"]
+        return out | {"ln_final_w": (c.d_model,), "ln_final_b": (c.d_model,),
+                      "W_U": (c.d_model, c.d_vocab), "b_U": (c.d_vocab,)}
 
     def named_tensors(self) -> Iterator[tuple[str, Tensor]]:
         for name in self.shapes():
@@ -184,6 +191,7 @@ class Weights:
         top = {k: fn(getattr(self, k)) for k in self.shapes() if not (view and k == "W_U")}
         if view:
             top["W_U"] = top["W_E"].T
+        top.setdefault("W_pos", None)
         return Weights(cfg=self.cfg, blocks=blocks, processing=self.processing, **top)
 
     def to(self, device=None, dtype=None) -> "Weights":
@@ -209,7 +217,7 @@ class Weights:
     def embedding_norms(self, chunk: int = 8192) -> tuple[Tensor, Tensor]:
         """(|W_E[t]| for every token [d_vocab], |W_pos[i]| for every position [n_ctx])."""
         emb = torch.cat([self.W_E[i:i + chunk].norm(dim=-1) for i in range(0, self.cfg.d_vocab, chunk)])
-        return emb, self.W_pos.norm(dim=-1)
+        return emb, (self.W_pos.norm(dim=-1) if self.W_pos is not None else torch.zeros(0, dtype=emb.dtype))
 
     @property
     def device(self) -> torch.device:
@@ -239,10 +247,15 @@ def process_block(block: Block, processing: Processing) -> Block:
             setattr(b, f"W_{X}", W * b.ln1_w[None, :, None])
         b.b_in = b.b_in + b.ln2_b @ b.W_in
         b.W_in = b.W_in * b.ln2_w[:, None]
+        if b.W_gate is not None:                             # a gated MLP's gate reads LN2 too
+            b.b_gate = b.b_gate + b.ln2_b @ b.W_gate
+            b.W_gate = b.W_gate * b.ln2_w[:, None]
         if processing.center_reading_weights:                # readers of 1⊥: drop the d_model mean
             for X in ("Q", "K", "V"):
                 setattr(b, f"W_{X}", _center(getattr(b, f"W_{X}"), dim=1))
             b.W_in = _center(b.W_in, dim=0)
+            if b.W_gate is not None:
+                b.W_gate = _center(b.W_gate, dim=0)
         b.ln1_w, b.ln1_b = torch.ones_like(b.ln1_w), torch.zeros_like(b.ln1_b)
         b.ln2_w, b.ln2_b = torch.ones_like(b.ln2_w), torch.zeros_like(b.ln2_b)
     if processing.center_writing_weights:
@@ -264,8 +277,9 @@ def process_embed(W_E: Tensor, W_pos: Tensor, processing: Processing, *,
     """
     if processing.center_writing_weights:
         if inplace:
-            return W_E.sub_(W_E.mean(dim=-1, keepdim=True)), W_pos.sub_(W_pos.mean(dim=-1, keepdim=True))
-        return _center(W_E), _center(W_pos)
+            W_E = W_E.sub_(W_E.mean(dim=-1, keepdim=True))
+            return W_E, (W_pos.sub_(W_pos.mean(dim=-1, keepdim=True)) if W_pos is not None else None)
+        return _center(W_E), (_center(W_pos) if W_pos is not None else None)
     return W_E, W_pos
 
 
@@ -321,9 +335,11 @@ def process(
     originals = [weights.W_E, weights.W_pos, weights.W_U, weights.b_U, weights.ln_final_w, weights.ln_final_b]
     for nb, ob in zip(blocks, weights.blocks):
         for k in _BLOCK_FIELDS:
-            setattr(nb, k, fresh(getattr(nb, k), [getattr(ob, k)]))
+            if getattr(nb, k) is not None:
+                setattr(nb, k, fresh(getattr(nb, k), [getattr(ob, k)]))
     return Weights(
-        cfg=weights.cfg, W_E=fresh(W_E, originals), W_pos=fresh(W_pos, originals), blocks=blocks,
+        cfg=weights.cfg, W_E=fresh(W_E, originals), W_pos=fresh(W_pos, originals) if W_pos is not None else None,
+        blocks=blocks,
         ln_final_w=fresh(ln_w, originals), ln_final_b=fresh(ln_b, originals),
         W_U=fresh(W_U, originals), b_U=fresh(b_U, originals), processing=processing,
     )
