@@ -171,6 +171,7 @@ class Config:
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["d_head"] = self.d_head
+        d["head_dim"], d["n_kv_heads"] = self.d_head, self.kv_heads     # resolved: numbers, never null
         d["rope_scaling"] = dict(self.rope_scaling)
         d["attn_windows"] = list(self.attn_windows)
         return d

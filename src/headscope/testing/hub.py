@@ -62,6 +62,10 @@ masked_bias=False, key_prefix="", scales=None, config_overrides=None, tokenizer=
     not given, it is taken from ``SIZES`` by ``repo_id`` (``"gpt2"`` or
     ``"openai-community/gpt2"``…).
 
+``cache_directory(cache_dir, repo_id, directory, *, revision="main", symlinks=True)``
+    The same cache layout for a checkpoint directory written by anything (e.g. another
+    family's ``save_pretrained`` plus its tokenizer.json): one revision, returns its snapshot.
+
 ``cached_snapshot(cache_dir, repo_id, revision="main")``
     The snapshot directory that ``refs/<revision>`` points to.
 
@@ -629,7 +633,7 @@ def write_hub_cache(
     See the module docstring. `checkpoint_kwargs` go to :func:`write_hub_checkpoint`
     (without `out_dir`); when no shape is given, it comes from ``SIZES`` by `repo_id`.
     """
-    from .._atomic import MANIFEST, atomic_write_text, ensure_writable_dir
+    from .._atomic import ensure_writable_dir
 
     if not isinstance(repo_id, str) or not re.fullmatch(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?", repo_id):
         raise HeadscopeError(f"repo_id: expected 'name' or 'org/name', got {repo_id!r}")
@@ -657,42 +661,72 @@ def write_hub_cache(
         revisions.append((b, {**checkpoint_kwargs, "seed": base_seed + 1 + i, **overrides}))
 
     repo = _repo_folder(Path(cache_dir), repo_id)
-    blobs = ensure_writable_dir(repo / "blobs")
-    ensure_writable_dir(repo / "refs")
-    ensure_writable_dir(repo / "snapshots")
+    ensure_writable_dir(repo)
     main_snapshot = None
     for revision, kwargs in revisions:
         staging = Path(tempfile.mkdtemp(dir=repo, prefix=".staging.")) / "ckpt"
         try:
             write_hub_checkpoint(staging, **kwargs)
-            files = sorted(p.name for p in staging.iterdir() if p.name != MANIFEST)  # headscope's, not the hub's
-            etags = {name: _file_etag(staging / name) for name in files}
-            commit = hashlib.sha1(json.dumps({"repo": repo_id, "revision": revision, "files": etags},
-                                             sort_keys=True).encode()).hexdigest()
-            snapshot = repo / "snapshots" / commit
-            snapshot.mkdir(parents=True, exist_ok=True)
-            for name in files:
-                blob = blobs / etags[name]
-                if blob.exists():
-                    (staging / name).unlink()
-                else:
-                    os.replace(staging / name, blob)
-                link = snapshot / name
-                if link.is_symlink() or link.exists():
-                    link.unlink()
-                if symlinks:
-                    os.symlink(os.path.join("..", "..", "blobs", etags[name]), link)
-                else:
-                    shutil.copyfile(blob, link)
-            ref = repo / "refs" / revision
-            ref.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(ref, commit,  # no newline: huggingface_hub reads it verbatim
-                              owned=lambda p: _COMMIT_RE.fullmatch(p.read_text(errors="replace")) is not None)
+            snapshot = _commit_snapshot(repo, repo_id, revision, staging, symlinks, move=True)
         finally:
             shutil.rmtree(staging.parent, ignore_errors=True)
         if revision == "main":
             main_snapshot = snapshot
     return main_snapshot
+
+
+def _commit_snapshot(repo: Path, repo_id: str, revision: str, directory: Path, symlinks: bool,
+                     move: bool = False) -> Path:
+    """Lay the files of `directory` out as `revision` of the cache repo folder `repo`; return the snapshot.
+
+    Blobs are named by their hub etag, the snapshot by a commit hash of (repo, revision, etags),
+    ``refs/<revision>`` holds that hash. ``move`` moves the files into the blobs (else copies).
+    """
+    from .._atomic import MANIFEST, atomic_write_text, ensure_writable_dir
+
+    blobs = ensure_writable_dir(repo / "blobs")
+    ensure_writable_dir(repo / "refs")
+    ensure_writable_dir(repo / "snapshots")
+    files = sorted(p.name for p in directory.iterdir() if p.is_file() and p.name != MANIFEST)  # headscope's, not the hub's
+    etags = {name: _file_etag(directory / name) for name in files}
+    commit = hashlib.sha1(json.dumps({"repo": repo_id, "revision": revision, "files": etags},
+                                     sort_keys=True).encode()).hexdigest()
+    snapshot = repo / "snapshots" / commit
+    snapshot.mkdir(parents=True, exist_ok=True)
+    for name in files:
+        blob = blobs / etags[name]
+        if blob.exists():
+            if move:
+                (directory / name).unlink()
+        elif move:
+            os.replace(directory / name, blob)
+        else:
+            shutil.copyfile(directory / name, blob)
+        link = snapshot / name
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        if symlinks:
+            os.symlink(os.path.join("..", "..", "blobs", etags[name]), link)
+        else:
+            shutil.copyfile(blob, link)
+    ref = repo / "refs" / revision
+    ref.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(ref, commit,  # no newline: huggingface_hub reads it verbatim
+                      owned=lambda p: _COMMIT_RE.fullmatch(p.read_text(errors="replace")) is not None)
+    return snapshot
+
+
+def cache_directory(cache_dir: str | os.PathLike, repo_id: str, directory: str | os.PathLike, *,
+                    revision: str = "main", symlinks: bool = True) -> Path:
+    """Copy a checkpoint directory (e.g. one written by transformers' ``save_pretrained`` for any
+    family, plus its tokenizer files) into a huggingface_hub cache as `revision` of `repo_id`;
+    return the snapshot path. ``HF_HUB_OFFLINE=1`` with ``HF_HUB_CACHE=cache_dir`` then resolves
+    ``repo_id`` (at that revision) to it."""
+    if not isinstance(repo_id, str) or not re.fullmatch(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?", repo_id):
+        raise HeadscopeError(f"repo_id: expected 'name' or 'org/name', got {repo_id!r}")
+    if not isinstance(revision, str) or not revision or revision.startswith("/") or ".." in revision.split("/"):
+        raise HeadscopeError(f"revision: {revision!r} is not a usable branch name")
+    return _commit_snapshot(_repo_folder(Path(cache_dir), repo_id), repo_id, revision, Path(directory), symlinks)
 
 
 def cached_snapshot(cache_dir: str | os.PathLike, repo_id: str, revision: str = "main") -> Path:
