@@ -17,7 +17,8 @@ blocks.l.hook_resid_pre          [b p d]         residual stream entering block 
 blocks.l.ln1.hook_scale          [b p]           σ = sqrt(var + eps) of LayerNorm 1
 blocks.l.ln1.hook_normalized     [b p d]         LN1 output
 blocks.l.attn.hook_q / _k / _v   [b p h e]       x @ W_Q[h] + b_Q[h] …
-blocks.l.attn.hook_attn_scores   [b h q k]       q·k / attn_scale(l), −inf above the diagonal (float32
+blocks.l.attn.hook_attn_scores   [b h q k]       q·k / attn_scale(l), −inf above the diagonal and, in a
+                                                 local layer (cfg.window(l) = w > 0), at k ≤ q − w (float32
                                                  for float16/bfloat16 weights with reorder_and_upcast_attn)
 blocks.l.attn.hook_denom         [b h q]         logsumexp_k of the scores
 blocks.l.attn.hook_pattern       [b h q k]       softmax_k of the scores
@@ -183,6 +184,9 @@ def _attention(block: Block, x: Tensor, l: int, w: Weights, k: _Keeper) -> Tenso
         qs, ks = q.float(), key.float()  # HF's upcast: scores and softmax in float32, pattern back in v's dtype
     scores = torch.matmul(qs.transpose(1, 2), ks.permute(0, 2, 3, 1)).div_(cfg.attn_scale(l))              # [b h q k]
     above = torch.ones(p, p, dtype=torch.bool, device=x.device).triu_(1)
+    window = cfg.window(l)
+    if window and window < p:  # a local layer (GPT-Neo): key k visible from q iff q − window < k ≤ q
+        above |= torch.ones(p, p, dtype=torch.bool, device=x.device).tril_(-window)
     scores.masked_fill_(above, float("-inf"))                                                               # in place: fresh tensor
     k.put(pre + "attn.hook_attn_scores", scores)
     pattern = torch.softmax(scores, dim=-1)

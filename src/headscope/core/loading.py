@@ -589,6 +589,8 @@ class Checkpoint:
         f = self.family
         stored = self.read(list(f.top.values()) + ([f.unembed] if self.untied else []), dtype, device, share=share)
         top = {field: stored[name] for field, name in f.top.items()}
+        if f.pos_offset and top.get("W_pos") is not None:
+            top["W_pos"] = top["W_pos"][f.pos_offset:]              # [offset+n_ctx d] → [n_ctx d] (OPT)
         W_U = (stored[f.unembed] if self.untied else top["W_E"]).T   # [d_vocab d] → [d d_vocab]
         del stored
         return top, W_U
@@ -800,6 +802,8 @@ def _hf_from_weights(w: Weights, key: str, family: Family = GPT2) -> torch.Tenso
         return family.hf_from_block(w.blocks[layer], leaf, w.cfg)
     field = {n: f for f, n in family.top.items()}
     t = w.W_U.T if name == family.unembed else getattr(w, field[name])
+    if family.pos_offset and field.get(name) == "W_pos":                 # OPT: the rows before position 0, zeros
+        t = torch.cat([t.new_zeros(family.pos_offset, t.shape[1]), t])
     return t.detach().to("cpu", torch.float32).contiguous()
 
 

@@ -55,6 +55,8 @@ class Family:
     shapes: Callable[[Config], dict]            #: canonical name → shape, all weights but the unembedding
     block_from_hf: Callable[[dict, Config], Block]
     hf_from_block: Callable[[Block, str, Config], torch.Tensor]
+    #: rows of the stored position embedding before position 0 (OPT: 2); W_pos is the rows after them
+    pos_offset: int = 0
 
     def canonical(self, key: str) -> str:
         """A stored key without the optional prefix."""
