@@ -60,15 +60,15 @@ def _layers(hf: dict, n_layers: int) -> list[str]:
     except (TypeError, ValueError):
         raise HeadscopeError(f"config: attention_types must be [[[\"global\" | \"local\", …], repeat], …], "
                              f"got {_show(types)}") from None
-    stored = hf.get("attention_layers")
-    if stored is not None and stored != kinds:
-        raise HeadscopeError(f"config: attention_layers {_show(stored)} disagrees with attention_types "
-                             f"(which expand to {_show(kinds)})")
     bad = [k for k in kinds if k not in KINDS]
     if bad:
         raise HeadscopeError(f"config: attention layer kinds must be 'global' or 'local', got {_show(bad[0])}")
     if len(kinds) != n_layers:
         raise HeadscopeError(f"config: attention_types give {len(kinds)} layers, expected num_layers = {n_layers}")
+    stored = hf.get("attention_layers")
+    if stored is not None and stored != kinds:
+        raise HeadscopeError(f"config: attention_layers {_show(stored)} disagrees with attention_types "
+                             f"(which expand to {_show(kinds)})")
     return kinds
 
 
