@@ -242,3 +242,17 @@ def test_gpt_neo_config_round_trip():
     family, cfg = read_config({**_neo().config.to_dict(), "model_type": "gpt_neo"})
     assert family is gpt_neo.FAMILY and cfg.scale_attn_weights is False
     assert read_config(family.hf_config(cfg, False))[1] == cfg
+
+
+@pytest.mark.parametrize("family", list(BUILD))
+def test_in_memory_model_loads(family, tmp_path):
+    """headscope.load(a GPTNeoForCausalLM / OPTForCausalLM object) reads it through the same family."""
+    from transformers import GPT2TokenizerFast
+
+    torch.manual_seed(5)
+    m = _randomise(BUILD[family][0]())
+    m.set_attn_implementation("eager")                                  # so that it returns attention patterns
+    _tokenizer_json(tmp_path)
+    model = headscope.load(m, tokenizer=GPT2TokenizerFast(tokenizer_file=str(tmp_path / "tokenizer.json")))
+    assert model.cfg.family == family
+    _compare(model.weights(Processing.none()), m, _tokens(4), raw=True)
