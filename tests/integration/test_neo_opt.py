@@ -41,9 +41,9 @@ def _neo():
 
 
 def _opt(**kw):
-    cfg = OPTConfig(vocab_size=V, max_position_embeddings=N_CTX, hidden_size=D, word_embed_proj_dim=D,
-                    num_hidden_layers=2, num_attention_heads=H, ffn_dim=M, pad_token_id=1, bos_token_id=0,
-                    eos_token_id=0, **kw)
+    cfg = OPTConfig(**{"vocab_size": V, "max_position_embeddings": N_CTX, "hidden_size": D, "word_embed_proj_dim": D,
+                       "num_hidden_layers": 2, "num_attention_heads": H, "ffn_dim": M, "pad_token_id": 1,
+                       "bos_token_id": 0, "eos_token_id": 0, **kw})
     return OPTForCausalLM(cfg)
 
 
