@@ -72,15 +72,17 @@ def _randomise(model) -> None:
                 p.copy_(p + 0.1 * torch.randn(p.shape, generator=g))
 
 
-def build(case: str, tmp: Path) -> tuple[object, Path]:
+def build(case: str, tmp: Path, n_tokens: int = N_TOKENS) -> tuple[object, Path]:
+    """`case` built by transformers, saved with a tokenizer of `n_tokens` tokens (the embedding keeps
+    the case's padding rows beyond them)."""
     cls, kwargs, vocab, flavour = CASES[case]
     torch.manual_seed(0)
-    config = getattr(transformers, cls)(vocab_size=vocab, **kwargs)
+    config = getattr(transformers, cls)(vocab_size=vocab + n_tokens - N_TOKENS, **kwargs)
     hf = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
     _randomise(hf)
     d = tmp / case
     hf.save_pretrained(d)
-    write_family_tokenizer(d, flavour, N_TOKENS)
+    write_family_tokenizer(d, flavour, n_tokens)
     return hf, d
 
 

@@ -90,6 +90,10 @@ class Config:
         """Layer `layer`'s local attention window (0 = global)."""
         return self.attn_windows[layer] if self.attn_windows else 0
 
+    def truncated(self, n_layers: int) -> "Config":
+        """This config with its first `n_layers` layers only (per-layer settings cut to match)."""
+        return dataclasses.replace(self, n_layers=n_layers, attn_windows=self.attn_windows[:n_layers])
+
     def attn_scale(self, layer: int) -> float:
         """The divisor of layer `layer`'s attention scores, ``score = q·k / attn_scale``.
 

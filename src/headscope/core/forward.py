@@ -140,7 +140,13 @@ class _Keeper:
                     raise HeadscopeError(f"unknown cache name {pat!r} (see headscope.forward.all_names)")
                 self.keep.update(hits)
         self.cache = Cache()
-        self.rope: tuple[Tensor, Tensor] | None = None   # (cos, sin) [p rotary_dim] of rotary models
+        self._rope: tuple[Tensor, Tensor] | None = None   # (cos, sin) [p rotary_dim] of rotary models
+
+    def rope(self, p: int, cfg, like: Tensor) -> tuple[Tensor, Tensor]:
+        """(cos, sin) [p rotary_dim] for positions 0..p−1, built once per forward pass."""
+        if self._rope is None or self._rope[0].shape[0] != p:
+            self._rope = rotary.cos_sin(torch.arange(p, device=like.device), cfg, like.dtype)
+        return self._rope
 
     def wants(self, name: str) -> bool:
         return name in self.keep
@@ -199,8 +205,9 @@ def _attention(block: Block, x: Tensor, l: int, w: Weights, k: _Keeper) -> Tenso
     W_qkv, b_qkv = _fused_qkv(block)                                                                        # [d 3he], [3he]
     qkv = torch.addmm(b_qkv, ln.reshape(b_ * p, d), W_qkv).view(b_, p, 3, h, e)                            # [b p 3 h e]
     q, key, v = qkv.unbind(2)                                                                                 # [b p h e]
-    if k.rope is not None:                                    # rotary: q and k rotated by position (core/rotary.py)
-        q, key = rotary.rotate(q, *k.rope), rotary.rotate(key, *k.rope)
+    if cfg.positional == "rotary":                            # q and k rotated by position (core/rotary.py)
+        rope = k.rope(p, cfg, q)
+        q, key = rotary.rotate(q, *rope), rotary.rotate(key, *rope)
     k.put(pre + "attn.hook_q", q)
     k.put(pre + "attn.hook_k", key)
     k.put(pre + "attn.hook_v", v)
@@ -270,7 +277,6 @@ def _forward(w: Weights, tokens: Tensor, keeper: _Keeper, stop_at_layer: int | N
         x = emb + pos
     else:                                                      # rotary: positions enter inside attention only
         x = emb
-        keeper.rope = rotary.cos_sin(torch.arange(p, device=emb.device), cfg, emb.dtype)
     n = cfg.n_layers if stop_at_layer is None else stop_at_layer
     for l in range(n):
         block = w.blocks[l]

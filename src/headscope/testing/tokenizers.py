@@ -25,9 +25,16 @@ SPECIALS = {
 
 
 def training_text() -> str:
+    """The shipped calibration text, after the semantic survey's category words, each a line of
+    itself repeated (so a vocabulary of about 1000 tokens holds them as single tokens)."""
     from importlib.resources import files
 
-    return files("headscope").joinpath("data/calibration.txt").read_text(encoding="utf-8")
+    from ..semantic.prompts import RELATED, load_categories
+
+    data = files("headscope")
+    words = [w.strip() for name, ws in load_categories().items() if name != RELATED for w in ws]
+    lines = [(" " + w) * 40 for w in words]
+    return "\n".join(lines) + "\n" + data.joinpath("data/calibration.txt").read_text(encoding="utf-8")
 
 
 def build_tokenizer(family: str, n_tokens: int):
