@@ -816,11 +816,11 @@ def _hf_from_weights(w: Weights, key: str, family: Family = GPT2) -> torch.Tenso
 
 
 def _check_writable(w: Weights) -> bool:
-    """Whether `w` is untied; refuses what a GPT-2 checkpoint cannot hold."""
+    """Whether `w` is untied; refuses what a checkpoint of its family cannot hold."""
     if w.processing != Processing.none():
-        raise HeadscopeError("only raw weights can be written as a GPT-2 checkpoint")
+        raise HeadscopeError("only raw weights can be written as a checkpoint")
     if bool(w.b_U.abs().max() > 0):
-        raise HeadscopeError("GPT-2 checkpoints have no b_U (unembedding bias)")
+        raise HeadscopeError("checkpoints of the families headscope writes have no b_U (unembedding bias)")
     return not w.tied
 
 
@@ -872,6 +872,9 @@ def save_checkpoint(
     ``tie_word_embeddings: false`` when W_U is not W_Eᵀ). Tokenizer files are copied
     from `tokenizer_from` (a checkpoint directory) or, by default, are GPT-2's BPE.
     """
+    from .families import FAMILIES
+
     untied = _check_writable(w)
-    return _write_checkpoint(Path(out), w.cfg, GPT2, untied=untied, tensor=lambda k: _hf_from_weights(w, k),
+    family = FAMILIES[w.cfg.family]
+    return _write_checkpoint(Path(out), w.cfg, family, untied=untied, tensor=lambda k: _hf_from_weights(w, k, family),
                              tokenizer_from=tokenizer_from, extra_files=extra_files)
