@@ -60,3 +60,35 @@ def test_report_on_every_family(case, tmp_path, monkeypatch):
     assert {"model", "attention", "survey", "semantic", "steering", "atlas", "composition"} <= seen
     assert (out / "index.html").is_file() and (out / "atlas.html").is_file()
     assert json.loads((out / "data" / "model.json").read_text())["data"]["config"]["family"] == model.cfg.family
+
+
+@pytest.mark.parametrize("case", ["llama", "gpt_neo"])
+def test_steered_checkpoint_of_a_family_that_limits_the_rebuild(case, tmp_path, capsys):
+    """Grouped-query attention (Llama, 1 key/value head for 3 query heads: only the query side may
+    change) and GPT-Neo (no query/key biases to hold the bias terms): the steered checkpoint is one
+    the family's transformers class loads, with headscope's logits, and the written weights respect
+    the layout (shared keys unchanged, biases absent)."""
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    from headscope import cli
+    from headscope.core.forward import run_with_cache
+    from headscope.core.weights import Processing
+
+    _, d = build(case, tmp_path, n_tokens=1024)
+    out = tmp_path / "steered"
+    assert cli.main(["steer", str(d), "1.0", "--scale-negative", "0", "--out", str(out), "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["self_rank_after"] != res["self_rank_before"] and math.isfinite(res["rebuild_error"])
+    before, after = headscope.load(d), headscope.load(out)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(out, attn_implementation="eager").eval()
+    tokens = after.to_tokens("the red dog and the blue cat sat on Monday")[None]
+    with torch.no_grad():
+        torch.testing.assert_close(run_with_cache(after.weights(Processing.none()), tokens, ["logits"])["logits"],
+                                   hf(tokens).logits, rtol=1e-5, atol=1e-5)
+    b0, b1 = before.raw_block(1), after.raw_block(1)
+    assert not torch.equal(b0.W_Q[0], b1.W_Q[0])
+    if case == "llama":
+        assert torch.equal(b0.W_K, b1.W_K) and torch.equal(b0.W_V, b1.W_V)          # the group's key is shared
+    else:
+        assert not b1.b_Q.any() and not b1.b_K.any()                                # GPT-Neo stores no such biases

@@ -76,6 +76,9 @@ class Config:
     #: per-layer local attention window (keys within the last `w` positions), 0 = global;
     #: () = every layer global (GPT-Neo's "local" layers set it).
     attn_windows: tuple = ()
+    #: whether the checkpoint stores query/key biases (GPT-Neo and bias-free Llama do not: raw
+    #: b_Q = b_K = 0 is all such a checkpoint can hold)
+    qk_bias: bool = True
 
     @property
     def d_head(self) -> int:
@@ -158,7 +161,7 @@ class Config:
             base = self.rotary_base
             if isinstance(base, bool) or not isinstance(base, (int, float)) or not math.isfinite(base) or base <= 1:
                 raise HeadscopeError(f"config: rope_theta must be a finite number > 1, got {_show(base)}")
-        for name in ("parallel_residual", "gated_mlp", "post_ln", "final_ln"):
+        for name in ("parallel_residual", "gated_mlp", "post_ln", "final_ln", "qk_bias"):
             if not isinstance(getattr(self, name), bool):
                 raise HeadscopeError(f"config: {name} must be true or false, got {_show(getattr(self, name))}")
         if self.attn_windows:

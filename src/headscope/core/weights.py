@@ -217,6 +217,12 @@ class Weights:
         return self.W_E.dtype
 
     @property
+    def reads_centred(self) -> bool:
+        """Whether every reader of the residual sees a vector of 1⊥ (fold_ln under LayerNorm: the
+        norm only centres and scales); not under RMSNorm, which does not centre."""
+        return self.processing.fold_ln and self.cfg.norm == "layernorm"
+
+    @property
     def n_parameters(self) -> int:
         """Parameters of the GPT-2 these weights describe (W_U counted once when tied to W_E, b_U not)."""
         n = sum(t.numel() for name, t in self.named_tensors() if name not in ("W_U", "b_U"))

@@ -513,7 +513,7 @@ def atlas(model: Model, layers: Sequence[int] | None = None, *, n_tokens: int = 
     if n_tokens < 2:
         raise HeadscopeError(f"tokens: expected ≥ 2, got {n_tokens}")
     W = model.weights(processing)
-    centred = W.processing.fold_ln
+    centred = W.reads_centred
     freq = clustering.frequent_tokens(model.tokenizer, n_tokens, corpus)
     if len(freq) < 2:
         raise HeadscopeError(f"tokens: the vocabulary offers {len(freq)} frequent tokens, expected ≥ 2")

@@ -172,8 +172,11 @@ def effective_embeddings(
 # -- the bilinear form ------------------------------------------------------------------------
 
 
-def qk_matrix(weights: Weights, layer: int, head: int, *, centred: bool = True) -> Float[Tensor, "d_model d_model"]:
-    """W_QK = P W_Q W_Kᵀ P in float64 (P = I − 11ᵀ/d projects onto 1⊥; off with centred=False)."""
+def qk_matrix(weights: Weights, layer: int, head: int, *, centred: bool | None = None
+              ) -> Float[Tensor, "d_model d_model"]:
+    """W_QK = P W_Q W_Kᵀ P in float64 (P = I − 11ᵀ/d projects onto 1⊥; off with centred=False;
+    default: on when the readers see 1⊥, :attr:`Weights.reads_centred` — not under RMSNorm)."""
+    centred = weights.reads_centred if centred is None else centred
     b = weights.blocks[layer]
     W = b.W_Q[head].double() @ b.W_K[head].double().T                                  # [d d]
     if centred:
@@ -182,13 +185,14 @@ def qk_matrix(weights: Weights, layer: int, head: int, *, centred: bool = True) 
     return W
 
 
-def qk_factors(weights: Weights, layer: int, head: int, *, centred: bool = True
+def qk_factors(weights: Weights, layer: int, head: int, *, centred: bool | None = None
                ) -> tuple[Float[Tensor, "d_model d_head"], Float[Tensor, "d_model d_head"]]:
     """(U, V) in float64 with ``W_QK = U Vᵀ``: U = P W_Q[h], V = P W_K[h] (P as in :func:`qk_matrix`).
 
     W_QK has rank ≤ d_head, so its symmetric and skew parts live in span(U, V), of dimension
     ≤ 2·d_head: :func:`bilinear_form` decomposes them there (``factors=``) instead of in d_model².
     """
+    centred = weights.reads_centred if centred is None else centred
     b = weights.blocks[layer]
     U, V = b.W_Q[head].double(), b.W_K[head].double()                                 # [d e] each
     if centred:
@@ -206,10 +210,10 @@ def span_basis(U: Float[Tensor, "d e"], V: Float[Tensor, "d e"]) -> Float[Tensor
 
 
 def key_bias_vector(weights: Weights, layer: int, head: int) -> Float[Tensor, "d_model"]:
-    """v = P W_K b_Q: the key-only score term x̂_s · v (not part of the bilinear form)."""
+    """v = P W_K b_Q: the key-only score term x̂_s · v (not part of the bilinear form; P = I under RMSNorm)."""
     b = weights.blocks[layer]
     v = b.W_K[head].double() @ b.b_Q[head].double()
-    return v - v.mean()
+    return v - v.mean() if weights.reads_centred else v
 
 
 @dataclasses.dataclass

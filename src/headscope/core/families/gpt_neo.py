@@ -63,7 +63,7 @@ def config_from_hf(hf: dict) -> Config:
         d_mlp=size(hf, "intermediate_size") if hf.get("intermediate_size") is not None else 4 * d,
         d_vocab=size(hf, "vocab_size"), n_ctx=size(hf, "max_position_embeddings"),
         ln_eps=number(hf, "layer_norm_epsilon", 1e-5), act_fn=act if isinstance(act, str) else repr(act),
-        scale_attn_weights=False, family="gpt_neo",
+        scale_attn_weights=False, family="gpt_neo", qk_bias=False,
         attn_windows=tuple(window if k == "local" else 0 for k in layers) if "local" in layers else (),
     )
 

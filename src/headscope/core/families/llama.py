@@ -56,7 +56,7 @@ def config_from_hf(hf: dict, family: str = "llama") -> Config:
         d_vocab=size(hf, "vocab_size"), n_ctx=size(hf, "max_position_embeddings"),
         ln_eps=number(hf, "rms_norm_eps", 1e-6), act_fn=act if isinstance(act, str) else repr(act),
         family=family, n_kv_heads=kv if kv != h else None, head_dim=e if e is not None and e * h != d else None,
-        norm="rmsnorm", gated_mlp=True, **rope_config(hf, e or d // h),
+        norm="rmsnorm", gated_mlp=True, qk_bias=family != "llama" or biases(hf)[0], **rope_config(hf, e or d // h),
     )
 
 
