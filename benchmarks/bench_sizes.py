@@ -132,10 +132,13 @@ def child_report(model_id: str, out: str, dtype: str) -> None:
     render = time.perf_counter() - t1 - sum(p["wall_s"] for p in phases[1:])
     phases.append({"phase": "render + writes", "wall_s": render, "cpu_s": None, "rss_mb": _memory.rss_mb(),
                    "peak_mb": _memory.peak_rss_mb()})
-    semantic = json.loads((Path(out) / "data" / "semantic.json").read_text())["data"]
+    data = {p.stem: json.loads(p.read_text())["data"] for p in sorted((Path(out) / "data").glob("*.json"))}
+    semantic, steering = data.get("semantic") or {}, data.get("steering") or {}
     _emit({"phases": phases, "exact_stage_peaks": exact, "pages": len(result.pages),
-           "deep_dives": [[h["layer"], h["head"], h["graph"]["keys"]] for h in semantic["heads"]],
-           "steered": json.loads((Path(out) / "data" / "steering.json").read_text())["data"]["layer"]})
+           "deep_dives": [[h["layer"], h["head"], h["graph"]["keys"]] for h in semantic.get("heads", [])],
+           "steered": steering.get("layer"),
+           "not_applicable": {k: v["not_applicable"] for k, v in data.items()
+                              if isinstance(v, dict) and "not_applicable" in v}})
 
 
 # -- parent ----------------------------------------------------------------------------------
@@ -162,6 +165,12 @@ def _loadavg() -> str:
         return "?"
 
 
+def child_env(cache: Path) -> dict:
+    """The environment of a child: offline, this cache, this checkout's sources first."""
+    return dict(os.environ, HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(cache), TOKENIZERS_PARALLELISM="false",
+                PYTHONPATH=os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")])))
+
+
 def measure_size(size: str, cache: Path, *, dtype: str = "float32", timeout: float | None = None) -> dict:
     """Write `size` into `cache` (unless there), then measure the baseline and the report."""
     from headscope.testing.hub import SIZES, cached_snapshot, write_hub_cache
@@ -174,8 +183,7 @@ def measure_size(size: str, cache: Path, *, dtype: str = "float32", timeout: flo
     except Exception:  # not there yet
         write_hub_cache(cache, repo_id)
         written = time.perf_counter() - t0
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(cache), TOKENIZERS_PARALLELISM="false",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")])))
+    env = child_env(cache)
     t_target, m_target = target(size)
     timeout = timeout or max(1800.0, 4 * t_target)
     load_before = _loadavg()
@@ -200,6 +208,8 @@ def table(res: dict) -> str:
         cpu = "-" if p["cpu_s"] is None else f"{p['cpu_s']:.1f}"
         rss = "-" if p["rss_mb"] is None else f"{p['rss_mb']:.0f}"
         lines.append(f"  {p['phase']:<16} {p['wall_s']:8.1f} {cpu:>8} {rss:>13} {p['peak_mb']:9.0f}")
+    for stage, reason in (r.get("not_applicable") or {}).items():
+        lines.append(f"  {stage}: not applicable ({reason})")
     t, m = res["report_wall_s"], res["report_peak_mb"]
     lines.append(f"  report total: {t:.1f} s (target ≤ {res['target_s']:.0f} s: {t / res['target_s']:.2f}×; "
                  f"baseline {b['process_wall_s']:.1f} s: {t / b['process_wall_s']:.2f}×), peak RSS {m / 1024:.2f} GB "

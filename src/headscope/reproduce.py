@@ -343,7 +343,7 @@ class _Work:
     def form(self):
         l, h = self._check_head()
         W = self.model.weights(self.processing)
-        return bilinear.bilinear_form(bilinear.qk_matrix(W, l, h, centred=W.processing.fold_ln), l, h)
+        return bilinear.bilinear_form(bilinear.qk_matrix(W, l, h), l, h)
 
     @functools.lru_cache(maxsize=None)
     def steer(self, alpha: float):

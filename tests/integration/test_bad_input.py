@@ -248,7 +248,7 @@ CASES: list[Case] = [
     Case("config.json not JSON", lambda c: ["info", c.ckpt(write("config.json", "{n_layer: 2,"))], "not valid JSON"),
     Case("config.json a JSON list", lambda c: ["info", c.ckpt(write("config.json", "[1, 2]"))], "not a JSON object"),
     Case("config missing n_layer", lambda c: ["info", c.ckpt(edit_config(n_layer=None))], "missing key 'n_layer'"),
-    Case("non-GPT-2 architecture", lambda c: ["info", c.ckpt(edit_config(model_type="llama"))], "model_type 'llama'"),
+    Case("unsupported architecture", lambda c: ["info", c.ckpt(edit_config(model_type="mamba"))], "model_type 'mamba'"),
     Case("config n_head does not divide n_embd", lambda c: ["info", c.ckpt(edit_config(n_head=5))],
          "not divisible by n_heads"),
     Case("config n_layer not an integer", lambda c: ["info", c.ckpt(edit_config(n_layer="two"))],

@@ -132,9 +132,9 @@ def test_truncated_safetensors(tiny_hf_dir, tmp_path, capsys):
 def test_non_gpt2_config(tiny_hf_dir, tmp_path, capsys):
     d = copy_ckpt(tiny_hf_dir, tmp_path / "c")
     cfg = json.loads((d / "config.json").read_text())
-    cfg["model_type"] = "llama"
+    cfg["model_type"] = "mamba"
     (d / "config.json").write_text(json.dumps(cfg))
-    assert_one_line_error(*run_cli(capsys, "info", str(d))[::2], "model_type 'llama'")
+    assert_one_line_error(*run_cli(capsys, "info", str(d))[::2], "model_type 'mamba'")
 
 
 def test_config_shapes_disagree_with_weights(tiny_hf_dir, tmp_path, capsys):

@@ -76,6 +76,9 @@ class Config:
     #: per-layer local attention window (keys within the last `w` positions), 0 = global;
     #: () = every layer global (GPT-Neo's "local" layers set it).
     attn_windows: tuple = ()
+    #: whether the checkpoint stores query/key biases (GPT-Neo and bias-free Llama do not: raw
+    #: b_Q = b_K = 0 is all such a checkpoint can hold)
+    qk_bias: bool = True
 
     @property
     def d_head(self) -> int:
@@ -89,6 +92,10 @@ class Config:
     def window(self, layer: int) -> int:
         """Layer `layer`'s local attention window (0 = global)."""
         return self.attn_windows[layer] if self.attn_windows else 0
+
+    def truncated(self, n_layers: int) -> "Config":
+        """This config with its first `n_layers` layers only (per-layer settings cut to match)."""
+        return dataclasses.replace(self, n_layers=n_layers, attn_windows=self.attn_windows[:n_layers])
 
     def attn_scale(self, layer: int) -> float:
         """The divisor of layer `layer`'s attention scores, ``score = q·k / attn_scale``.
@@ -154,7 +161,7 @@ class Config:
             base = self.rotary_base
             if isinstance(base, bool) or not isinstance(base, (int, float)) or not math.isfinite(base) or base <= 1:
                 raise HeadscopeError(f"config: rope_theta must be a finite number > 1, got {_show(base)}")
-        for name in ("parallel_residual", "gated_mlp", "post_ln", "final_ln"):
+        for name in ("parallel_residual", "gated_mlp", "post_ln", "final_ln", "qk_bias"):
             if not isinstance(getattr(self, name), bool):
                 raise HeadscopeError(f"config: {name} must be true or false, got {_show(getattr(self, name))}")
         if self.attn_windows:

@@ -12,20 +12,21 @@ m = d_mlp, v = d_vocab.
 name                             shape           meaning
 ===============================  ==============  ===========================================
 hook_embed                       [b p d]         W_E[tokens]
-hook_pos_embed                   [b p d]         W_pos[:p]
+hook_pos_embed                   [b p d]         W_pos[:p] (absent for rotary models)
 blocks.l.hook_resid_pre          [b p d]         residual stream entering block l
 blocks.l.ln1.hook_scale          [b p]           σ = sqrt(var + eps) of LayerNorm 1
 blocks.l.ln1.hook_normalized     [b p d]         LN1 output
-blocks.l.attn.hook_q / _k / _v   [b p h e]       x @ W_Q[h] + b_Q[h] …
-blocks.l.attn.hook_attn_scores   [b h q k]       q·k / attn_scale(l), −inf above the diagonal and, in a
-                                                 local layer (cfg.window(l) = w > 0), at k ≤ q − w (float32
+blocks.l.attn.hook_q / _k / _v   [b p h e]       x @ W_Q[h] + b_Q[h] … (q, k rotated by position
+                                                 in rotary models: scores = q·k/scale holds)
+blocks.l.attn.hook_attn_scores   [b h q k]       q·k / attn_scale(l), −inf above the diagonal (float32
                                                  for float16/bfloat16 weights with reorder_and_upcast_attn)
 blocks.l.attn.hook_denom         [b h q]         logsumexp_k of the scores
 blocks.l.attn.hook_pattern       [b h q k]       softmax_k of the scores
 blocks.l.attn.hook_z             [b p h e]       Σ_k pattern · v
 blocks.l.attn.hook_result        [b p h d]       z @ W_O[h]   (per head, no bias)
 blocks.l.hook_attn_out           [b p d]         Σ_h result + b_O
-blocks.l.hook_resid_mid          [b p d]
+blocks.l.hook_resid_mid          [b p d]         resid_pre + attn_out (with a parallel residual
+                                                 the MLP reads resid_pre, not this)
 blocks.l.ln2.hook_scale          [b p]
 blocks.l.ln2.hook_normalized     [b p d]
 blocks.l.mlp.hook_pre            [b p m]         LN2 @ W_in + b_in
@@ -48,6 +49,7 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 
 from .._errors import HeadscopeError, expected_got
+from . import rotary
 from .weights import Block, Weights
 
 Tensor = torch.Tensor
@@ -88,6 +90,8 @@ def activation(name: str, x: Tensor) -> Tensor:
         return x * torch.sigmoid(1.702 * x)
     if name == "relu":
         return F.relu(x)
+    if name == "silu":                                   # x σ(x): Llama's and Qwen2's gate (SwiGLU)
+        return F.silu(x)
     raise HeadscopeError(f"unsupported activation {name!r}")
 
 
@@ -99,6 +103,24 @@ def layer_norm(x: Float[Tensor, "... d"], w, b, eps: float) -> tuple[Tensor, Ten
     # the kernel behind F.layer_norm (HF's own), which also returns 1/σ: one fused pass
     out, _, rstd = torch.native_layer_norm(x, x.shape[-1:], w, b, eps)     # rstd [... 1]
     return out, rstd.squeeze(-1).reciprocal()
+
+
+def rms_norm(x: Float[Tensor, "... d"], w, eps: float) -> tuple[Tensor, Tensor]:
+    """RMSNorm(x) = w ⊙ x / σ with σ = sqrt(mean(x²) + eps) (no centring, no bias; Llama, Qwen2),
+    computed in float32 at least as transformers does. Returns (RMSNorm(x), σ)."""
+    dt = torch.promote_types(torch.promote_types(x.dtype, w.dtype), torch.float32)
+    xf = x.to(dt)
+    rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)                                    # [... 1]
+    out = w.to(dt) * (xf * rstd).to(x.dtype).to(dt)
+    return out.to(torch.promote_types(x.dtype, w.dtype)), rstd.squeeze(-1).reciprocal()
+
+
+def normalize(x: Float[Tensor, "... d"], w, b, cfg) -> tuple[Tensor, Tensor]:
+    """The model's norm before a reader: LayerNorm (w, b) or RMSNorm (w; b is zero) by ``cfg.norm``."""
+    if cfg.norm == "rmsnorm":
+        out, scale = rms_norm(x, w, cfg.ln_eps)
+        return (out + b if bool(b.any()) else out), scale
+    return layer_norm(x, w, b, cfg.ln_eps)
 
 
 class _Keeper:
@@ -118,6 +140,13 @@ class _Keeper:
                     raise HeadscopeError(f"unknown cache name {pat!r} (see headscope.forward.all_names)")
                 self.keep.update(hits)
         self.cache = Cache()
+        self._rope: tuple[Tensor, Tensor] | None = None   # (cos, sin) [p rotary_dim] of rotary models
+
+    def rope(self, p: int, cfg, like: Tensor) -> tuple[Tensor, Tensor]:
+        """(cos, sin) [p rotary_dim] for positions 0..p−1, built once per forward pass."""
+        if self._rope is None or self._rope[0].shape[0] != p:
+            self._rope = rotary.cos_sin(torch.arange(p, device=like.device), cfg, like.dtype)
+        return self._rope
 
     def wants(self, name: str) -> bool:
         return name in self.keep
@@ -170,12 +199,15 @@ def _attention(block: Block, x: Tensor, l: int, w: Weights, k: _Keeper) -> Tenso
     b_, p, d = x.shape
     h, e = cfg.n_heads, cfg.d_head
     pre = f"blocks.{l}."
-    ln, scale = layer_norm(x, block.ln1_w, block.ln1_b, cfg.ln_eps)
+    ln, scale = normalize(x, block.ln1_w, block.ln1_b, cfg)
     k.put(pre + "ln1.hook_scale", scale)
     k.put(pre + "ln1.hook_normalized", ln)
     W_qkv, b_qkv = _fused_qkv(block)                                                                        # [d 3he], [3he]
     qkv = torch.addmm(b_qkv, ln.reshape(b_ * p, d), W_qkv).view(b_, p, 3, h, e)                            # [b p 3 h e]
     q, key, v = qkv.unbind(2)                                                                                 # [b p h e]
+    if cfg.positional == "rotary":                            # q and k rotated by position (core/rotary.py)
+        rope = k.rope(p, cfg, q)
+        q, key = rotary.rotate(q, *rope), rotary.rotate(key, *rope)
     k.put(pre + "attn.hook_q", q)
     k.put(pre + "attn.hook_k", key)
     k.put(pre + "attn.hook_v", v)
@@ -184,9 +216,8 @@ def _attention(block: Block, x: Tensor, l: int, w: Weights, k: _Keeper) -> Tenso
         qs, ks = q.float(), key.float()  # HF's upcast: scores and softmax in float32, pattern back in v's dtype
     scores = torch.matmul(qs.transpose(1, 2), ks.permute(0, 2, 3, 1)).div_(cfg.attn_scale(l))              # [b h q k]
     above = torch.ones(p, p, dtype=torch.bool, device=x.device).triu_(1)
-    window = cfg.window(l)
-    if window and window < p:  # a local layer (GPT-Neo): key k visible from q iff q − window < k ≤ q
-        above |= torch.ones(p, p, dtype=torch.bool, device=x.device).tril_(-window)
+    if cfg.window(l):                                          # a local layer: keys j with i − window < j ≤ i
+        above |= torch.ones(p, p, dtype=torch.bool, device=x.device).tril_(-cfg.window(l))
     scores.masked_fill_(above, float("-inf"))                                                               # in place: fresh tensor
     k.put(pre + "attn.hook_attn_scores", scores)
     pattern = torch.softmax(scores, dim=-1)
@@ -207,14 +238,20 @@ def _attention(block: Block, x: Tensor, l: int, w: Weights, k: _Keeper) -> Tenso
 
 
 def mlp(block: Block, x: Float[Tensor, "... d"], cfg) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """MLP(x) = act(LN2(x) @ W_in + b_in) @ W_out + b_out for residual vectors x [... d].
+    """MLP(x) = act(LN2(x) @ W_in + b_in) @ W_out + b_out for residual vectors x [... d]; gated
+    (SwiGLU, ``cfg.gated_mlp``): post = act(LN2(x) @ W_gate + b_gate) ⊙ (LN2(x) @ W_in + b_in).
 
-    Returns (out [... d], LN2(x) [... d], σ₂ [...], pre [... m], post [... m]).
+    Returns (out [... d], LN2(x) [... d], σ₂ [...], pre [... m], post [... m]); for a gated MLP
+    ``pre`` is the gate's pre-activation.
     """
     shape, d = x.shape[:-1], x.shape[-1]
-    ln, scale = layer_norm(x, block.ln2_w, block.ln2_b, cfg.ln_eps)
-    pre = torch.addmm(block.b_in, ln.reshape(-1, d), block.W_in)                                             # [n m]
-    post = activation(cfg.act_fn, pre)
+    ln, scale = normalize(x, block.ln2_w, block.ln2_b, cfg)
+    if cfg.gated_mlp:
+        pre = torch.addmm(block.b_gate, ln.reshape(-1, d), block.W_gate)                                     # [n m]
+        post = activation(cfg.act_fn, pre) * torch.addmm(block.b_in, ln.reshape(-1, d), block.W_in)
+    else:
+        pre = torch.addmm(block.b_in, ln.reshape(-1, d), block.W_in)                                         # [n m]
+        post = activation(cfg.act_fn, pre)
     out = torch.addmm(block.b_out, post, block.W_out)                                                       # [n d]
     return out.view(*shape, d), ln, scale, pre.view(*shape, -1), post.view(*shape, -1)
 
@@ -233,25 +270,29 @@ def _forward(w: Weights, tokens: Tensor, keeper: _Keeper, stop_at_layer: int | N
     cfg = w.cfg
     b_, p = tokens.shape
     emb = w.W_E[tokens]                                                                                      # [b p d]
-    pos = w.W_pos[:p].unsqueeze(0).expand(b_, p, cfg.d_model)                                                # [b p d]
     keeper.put("hook_embed", emb)
-    keeper.put("hook_pos_embed", pos)
-    x = emb + pos
+    if w.W_pos is not None:
+        pos = w.W_pos[:p].unsqueeze(0).expand(b_, p, cfg.d_model)                                            # [b p d]
+        keeper.put("hook_pos_embed", pos)
+        x = emb + pos
+    else:                                                      # rotary: positions enter inside attention only
+        x = emb
     n = cfg.n_layers if stop_at_layer is None else stop_at_layer
     for l in range(n):
         block = w.blocks[l]
         keeper.put(f"blocks.{l}.hook_resid_pre", x)
         attn_out = _attention(block, x, l, w, keeper)
         keeper.put(f"blocks.{l}.hook_attn_out", attn_out)
-        x = x + attn_out
-        keeper.put(f"blocks.{l}.hook_resid_mid", x)
-        mlp_out = _mlp(block, x, l, w, keeper)
+        mid = x + attn_out
+        keeper.put(f"blocks.{l}.hook_resid_mid", mid)
+        # parallel residual (GPT-NeoX): the MLP reads the block's input, not x + attention
+        mlp_out = _mlp(block, x if cfg.parallel_residual else mid, l, w, keeper)
         keeper.put(f"blocks.{l}.hook_mlp_out", mlp_out)
-        x = x + mlp_out
+        x = mid + mlp_out
         keeper.put(f"blocks.{l}.hook_resid_post", x)
     if n < cfg.n_layers:
         return
-    ln, scale = layer_norm(x, w.ln_final_w, w.ln_final_b, cfg.ln_eps)
+    ln, scale = normalize(x, w.ln_final_w, w.ln_final_b, cfg)
     keeper.put("ln_final.hook_scale", scale)
     if keeper.wants("logits"):
         logits = torch.mm(ln.reshape(b_ * p, -1), w.W_U).view(b_, p, -1)                                    # [b p v]

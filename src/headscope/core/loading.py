@@ -64,6 +64,7 @@ from .config import Config, read_hf_config
 from .families import GPT2, Family, read_config
 from ..corpus import CHECKPOINT_FILE_LIMIT, read_json_file
 from .._atomic import atomic_directory, kind_of, refuse_unfinished
+from .bos import bos as bos_record
 from .tokenizer import TOKENIZER_FILES, check_tokenizer, gpt2_bpe_files, load_tokenizer, to_str_tokens
 from .weights import Block, Processing, Weights, process_block, process_embed, process_unembed
 
@@ -99,6 +100,7 @@ class Model:
     _processed: dict = dataclasses.field(default_factory=dict, repr=False)
     _raw: Weights | None = dataclasses.field(default=None, repr=False)
     _derived: dict = dataclasses.field(default_factory=dict, repr=False)
+    config_bos: int | None = None                   #: config.json's bos_token_id, if any
 
     @functools.cached_property
     def fingerprint(self) -> str:
@@ -118,7 +120,7 @@ class Model:
         Built block by block from the files in float32 (float64 for a float64 model),
         then cast to the model's dtype and moved to its device.
         """
-        processing = Processing.default() if processing is None else processing
+        processing = (Processing.default() if processing is None else processing).applicable(self.cfg)
         if processing == Processing.none():
             return self.raw
         if processing not in self._processed:
@@ -129,7 +131,7 @@ class Model:
         """``build(self.weights(processing))``, computed once per (`name`, processing) and kept
         beside the processed weights (e.g. the float64 layer-0 view, :func:`headscope.layer0.view`).
         Callers must not modify what it returns."""
-        processing = Processing.default() if processing is None else processing
+        processing = (Processing.default() if processing is None else processing).applicable(self.cfg)
         key = (name, processing)
         if key not in self._derived:
             self._derived[key] = build(self.weights(processing))
@@ -172,10 +174,14 @@ class Model:
     def to_str_tokens(self, ids) -> list[str]:
         return to_str_tokens(self.tokenizer, ids)
 
+    @functools.cached_property
+    def bos(self) -> dict:
+        """The BOS headscope prepends and why (:mod:`headscope.core.bos`): token, id, source."""
+        return bos_record(self.tokenizer, self.cfg.family, self.cfg.d_vocab, self.config_bos)
+
     @property
     def bos_id(self) -> int:
-        bos = getattr(self.tokenizer, "bos_token_id", None)
-        return int(bos) if bos is not None else self.cfg.d_vocab - 1
+        return self.bos["id"]
 
     @property
     def n_parameters(self) -> int:
@@ -192,7 +198,8 @@ class Model:
             "n_parameters": self.n_parameters,
             "dtype": str(self.dtype).replace("torch.", ""),
             "tokenizer_vocab": len(self.tokenizer),
-            "processing_default": Processing.default().to_dict(),
+            "bos": self.bos,
+            "processing_default": Processing.default().applicable(c).to_dict(),
         }
 
 
@@ -456,7 +463,7 @@ class Checkpoint:
             name = family.canonical(key)
             layer, leaf = family.layer_leaf(name)
             known = (name in family.top.values() or leaf in family.leaves or leaf in buffers
-                     or (name == unembed and key == name))
+                     or name in family.top_buffers or (name == unembed and key == name))
             if not known:
                 raise HeadscopeError(f"{where} holds an unexpected tensor {key!r} (not a weight of {family.hf_class})")
             if layer is not None and layer >= cfg.n_layers:
@@ -466,7 +473,7 @@ class Checkpoint:
                 raise HeadscopeError(f"{where} holds both {self.names[name]!r} and {key!r} (one tensor stored twice)")
             self.names[name] = key
             dtype = source.infos[key][0]
-            if leaf not in buffers and dtype not in FLOAT_DTYPES:
+            if leaf not in buffers and name not in family.top_buffers and dtype not in FLOAT_DTYPES:
                 raise HeadscopeError(f"{where}: tensor {key!r} has dtype {dtype}; headscope reads floating-point "
                                      f"weights only ({', '.join(FLOAT_DTYPES)}) and never casts {dtype} to float")
         self.shapes = family.shapes(cfg)
@@ -589,10 +596,13 @@ class Checkpoint:
         f = self.family
         stored = self.read(list(f.top.values()) + ([f.unembed] if self.untied else []), dtype, device, share=share)
         top = {field: stored[name] for field, name in f.top.items()}
-        if f.pos_offset and top.get("W_pos") is not None:
-            top["W_pos"] = top["W_pos"][f.pos_offset:]              # [offset+n_ctx d] → [n_ctx d] (OPT)
         W_U = (stored[f.unembed] if self.untied else top["W_E"]).T   # [d_vocab d] → [d d_vocab]
         del stored
+        if f.top_from_hf is not None:
+            top = {field: f.top_from_hf(field, t, self.cfg) for field, t in top.items()}
+        if "ln_final_b" not in top:                                  # RMSNorm: no bias stored
+            top["ln_final_b"] = torch.zeros_like(top["ln_final_w"])
+        top.setdefault("W_pos", None)                                # rotary: no position table
         return top, W_U
 
     def raw(self, dtype: torch.dtype, device=None) -> Weights:
@@ -745,11 +755,11 @@ def load_checkpoint(
     hf = read_hf_config(directory / "config.json")
     family, cfg = read_config(hf)
     ckpt = Checkpoint.open(directory, cfg, family=family, tie_word_embeddings=family.tied(hf))
-    tokenizer = load_tokenizer(directory)
-    check_tokenizer(tokenizer, cfg.d_vocab, directory)
+    tokenizer = load_tokenizer(directory, cfg.family)
+    check_tokenizer(tokenizer, cfg.d_vocab, directory, cfg.family)
     ckpt.check_values()
     return Model(cfg=cfg, checkpoint=ckpt, tokenizer=tokenizer, source=source, directory=directory,
-                 device=torch.device(device), dtype=dtype)
+                 device=torch.device(device), dtype=dtype, config_bos=hf.get("bos_token_id"))
 
 
 def check_dtype(dtype) -> None:
@@ -802,17 +812,15 @@ def _hf_from_weights(w: Weights, key: str, family: Family = GPT2) -> torch.Tenso
         return family.hf_from_block(w.blocks[layer], leaf, w.cfg)
     field = {n: f for f, n in family.top.items()}
     t = w.W_U.T if name == family.unembed else getattr(w, field[name])
-    if family.pos_offset and field.get(name) == "W_pos":                 # OPT: the rows before position 0, zeros
-        t = torch.cat([t.new_zeros(family.pos_offset, t.shape[1]), t])
     return t.detach().to("cpu", torch.float32).contiguous()
 
 
 def _check_writable(w: Weights) -> bool:
-    """Whether `w` is untied; refuses what a GPT-2 checkpoint cannot hold."""
+    """Whether `w` is untied; refuses what a checkpoint of its family cannot hold."""
     if w.processing != Processing.none():
-        raise HeadscopeError("only raw weights can be written as a GPT-2 checkpoint")
+        raise HeadscopeError("only raw weights can be written as a checkpoint")
     if bool(w.b_U.abs().max() > 0):
-        raise HeadscopeError("GPT-2 checkpoints have no b_U (unembedding bias)")
+        raise HeadscopeError("checkpoints of the families headscope writes have no b_U (unembedding bias)")
     return not w.tied
 
 
@@ -864,6 +872,9 @@ def save_checkpoint(
     ``tie_word_embeddings: false`` when W_U is not W_Eᵀ). Tokenizer files are copied
     from `tokenizer_from` (a checkpoint directory) or, by default, are GPT-2's BPE.
     """
+    from .families import FAMILIES
+
     untied = _check_writable(w)
-    return _write_checkpoint(Path(out), w.cfg, GPT2, untied=untied, tensor=lambda k: _hf_from_weights(w, k),
+    family = FAMILIES[w.cfg.family]
+    return _write_checkpoint(Path(out), w.cfg, family, untied=untied, tensor=lambda k: _hf_from_weights(w, k, family),
                              tokenizer_from=tokenizer_from, extra_files=extra_files)

@@ -29,11 +29,24 @@ def gpt2_bpe_files() -> tuple[Path, Path]:
     return data / "encoder.json", data / "vocab.bpe"
 
 
-def load_tokenizer(directory: Path):
-    """Load a GPT-2 tokenizer from a checkpoint directory.
+def _family_tokenizer(tokenizer_file: str):
+    """Any family's tokenizer.json (the ``tokenizers`` library through transformers), whose
+    ``encode`` adds none of its own special tokens (headscope prepends BOS itself: :mod:`.bos`)."""
+    from transformers import PreTrainedTokenizerFast
 
-    Reads tokenizer.json if present, else vocab.json + merges.txt. Never runs code
-    from the checkpoint.
+    class FamilyTokenizer(PreTrainedTokenizerFast):
+        def encode(self, text, *args, add_special_tokens: bool = False, **kwargs):
+            return super().encode(text, *args, add_special_tokens=add_special_tokens, **kwargs)
+
+    return FamilyTokenizer(tokenizer_file=tokenizer_file)
+
+
+def load_tokenizer(directory: Path, family: str = "gpt2"):
+    """Load a checkpoint directory's tokenizer.
+
+    Reads tokenizer.json if present (GPT-2: as ``GPT2TokenizerFast``; other families: a
+    ``PreTrainedTokenizerFast`` of the file), else GPT-2's vocab.json + merges.txt. Never runs
+    code from the checkpoint.
     """
     from transformers import GPT2TokenizerFast
 
@@ -45,6 +58,8 @@ def load_tokenizer(directory: Path):
     if tj.exists():
         read_capped(tj, "tokenizer file", LIMIT)    # the input rule and its cap, before tokenizers reads it
         try:
+            if family != "gpt2":
+                return _family_tokenizer(str(tj))
             return GPT2TokenizerFast(tokenizer_file=str(tj))
         except Exception as e:  # tokenizers raises its own exception types
             raise HeadscopeError(f"cannot read the tokenizer in {directory}: {str(e).splitlines()[0]}") from None
@@ -71,11 +86,20 @@ def load_tokenizer(directory: Path):
 EOT = "<|endoftext|>"
 
 
-def check_tokenizer(tokenizer, d_vocab: int, where) -> None:
-    """Refuse a tokenizer that does not fit an embedding of `d_vocab` rows (naming `where` it came from)."""
+#: families whose embedding may have more rows than the tokenizer has tokens (padded to a
+#: multiple of 64/128 for speed: Pythia 50304 rows for 50277 tokens); the extra rows are never
+#: produced by the tokenizer.
+PADDED_FAMILIES = ("gpt_neox", "opt", "llama", "qwen2")
+
+
+def check_tokenizer(tokenizer, d_vocab: int, where, family: str = "gpt2") -> None:
+    """Refuse a tokenizer that does not fit an embedding of `d_vocab` rows (naming `where` it came from);
+    families in :data:`PADDED_FAMILIES` may have fewer tokens than rows."""
     from .._errors import expected_got
 
-    if len(tokenizer) != d_vocab:
+    if family in PADDED_FAMILIES and len(tokenizer) <= d_vocab:
+        pass
+    elif len(tokenizer) != d_vocab:
         raise HeadscopeError(f"the tokenizer in {where}: "
                              + expected_got("tokenizer vocabulary size (W_E rows)", d_vocab, len(tokenizer)))
     top = max(tokenizer.get_vocab().values(), default=-1)

@@ -75,6 +75,21 @@ class Processing:
     def none(cls) -> "Processing":
         return cls()
 
+    def applicable(self, cfg: Config) -> "Processing":
+        """The options of this processing that are exact for `cfg`'s family (the others dropped).
+
+        Every option is exact under LayerNorm. Under RMSNorm (Llama, Qwen2) nothing is centred:
+        the norm divides by the root mean square of x itself, so the mean over d_model of what is
+        written to the residual stream is not invisible (``center_writing_weights`` would change
+        the model), and the norm's output is not in 1⊥ (``center_reading_weights`` neither).
+        ``fold_ln`` (the weight w folds into the readers; RMSNorm has no bias), ``center_unembed``
+        (softmax ignores a constant per position) and ``fold_value_biases`` (patterns sum to one)
+        stay exact.
+        """
+        if cfg.norm == "rmsnorm":
+            return dataclasses.replace(self, center_writing_weights=False, center_reading_weights=False)
+        return self
+
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
@@ -200,6 +215,12 @@ class Weights:
     @property
     def dtype(self) -> torch.dtype:
         return self.W_E.dtype
+
+    @property
+    def reads_centred(self) -> bool:
+        """Whether every reader of the residual sees a vector of 1⊥ (fold_ln under LayerNorm: the
+        norm only centres and scales); not under RMSNorm, which does not centre."""
+        return self.processing.fold_ln and self.cfg.norm == "layernorm"
 
     @property
     def n_parameters(self) -> int:

@@ -58,6 +58,8 @@ from .._errors import HeadscopeError
 from ..core.forward import layer_norm, run_with_cache
 from ..core.weights import Block, Processing, Weights
 
+from ..core.applicability import learned_positions
+
 Tensor = torch.Tensor
 
 SEED_QUERY = " the"   #: the seed's fixed query token (appears in many contexts)
@@ -75,6 +77,7 @@ def view(model, processing: Processing | None = None) -> Weights:
     shared, not copied (no layer-0 analysis reads it). Built once per model and processing
     and kept beside the processed weights (:meth:`headscope.Model.derived`); read-only.
     """
+    learned_positions(model.cfg, "the layer-0 content + position analyses")
     return model.derived("layer0.view", processing, _view)
 
 
@@ -82,7 +85,7 @@ def _view(w: Weights) -> Weights:
     f = lambda t: t.to(device="cpu", dtype=torch.float64)  # noqa: E731
     b0 = Block(**{k: f(getattr(w.blocks[0], k)) for k in w.blocks[0].shapes(w.cfg)})
     return dataclasses.replace(w, W_E=f(w.W_E), W_pos=f(w.W_pos), blocks=[b0],
-                               cfg=dataclasses.replace(w.cfg, n_layers=1))
+                               cfg=w.cfg.truncated(1))
 
 
 def check_split(weights: Weights, layer: int = 0) -> None:

@@ -513,7 +513,7 @@ def atlas(model: Model, layers: Sequence[int] | None = None, *, n_tokens: int = 
     if n_tokens < 2:
         raise HeadscopeError(f"tokens: expected ≥ 2, got {n_tokens}")
     W = model.weights(processing)
-    centred = W.processing.fold_ln
+    centred = W.reads_centred
     freq = clustering.frequent_tokens(model.tokenizer, n_tokens, corpus)
     if len(freq) < 2:
         raise HeadscopeError(f"tokens: the vocabulary offers {len(freq)} frequent tokens, expected ≥ 2")
@@ -534,7 +534,11 @@ def atlas(model: Model, layers: Sequence[int] | None = None, *, n_tokens: int = 
     pair = None if logit_diff is None else _logit_diff_direction(model, W, logit_diff)  # (ids, [d])
 
     pos_l0, categories = None, {}
-    if 0 in layers:
+    rotary = cfg.positional != "learned"
+    if rotary:
+        notes.append("positional_share and kernel categories not applicable: a rotary model adds no W_pos to "
+                     "the token embedding (positions rotate queries and keys inside attention)")
+    elif 0 in layers:
         if centred:
             view = layer0.view(model, processing)
             c = layer0.measure_c(view)
@@ -579,7 +583,9 @@ def atlas(model: Model, layers: Sequence[int] | None = None, *, n_tokens: int = 
         if pair is not None:
             dla = _per_head(X, W_V) @ (W_O @ pair[1])[..., None]                     # [h N 1]
             dla = dla[..., 0]                                                        # [h N]
-        if l == 0:
+        if rotary:
+            share = None
+        elif l == 0:
             share = pos_l0
         else:
             share = _positional_share_deep(X, sigma, win, _f64(W.W_pos), _f64(b.ln1_w), W_Q, b_Q, W_K, s)

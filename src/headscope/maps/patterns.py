@@ -77,7 +77,7 @@ def head_patterns(weights: Sequence[Weights], tokens: Tensor, layer: int, head: 
                 xa = x[a:a + 32]
             else:                                                                   # block 0 reads the embeddings
                 t = tokens[a:a + 32]
-                xa = w.W_E[t] + w.W_pos[:t.shape[1]]
+                xa = w.W_E[t] + w.W_pos[:t.shape[1]] if w.W_pos is not None else w.W_E[t]  # rotary: no W_pos
             keeper = _Keeper([name], w.cfg.n_layers)
             _attention(w.blocks[layer], xa.to(w.device), layer, w, keeper)
             parts.append(keeper.cache[name][:, head].cpu())

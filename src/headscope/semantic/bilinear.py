@@ -44,7 +44,7 @@ from jaxtyping import Float, Int
 
 from .._errors import HeadscopeError
 from .._memory import rows_that_fit
-from ..core.forward import layer_norm, mlp, run_with_cache
+from ..core.forward import mlp, normalize, run_with_cache
 from ..core.weights import Weights
 
 Tensor = torch.Tensor
@@ -76,11 +76,19 @@ def authors_attn_means(weights: Weights, layers: int) -> list[Tensor]:
         return []
     cfg = weights.cfg
     P = min(AUTHORS_SEQUENCE, cfg.n_ctx)
-    mean_pos = weights.W_pos.mean(0, keepdim=True).expand(cfg.n_ctx, cfg.d_model).contiguous()   # [n_ctx d]
-    w = dataclasses.replace(weights, W_pos=mean_pos)
+    w = weights                                  # rotary: positions act inside attention, nothing to average
+    if weights.W_pos is not None:
+        mean_pos = weights.W_pos.mean(0, keepdim=True).expand(cfg.n_ctx, cfg.d_model).contiguous()   # [n_ctx d]
+        w = dataclasses.replace(weights, W_pos=mean_pos)
     names = [f"blocks.{l}.hook_attn_out" for l in range(layers)]
     cache = run_with_cache(w, torch.arange(P)[None], names=names, stop_at_layer=layers)        # no BOS
     return [cache[n][0].mean(0).to(weights.dtype) for n in names]
+
+
+def mean_position(weights: Weights) -> Tensor | float:
+    """mean_p W_pos[p] [d], the position part of every effective embedding; 0 for a rotary model
+    (its positions rotate queries and keys inside attention and add nothing to the residual)."""
+    return weights.W_pos.mean(0) if weights.W_pos is not None else 0.0
 
 
 def attn_means_for(weights: Weights, layers: int, source: str, tokens: Tensor | None = None) -> list[Tensor]:
@@ -116,10 +124,10 @@ def effective_embeddings_by_layer(
     if len(attn_means) < upto:
         raise HeadscopeError(f"effective embeddings need mean attention outputs of {upto} blocks, got {len(attn_means)}")
     ids = torch.arange(cfg.d_vocab) if token_ids is None else torch.as_tensor(token_ids).long()
-    x = weights.W_E[ids] + weights.W_pos.mean(0)                                       # [n d] residual
+    x = weights.W_E[ids] + mean_position(weights)                                      # [n d] residual
     for l in range(upto + 1):
         block = weights.blocks[l]
-        x_hat, sigma = layer_norm(x, block.ln1_w, block.ln1_b, cfg.ln_eps)
+        x_hat, sigma = normalize(x, block.ln1_w, block.ln1_b, cfg)
         yield (l, x_hat, sigma) if scales else (l, x_hat)
         if l == upto:
             return
@@ -156,16 +164,19 @@ def effective_embeddings(
     ln1 = weights.blocks[layer]
     out = torch.empty(len(ids), cfg.d_model, dtype=weights.dtype)
     for a in range(0, len(ids), chunk):
-        x = mlp(weights.blocks[0], weights.W_E[ids[a:a + chunk]] + weights.W_pos.mean(0) + attn_means[0], cfg)[0]
-        out[a:a + chunk] = layer_norm(x, ln1.ln1_w, ln1.ln1_b, cfg.ln_eps)[0]
+        x = mlp(weights.blocks[0], weights.W_E[ids[a:a + chunk]] + mean_position(weights) + attn_means[0], cfg)[0]
+        out[a:a + chunk] = normalize(x, ln1.ln1_w, ln1.ln1_b, cfg)[0]
     return out
 
 
 # -- the bilinear form ------------------------------------------------------------------------
 
 
-def qk_matrix(weights: Weights, layer: int, head: int, *, centred: bool = True) -> Float[Tensor, "d_model d_model"]:
-    """W_QK = P W_Q W_Kᵀ P in float64 (P = I − 11ᵀ/d projects onto 1⊥; off with centred=False)."""
+def qk_matrix(weights: Weights, layer: int, head: int, *, centred: bool | None = None
+              ) -> Float[Tensor, "d_model d_model"]:
+    """W_QK = P W_Q W_Kᵀ P in float64 (P = I − 11ᵀ/d projects onto 1⊥; off with centred=False;
+    default: on when the readers see 1⊥, :attr:`Weights.reads_centred` — not under RMSNorm)."""
+    centred = weights.reads_centred if centred is None else centred
     b = weights.blocks[layer]
     W = b.W_Q[head].double() @ b.W_K[head].double().T                                  # [d d]
     if centred:
@@ -174,13 +185,14 @@ def qk_matrix(weights: Weights, layer: int, head: int, *, centred: bool = True) 
     return W
 
 
-def qk_factors(weights: Weights, layer: int, head: int, *, centred: bool = True
+def qk_factors(weights: Weights, layer: int, head: int, *, centred: bool | None = None
                ) -> tuple[Float[Tensor, "d_model d_head"], Float[Tensor, "d_model d_head"]]:
     """(U, V) in float64 with ``W_QK = U Vᵀ``: U = P W_Q[h], V = P W_K[h] (P as in :func:`qk_matrix`).
 
     W_QK has rank ≤ d_head, so its symmetric and skew parts live in span(U, V), of dimension
     ≤ 2·d_head: :func:`bilinear_form` decomposes them there (``factors=``) instead of in d_model².
     """
+    centred = weights.reads_centred if centred is None else centred
     b = weights.blocks[layer]
     U, V = b.W_Q[head].double(), b.W_K[head].double()                                 # [d e] each
     if centred:
@@ -198,10 +210,10 @@ def span_basis(U: Float[Tensor, "d e"], V: Float[Tensor, "d e"]) -> Float[Tensor
 
 
 def key_bias_vector(weights: Weights, layer: int, head: int) -> Float[Tensor, "d_model"]:
-    """v = P W_K b_Q: the key-only score term x̂_s · v (not part of the bilinear form)."""
+    """v = P W_K b_Q: the key-only score term x̂_s · v (not part of the bilinear form; P = I under RMSNorm)."""
     b = weights.blocks[layer]
     v = b.W_K[head].double() @ b.b_Q[head].double()
-    return v - v.mean()
+    return v - v.mean() if weights.reads_centred else v
 
 
 @dataclasses.dataclass

@@ -338,7 +338,7 @@ def analyse_heads(model: Model, heads: list[tuple[int, int]], options: HeadOptio
 
     out_parts = []
     for l, h in heads:
-        fold = W.processing.fold_ln
+        fold = W.reads_centred
         form = bilinear.bilinear_form(bilinear.qk_matrix(W, l, h, centred=fold), l, h,
                                       factors=bilinear.qk_factors(W, l, h, centred=fold))
         hc = _graph_clusters(model, W, l, h, X_nodes[l], nodes, len(freq), cat_ids, o, keys=head_keys[(l, h)],

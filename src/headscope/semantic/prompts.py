@@ -93,7 +93,12 @@ def category_tokens(tokenizer, categories: dict[str, list[str]]) -> dict[str, li
         if len(ids) >= 2:
             out[name] = ids
     if len(out) < 2:
-        raise HeadscopeError(f"categories: expected at least 2 categories with ≥ 2 single-token words, got {len(out)}")
+        from .._errors import NotApplicable
+
+        n_words = sum(len(v) for v in out.values())
+        raise NotApplicable(f"categories: expected at least 2 categories with ≥ 2 words that are single tokens in "
+                            f"this tokenizer, got {len(out)} ({n_words} single-token words of "
+                            f"{sum(len(w) for k, w in categories.items() if k != RELATED)})")
     return out
 
 

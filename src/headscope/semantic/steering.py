@@ -68,6 +68,7 @@ class Rebuild:
     key_bias_error: float     # ‖W_K' b_Q' − v‖ / ‖v‖ (0 when v = 0)
     selected: list[int]
     selected_eigenvalues: list[float]
+    query_only: bool = False  # W_K, b_K kept (grouped-query attention: the key is shared by the group)
 
 
 def _check_steerable(alpha: float, W_new: Tensor, cfg) -> None:
@@ -110,6 +111,8 @@ def steered_qk(weights: Weights, layer: int, head: int, alpha: float, *, select:
     # (|λ| ≤ 1e-6 max|λ|), which would make even α = 1 inexact
     W_new = (W if keep_skew else (W + W.T) / 2) + (Vs * ((alpha - 1.0) * ls)) @ Vs.T
     _check_steerable(alpha, W_new, cfg)
+    if cfg.kv_heads != cfg.n_heads:
+        return _query_only(weights, layer, head, W, W_new, sel, ls)
     # W' and W live in span B on both sides (W' = B (BᵀW'B) Bᵀ): their SVDs are those of r × r cores
     Uc, sig, Vhc = torch.linalg.svd(B.T @ W_new @ B)
     U, Vh = B @ Uc, Vhc @ B.T                                                         # [d r], [r d]
@@ -141,17 +144,34 @@ def steered_qk(weights: Weights, layer: int, head: int, alpha: float, *, select:
     return Rebuild(WQ, WK, bQ, bK, r, err, kb_err, sel, [float(x) for x in ls])
 
 
-def unfold_into_raw(raw_block: Block, head: int, rb: Rebuild) -> Block:
+def _query_only(weights: Weights, layer: int, head: int, W: Tensor, W_new: Tensor, sel, ls) -> Rebuild:
+    """Grouped-query attention: the head's key weights are shared with its group, so only the query
+    side changes: ``W_Q' = W' V (VᵀV)⁺`` with V = P W_K (the least-squares W_Q' with W_Q' Vᵀ ≈ W'),
+    biases kept. Exact when W' reads keys only through span(W_K) — always for the negative
+    eigenvalues of a symmetric head; otherwise the rest is ``rebuild_error``."""
+    blk = weights.blocks[layer]
+    _, V = qk_factors(weights, layer, head)                                            # [d e]
+    WQ = W_new @ V @ torch.linalg.pinv(V.T @ V)                                        # [d e]
+    err = float((WQ @ V.T - W_new).norm() / W.norm()) if W.norm() > 0 else 0.0
+    return Rebuild(WQ, blk.W_K[head].double(), blk.b_Q[head].double(), blk.b_K[head].double(),
+                   int(torch.linalg.matrix_rank(WQ)), err, 0.0, sel, [float(x) for x in ls], query_only=True)
+
+
+def unfold_into_raw(raw_block: Block, head: int, rb: Rebuild, *, qk_bias: bool = True) -> Block:
     """Raw `raw_block` (modified in place and returned) with `head`'s W_Q, W_K, b_Q, b_K replaced,
-    fold_ln inverted: ``W_raw = W'/ln1_w`` row-wise and ``b_raw = b' − ln1_b W_raw``."""
+    fold_ln inverted: ``W_raw = W'/ln1_w`` row-wise and ``b_raw = b' − ln1_b W_raw``. A query-only
+    rebuild leaves W_K, b_K as stored; a model without query/key biases (``qk_bias`` false: GPT-Neo,
+    bias-free Llama) keeps raw biases 0, so its bias terms are those the new weights imply."""
     w = raw_block.ln1_w.double()
     inv = torch.where(w != 0, 1 / torch.where(w != 0, w, torch.ones_like(w)), torch.zeros_like(w))
     dtype = raw_block.W_Q.dtype
     for X, Wp, bp in (("Q", rb.W_Q, rb.b_Q), ("K", rb.W_K, rb.b_K)):
+        if X == "K" and rb.query_only:
+            continue
         W_raw = Wp * inv[:, None]                                                      # [d e]
         b_raw = bp - raw_block.ln1_b.double() @ W_raw
         getattr(raw_block, f"W_{X}")[head] = W_raw.to(dtype)
-        getattr(raw_block, f"b_{X}")[head] = b_raw.to(dtype)
+        getattr(raw_block, f"b_{X}")[head] = (b_raw if qk_bias else torch.zeros_like(b_raw)).to(dtype)
     return raw_block
 
 
@@ -167,6 +187,16 @@ def steered_weights(W: Weights, layer: int, head: int, rb: Rebuild) -> Weights:
         setattr(new, f"b_{X}", bh)
     blocks = list(W.blocks)
     blocks[layer] = new
+    return dataclasses.replace(W, blocks=blocks)
+
+
+def _reprocessed(W: Weights, layer: int, raw_block: Block) -> Weights:
+    """Processed weights `W` with block `layer` replaced by `raw_block` under W's processing."""
+    from ..core.weights import process_block
+
+    blocks = list(W.blocks)
+    new = process_block(raw_block, W.processing)
+    blocks[layer] = Block(**{k: getattr(new, k).to(W.dtype) for k in new.shapes(W.cfg)})
     return dataclasses.replace(W, blocks=blocks)
 
 
@@ -245,8 +275,11 @@ def steer(model: Model, layer: int, head: int, alpha: float, options: SteerOptio
     processing = Processing.default() if processing is None else processing
     W = model.weights(processing)
     rb = steered_qk(W, layer, head, alpha, select=select, keep_skew=o.keep_skew)
-    raw_block = unfold_into_raw(model.raw_block(layer), head, rb)
-    W_new = steered_weights(W, layer, head, rb)
+    raw_block = unfold_into_raw(model.raw_block(layer), head, rb, qk_bias=model.cfg.qk_bias)
+    if model.cfg.qk_bias:
+        W_new = steered_weights(W, layer, head, rb)
+    else:                                   # the biases are what the written weights imply: measure those
+        W_new = _reprocessed(W, layer, raw_block)
     if tokens is None:
         tokens = prompts_for(model, o.categories, n_prompts=32, length=16, seed=o.seed)[0].tokens
     before, after = (pattern_self_stats(A) for A in head_patterns([W, W_new], tokens, layer, head))

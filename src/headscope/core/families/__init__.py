@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from ..._errors import HeadscopeError
 from ..config import Config, _show
-from . import gpt2, gpt_neo, opt
+from . import gpt2, gpt_neo, gpt_neox, llama, opt, qwen2
 from .base import Family
 
 #: every family headscope reads, in the order messages list them.
-MODULES = (gpt2, gpt_neo, opt)
+MODULES = (gpt2, gpt_neo, gpt_neox, opt, llama, qwen2)
 FAMILIES: dict[str, Family] = {t: m.FAMILY for m in MODULES for t in m.FAMILY.model_types}
 GPT2 = gpt2.FAMILY
 
@@ -25,7 +25,7 @@ def family_for(hf: dict) -> Family:
         supported = "; ".join(f"{m.FAMILY.title} checkpoints, model_type "
                               + ", ".join(repr(t) for t in m.FAMILY.model_types) for m in MODULES)
         raise HeadscopeError(f"unsupported architecture: model_type {_show(model_type)} (headscope reads {supported})")
-    return family
+    return family.variant(hf) if family.variant is not None else family
 
 
 def read_config(hf: dict) -> tuple[Family, Config]:

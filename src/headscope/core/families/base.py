@@ -30,7 +30,8 @@ from typing import Callable, Mapping
 
 import torch
 
-from ..config import Config
+from ..._errors import HeadscopeError
+from ..config import MAX_SIZE, Config, _show
 from ..weights import Block
 
 
@@ -55,8 +56,14 @@ class Family:
     shapes: Callable[[Config], dict]            #: canonical name → shape, all weights but the unembedding
     block_from_hf: Callable[[dict, Config], Block]
     hf_from_block: Callable[[Block, str, Config], torch.Tensor]
-    #: rows of the stored position embedding before position 0 (OPT: 2); W_pos is the rows after them
-    pos_offset: int = 0
+    #: stored tensors outside the blocks that are not weights (e.g. a model-level rotary buffer)
+    top_buffers: tuple[str, ...] = ()
+    #: (Weights field, stored tensor, cfg) → canonical tensor, for tops that need more than a rename
+    #: (OPT: its position table starts at row 2); None = as stored
+    top_from_hf: Callable[[str, torch.Tensor, Config], torch.Tensor] | None = None
+    #: config.json dict → the Family object for its options (a layout that varies with the config,
+    #: e.g. Llama's optional biases); None = this object
+    variant: Callable[[dict], "Family"] | None = None
 
     def canonical(self, key: str) -> str:
         """A stored key without the optional prefix."""
@@ -71,3 +78,135 @@ class Family:
         """(key, shape) of a checkpoint as headscope writes it: prefixed keys, the unembedding when untied."""
         out = [(self.prefix + n, s) for n, s in self.shapes(cfg).items()]
         return out + ([(self.unembed, (cfg.d_vocab, cfg.d_model))] if untied else [])
+
+
+# -- config.json readers shared by the families --------------------------------------------------
+
+
+def size(hf: dict, key: str, alias: str | None = None) -> int:
+    """The size `key` (or its `alias`) of a config.json: an integer in 1..MAX_SIZE."""
+    name = key if key in hf or alias is None or alias not in hf else alias
+    if name not in hf:
+        raise HeadscopeError(f"config.json: missing key {key!r}")
+    value = hf[name]
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SIZE:
+        raise HeadscopeError(f"config: {name} must be a positive integer (at most {MAX_SIZE}), got {_show(value)}")
+    return value
+
+
+def flag(hf: dict, key: str, default: bool) -> bool:
+    """The boolean option `key` of a config.json: JSON true or false (absent: `default`)."""
+    value = hf.get(key, default)
+    if not isinstance(value, bool):
+        raise HeadscopeError(f"config: {key} must be true or false, got {_show(value)}"
+                             + (" (a string)" if isinstance(value, str) else ""))
+    return value
+
+
+def number(hf: dict, key: str, default=None, *, alias: str | None = None) -> float:
+    """A finite positive number of a config.json (`alias` tried when `key` is absent)."""
+    import math
+
+    value = hf.get(key, hf.get(alias, default) if alias else default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise HeadscopeError(f"config: {key} must be a finite positive number, got {_show(value)}")
+    return float(value)
+
+
+def refuse(hf: dict, key: str, allowed, what: str) -> None:
+    """One line refusing a config option headscope does not implement (absent or `allowed` passes)."""
+    value = hf.get(key)
+    if value is not None and value not in (allowed if isinstance(allowed, tuple) else (allowed,)):
+        raise HeadscopeError(f"unsupported config: {key} {_show(value)} ({what})")
+
+
+# -- layout helpers shared by the families whose projections are nn.Linear ([out in]) -----------
+
+
+def heads_in(W: torch.Tensor, n: int, e: int) -> torch.Tensor:
+    """A Linear weight [n·e d] (y = x Wᵀ) reading the residual → [n d e] (y_h = x @ W[h])."""
+    d = W.shape[1]
+    assert W.shape == (n * e, d), (tuple(W.shape), (n * e, d))
+    return W.reshape(n, e, d).transpose(1, 2).contiguous()                       # [n·e d] → [n e d] → [n d e]
+
+
+def heads_in_inverse(W: torch.Tensor) -> torch.Tensor:
+    """[n d e] → the Linear weight [n·e d]."""
+    n, d, e = W.shape
+    return W.transpose(1, 2).reshape(n * e, d)
+
+
+def heads_out(W: torch.Tensor, n: int, e: int) -> torch.Tensor:
+    """A Linear weight [d n·e] writing the residual from the heads' outputs → W_O [n e d]."""
+    d = W.shape[0]
+    assert W.shape == (d, n * e), (tuple(W.shape), (d, n * e))
+    return W.T.reshape(n, e, d).contiguous()                                      # [d n·e] → [n·e d] → [n e d]
+
+
+def heads_out_inverse(W_O: torch.Tensor) -> torch.Tensor:
+    """W_O [n e d] → the Linear weight [d n·e]."""
+    n, e, d = W_O.shape
+    return W_O.reshape(n * e, d).T
+
+
+def expand_kv(t: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """Grouped-query attention: key/value heads [kv …] repeated for the query heads [n_heads …]
+    (query head h reads key/value head h // (n_heads / kv), as transformers' ``repeat_kv``)."""
+    return t.repeat_interleave(n_heads // t.shape[0], dim=0)
+
+
+def group_kv(t: torch.Tensor, kv_heads: int, what: str) -> torch.Tensor:
+    """The inverse of :func:`expand_kv`: one head per group, refusing groups whose copies differ
+    (a grouped checkpoint cannot hold per-query-head keys or values)."""
+    from ..._errors import HeadscopeError
+
+    g = t.shape[0] // kv_heads
+    first = t[::g]
+    if not torch.equal(t, first.repeat_interleave(g, dim=0)):
+        raise HeadscopeError(f"cannot write {what}: the query heads sharing a key/value head "
+                             "(grouped-query attention) no longer agree on it")
+    return first
+
+
+def layered_shapes(head: dict, leaf: dict, tail: dict, n_layers: int, block_name: Callable[[int, str], str]) -> dict:
+    """Canonical name → shape in model order: `head` tensors, every layer's `leaf` tensors, `tail`."""
+    out = dict(head)
+    for l in range(n_layers):
+        out.update({block_name(l, k): s for k, s in leaf.items()})
+    return out | tail
+
+
+def rope_config(hf: dict, d_head: int, *, base_keys=("rope_theta",), pct_keys=("partial_rotary_factor",),
+                default_base: float = 10000.0, default_pct: float = 1.0) -> dict:
+    """Config fields of a rotary family: rotary_dim, rotary_base and rope_scaling, read from the hub's
+    keys (``rope_theta``, ``rope_scaling``, ``rotary_pct`` …) or transformers 5's ``rope_parameters``.
+
+    rotary_dim = int(d_head · partial factor), as transformers computes it."""
+    from ..rotary import check_scaling
+
+    params = hf.get("rope_parameters")
+    if params is not None and not isinstance(params, dict):
+        raise HeadscopeError(f"config: rope_parameters must be an object, got {_show(params)}")
+    params = dict(params or {})
+    scaling = hf.get("rope_scaling")
+    if scaling is not None and not isinstance(scaling, dict):
+        raise HeadscopeError(f"config: rope_scaling must be an object or null, got {_show(scaling)}")
+    scaling = {**params, **(scaling or {})}
+    base = next((hf[k] for k in base_keys if k in hf), scaling.pop("rope_theta", default_base))
+    pct = next((hf[k] for k in pct_keys if k in hf), scaling.pop("partial_rotary_factor", default_pct))
+    scaling.pop("rope_theta", None)
+    scaling.pop("partial_rotary_factor", None)
+    base = number({"rope_theta": base}, "rope_theta")
+    pct = number({"partial_rotary_factor": pct}, "partial_rotary_factor")
+    if pct > 1:
+        raise HeadscopeError(f"config: the rotary fraction must be at most 1, got {pct}")
+    check_scaling(scaling)
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    kept = () if kind in (None, "default") else tuple(sorted(
+        (k, v) for k, v in scaling.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)))
+    return {"positional": "rotary", "rotary_dim": int(d_head * pct), "rotary_base": base, "rope_scaling": kept}
+
+
+def tie(hf: dict, default: bool) -> bool:
+    """config.json's ``tie_word_embeddings`` (`default`: the family's transformers default)."""
+    return flag(hf, "tie_word_embeddings", default)

@@ -31,7 +31,7 @@ import torch
 from ..._errors import HeadscopeError
 from ..config import MAX_SIZE, Config, _show
 from ..weights import Block
-from .base import Family
+from .base import Family, flag as _flag, size as _size
 
 #: boolean options of a GPT-2 config.json that headscope reads, with their defaults.
 BOOLEAN_OPTIONS = {"add_cross_attention": False, "reorder_and_upcast_attn": False,
@@ -108,26 +108,6 @@ def hf_config(cfg: Config, untied: bool = False) -> dict:
         "eos_token_id": cfg.d_vocab - 1,
         "tie_word_embeddings": not untied,
     }
-
-
-def _size(hf: dict, key: str, alias: str | None = None) -> int:
-    """The size `key` (or its `alias`) of a config.json: an integer in 1..MAX_SIZE."""
-    name = key if key in hf or alias is None or alias not in hf else alias
-    if name not in hf:
-        raise HeadscopeError(f"config.json: missing key {key!r}")
-    value = hf[name]
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SIZE:
-        raise HeadscopeError(f"config: {name} must be a positive integer (at most {MAX_SIZE}), got {_show(value)}")
-    return value
-
-
-def _flag(hf: dict, key: str, default: bool) -> bool:
-    """The boolean option `key` of a config.json: JSON true or false (absent: `default`)."""
-    value = hf.get(key, default)
-    if not isinstance(value, bool):
-        raise HeadscopeError(f"config: {key} must be true or false, got {_show(value)}"
-                             + (" (a string)" if isinstance(value, str) else ""))
-    return value
 
 
 def tie_word_embeddings(hf: dict) -> bool:

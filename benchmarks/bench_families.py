@@ -1,0 +1,145 @@
+"""The full report on other families' realistic shapes, in their hub layout: time and peak RSS per stage.
+
+Issue 23's targets (2 CPU cores, float32): a Pythia-160m-shaped checkpoint (GPT-NeoX: 12 layers,
+d_model 768, 12 heads, rotary on a quarter of each head, parallel residual, untied unembedding,
+vocabulary padded to 50304 rows) ≤ 60 s and ≤ 3 GB; a Llama-3.2-1B-shaped one (16 layers, d_model
+2048, 32 query heads sharing 8 key/value heads, SwiGLU d_mlp 8192, llama3 rope scaling, tied
+unembedding, vocabulary 128256) ≤ 10 min and ≤ 12 GB.
+
+Each checkpoint is built by transformers itself from the family's config class (random weights at
+its initialiser's scale, std 0.02), written with ``save_pretrained`` (the hub's layout) beside a
+tokenizer.json, laid out as an offline Hugging Face cache (:func:`headscope.testing.hub.cache_directory`)
+and measured exactly as :mod:`bench_sizes` measures GPT-2 (its children: a baseline of load + processed
+weights + one forward of the sample texts, then the report with the cache off, each in a fresh
+subprocess). Stages the family does not support are reported as not applicable, not as failures.
+
+  python benchmarks/bench_families.py                          # both shapes
+  python benchmarks/bench_families.py --shapes pythia-160m
+  python benchmarks/bench_families.py --cache /tmp/famhub --keep
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "src"))
+
+import bench_sizes  # noqa: E402  (its children and table)
+
+#: shape → (repo id, transformers config class, its keyword arguments, tokenizer family, seconds, GB)
+SHAPES = {
+    "pythia-160m": ("EleutherAI/pythia-160m", "GPTNeoXConfig", dict(
+        vocab_size=50304, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+        intermediate_size=3072, hidden_act="gelu", rotary_pct=0.25, rotary_emb_base=10000,
+        max_position_embeddings=2048, layer_norm_eps=1e-5, use_parallel_residual=True,
+        tie_word_embeddings=False, bos_token_id=0, eos_token_id=0), "gpt_neox", 60.0, 3.0),
+    "llama-3.2-1b": ("meta-llama/Llama-3.2-1B", "LlamaConfig", dict(
+        vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+        num_attention_heads=32, num_key_value_heads=8, head_dim=64, hidden_act="silu",
+        max_position_embeddings=131072, rms_norm_eps=1e-5, rope_theta=500000.0,
+        rope_scaling={"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                      "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+        tie_word_embeddings=True, attention_bias=False, mlp_bias=False,
+        bos_token_id=128000, eos_token_id=128001), "llama", 600.0, 12.0),
+}
+
+
+def write_shape(shape: str, cache: Path) -> tuple[str, int, float]:
+    """Build `shape` with transformers, save it in the hub's layout into `cache`; (repo id, parameters, seconds)."""
+    import torch
+    import transformers
+
+    from headscope.testing.hub import cache_directory
+    from headscope.testing.tokenizers import write_family_tokenizer
+
+    repo_id, cls, kwargs, tok_family, _, _ = SHAPES[shape]
+    t0 = time.perf_counter()
+    torch.manual_seed(0)
+    config = getattr(transformers, cls)(**kwargs)
+    model = transformers.AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32)
+    n = sum(p.numel() for p in model.parameters())
+    with tempfile.TemporaryDirectory(prefix=f"bench-families-{shape}-") as d:
+        model.save_pretrained(d)
+        del model
+        write_family_tokenizer(d, tok_family, kwargs["vocab_size"])
+        cache_directory(cache, repo_id, d, symlinks=False)
+    return repo_id, n, time.perf_counter() - t0
+
+
+def stored_parameters(snapshot: Path) -> int:
+    """Elements of every tensor stored in the snapshot's safetensors files (read from their headers)."""
+    from safetensors import safe_open
+
+    n = 0
+    for f in sorted(snapshot.glob("*.safetensors")):
+        with safe_open(str(f), "pt") as s:
+            for k in s.keys():
+                shape = s.get_slice(k).get_shape()
+                n += int(__import__("math").prod(shape))
+    return n
+
+
+def measure(shape: str, cache: Path, dtype: str = "float32") -> dict:
+    from headscope.testing.hub import cached_snapshot
+
+    repo_id, _, _, _, t_target, m_target = SHAPES[shape]
+    written = None
+    try:
+        cached_snapshot(cache, repo_id)
+    except Exception:  # not there yet
+        repo_id, _, written = write_shape(shape, cache)
+    n = stored_parameters(cached_snapshot(cache, repo_id))
+    env = bench_sizes.child_env(cache)
+    load_before = bench_sizes._loadavg()
+    timeout = max(1800.0, 4 * t_target)
+    base = bench_sizes._run_child(["--child-baseline", repo_id, dtype], env, timeout)
+    with tempfile.TemporaryDirectory(prefix=f"bench-families-{shape}-") as out:
+        rep = bench_sizes._run_child(["--child-report", repo_id, str(Path(out) / "report"), dtype], env, timeout)
+    peak = max(max(p["peak_mb"], p.get("between_peak_mb") or 0.0) for p in rep["phases"])
+    return {"size": shape, "repo_id": repo_id, "parameters": n, "dtype": dtype,
+            "cache_write_s": written, "loadavg_before": load_before, "loadavg_after": bench_sizes._loadavg(),
+            "baseline": base, "report": rep, "report_wall_s": rep["process_wall_s"], "report_peak_mb": peak,
+            "target_s": t_target, "target_mb": m_target * 1024}
+
+
+def run(quick: bool = False, shapes=None, cache: str | Path | None = None, keep: bool = False) -> dict:
+    shapes = list(shapes or (("pythia-160m",) if quick else SHAPES))
+    tmp = Path(cache) if cache else Path(tempfile.mkdtemp(prefix="bench-families-hub-"))
+    results = []
+    try:
+        for shape in shapes:
+            print(f"bench_families: {shape} …", file=sys.stderr, flush=True)
+            tmp.mkdir(parents=True, exist_ok=True)
+            results.append(measure(shape, tmp))
+            print(bench_sizes.table(results[-1]), file=sys.stderr, flush=True)
+            if not keep and not cache:
+                shutil.rmtree(tmp, ignore_errors=True)
+    finally:
+        if not keep and not cache:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return {"rows": [row for r in results for row in bench_sizes.rows(r)], "details": {"shapes": results},
+            "report_text": "\n\n".join(bench_sizes.table(r) for r in results)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
+    ap.add_argument("--cache", help="HF cache directory to use (and keep); shapes already in it are not rewritten")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary HF cache")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args(argv)
+    r = run(shapes=a.shapes, cache=a.cache, keep=a.keep)
+    print(json.dumps(r, indent=2, default=str) if a.json else r["report_text"])
+    return 0 if all(row["pass"] for row in r["rows"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

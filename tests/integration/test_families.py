@@ -1,0 +1,185 @@
+"""Every family headscope reads, exact against transformers' own implementation.
+
+For each family a random-weight model built by transformers from its config class (all-distinct
+dimensions, odd head counts, grouped-query attention with n_kv_heads < n_heads, partial rotary,
+llama3 rope scaling, a local attention layer shorter than the sequence, tied and untied
+unembeddings), written with ``save_pretrained`` (the hub's layout) beside a tokenizer.json only,
+laid out as an offline Hugging Face cache and loaded by hub id with HF_HUB_OFFLINE. Its logits
+and attention probabilities must match transformers' eager forward to float32 tolerance, the
+default processing must keep its log-probabilities, and ``Model.save`` must write a checkpoint
+the family's transformers class loads with the same logits.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import headscope
+from headscope._errors import HeadscopeError
+from headscope.core.forward import run_with_cache
+from headscope.core.weights import Processing
+from headscope.testing.hub import cache_directory
+from headscope.testing.tokenizers import write_family_tokenizer
+
+transformers = pytest.importorskip("transformers")
+
+N_TOKENS = 301          # byte-level BPE needs ≥ 256 + specials
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+#: family → (config class, kwargs, vocabulary rows, tokenizer flavour)
+CASES = {
+    "gpt_neo": ("GPTNeoConfig", dict(hidden_size=24, num_layers=3, num_heads=3, intermediate_size=40,
+                                     max_position_embeddings=37, attention_types=[[["global", "local"], 1], [["local"], 1]],
+                                     window_size=5, activation_function="gelu_new"), N_TOKENS, "gpt_neo"),
+    "gpt_neox": ("GPTNeoXConfig", dict(hidden_size=24, num_hidden_layers=3, num_attention_heads=3,
+                                       intermediate_size=40, max_position_embeddings=37, rotary_pct=0.5,
+                                       rotary_emb_base=100.0, use_parallel_residual=True, tie_word_embeddings=False),
+                 320, "gpt_neox"),
+    "gpt_neox_sequential": ("GPTNeoXConfig", dict(hidden_size=30, num_hidden_layers=2, num_attention_heads=5,
+                                                  intermediate_size=44, max_position_embeddings=37, rotary_pct=0.34,
+                                                  use_parallel_residual=False, tie_word_embeddings=False),
+                            N_TOKENS, "gpt_neox"),
+    "opt": ("OPTConfig", dict(hidden_size=24, num_hidden_layers=3, num_attention_heads=3, ffn_dim=40,
+                              max_position_embeddings=37, word_embed_proj_dim=24, activation_function="relu"),
+            N_TOKENS + 3, "opt"),
+    "llama": ("LlamaConfig", dict(hidden_size=24, num_hidden_layers=3, num_attention_heads=3, num_key_value_heads=1,
+                                  head_dim=10, intermediate_size=40, max_position_embeddings=37, rope_theta=500.0,
+                                  rope_scaling={"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
+                                                "high_freq_factor": 4.0, "original_max_position_embeddings": 16},
+                                  tie_word_embeddings=False), 307, "llama"),
+    "llama_tied_biases": ("LlamaConfig", dict(hidden_size=24, num_hidden_layers=2, num_attention_heads=6,
+                                              num_key_value_heads=2, intermediate_size=40, max_position_embeddings=37,
+                                              attention_bias=True, mlp_bias=True, tie_word_embeddings=True),
+                          N_TOKENS, "llama"),
+    "qwen2": ("Qwen2Config", dict(hidden_size=24, num_hidden_layers=3, num_attention_heads=3, num_key_value_heads=1,
+                                  intermediate_size=40, max_position_embeddings=37, tie_word_embeddings=False),
+              311, "qwen2"),
+}
+
+
+def _randomise(model) -> None:
+    """Non-trivial norms and biases (transformers initialises them to 1 and 0)."""
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name or "ln" in name or name.endswith("bias"):
+                p.copy_(p + 0.1 * torch.randn(p.shape, generator=g))
+
+
+def build(case: str, tmp: Path, n_tokens: int = N_TOKENS) -> tuple[object, Path]:
+    """`case` built by transformers, saved with a tokenizer of `n_tokens` tokens (the embedding keeps
+    the case's padding rows beyond them)."""
+    cls, kwargs, vocab, flavour = CASES[case]
+    torch.manual_seed(0)
+    config = getattr(transformers, cls)(vocab_size=vocab + n_tokens - N_TOKENS, **kwargs)
+    hf = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+    _randomise(hf)
+    d = tmp / case
+    hf.save_pretrained(d)
+    write_family_tokenizer(d, flavour, n_tokens)
+    return hf, d
+
+
+@pytest.fixture
+def offline_cache(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    cache = tmp_path / "hub"
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    return cache
+
+
+def _tokens(model, n: int = 29) -> torch.Tensor:
+    ids = model.to_tokens("The colour of the harbour, said the neighbour, was grey; 1234 + 5678.")[:n]
+    assert len(ids) == n and int(ids.max()) < N_TOKENS
+    return ids[None]                                                                     # [1 n]
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_family_matches_transformers(case, tmp_path, offline_cache):
+    hf, d = build(case, tmp_path)
+    repo = f"headscope-test/{case.replace('_', '-')}"
+    cache_directory(offline_cache, repo, d)
+    model = headscope.load(repo)
+    assert model.cfg.family == hf.config.model_type
+    tokens = _tokens(model)
+    with torch.no_grad():
+        out = hf(tokens, output_attentions=True)
+    cache = run_with_cache(model.weights(Processing.none()), tokens)
+    torch.testing.assert_close(cache["logits"], out.logits, rtol=1e-5, atol=1e-5)
+    for l, att in enumerate(out.attentions):
+        torch.testing.assert_close(cache[f"blocks.{l}.attn.hook_pattern"], att, rtol=1e-5, atol=1e-6)
+    # default processing (the options exact for this family) keeps the log-probabilities
+    processed = run_with_cache(model.weights(), tokens, names=["logits"])
+    torch.testing.assert_close(processed["logits"].log_softmax(-1), out.logits.log_softmax(-1), rtol=1e-4, atol=1e-4)
+    # a written-back checkpoint loads in the family's transformers class with the same logits
+    block = model.raw_block(1)
+    saved = model.save(tmp_path / "saved", blocks={1: block})
+    again = transformers.AutoModelForCausalLM.from_pretrained(saved, attn_implementation="eager").eval()
+    with torch.no_grad():
+        torch.testing.assert_close(again(tokens).logits, out.logits, rtol=1e-5, atol=1e-5)
+    assert json.loads((saved / "config.json").read_text())["model_type"] == hf.config.model_type
+
+
+def test_what_each_family_reads(tmp_path, offline_cache):
+    """Config fields as the hub's config.json states them: the adapters' readings, checked by value."""
+    expect = {
+        "gpt_neo": dict(positional="learned", scale_attn_weights=False, attn_windows=[0, 5, 5], norm="layernorm"),
+        "gpt_neox": dict(positional="rotary", rotary_dim=4, rotary_base=100.0, parallel_residual=True),
+        "llama": dict(positional="rotary", norm="rmsnorm", gated_mlp=True, n_kv_heads=1, head_dim=10, rotary_dim=10),
+        "qwen2": dict(positional="rotary", norm="rmsnorm", gated_mlp=True, n_kv_heads=1, head_dim=8),
+        "opt": dict(positional="learned", act_fn="relu", n_ctx=37),
+    }
+    for case, want in expect.items():
+        _, d = build(case, tmp_path)
+        model = headscope.load(d)
+        got = model.cfg.to_dict()
+        assert {k: got[k] for k in want} == want, case
+        assert model.describe()["bos"]["id"] == model.bos_id
+
+
+def test_padding_rows_and_bos(tmp_path):
+    """Pythia-style padding (more embedding rows than tokens) loads; BOS follows the family table."""
+    _, d = build("gpt_neox", tmp_path)
+    model = headscope.load(d)
+    assert (model.cfg.d_vocab, len(model.tokenizer)) == (320, N_TOKENS)
+    assert model.bos == {"token": "<|endoftext|>", "id": 0, "source": "gpt_neox convention",
+                         "prepended_by_tokenizer": False}
+    _, d = build("opt", tmp_path)
+    assert headscope.load(d).bos["token"] == "</s>" and headscope.load(d).bos_id == 2
+    _, d = build("llama", tmp_path)
+    m = headscope.load(d)
+    assert m.bos["token"] == "<|begin_of_text|>" and m.to_tokens("a b")[0] == m.bos_id
+    assert (m.to_tokens("a b") == m.bos_id).sum() == 1               # prepended once, not by the tokenizer too
+
+
+def test_unknown_and_unsupported_configs_are_refused_in_one_line(tmp_path):
+    _, d = build("opt", tmp_path)
+    cfg = json.loads((d / "config.json").read_text())
+    for change, needle in (({"model_type": "mamba"}, "model_type 'mamba'"),
+                           ({"do_layer_norm_before": False}, "post-LN"),
+                           ({"word_embed_proj_dim": 16}, "project_in")):
+        (d / "config.json").write_text(json.dumps(cfg | change))
+        with pytest.raises(HeadscopeError, match=needle) as e:
+            headscope.load(d)
+        assert "\n" not in str(e.value)
+    (d / "config.json").write_text(json.dumps(cfg | {"model_type": "mamba"}))
+    r = subprocess.run([sys.executable, "-m", "headscope.cli", "info", str(d)], capture_output=True, text=True,
+                       env={"PYTHONPATH": SRC, "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "gpt_neox" in r.stderr and "llama" in r.stderr
+
+
+def test_gqa_write_back_refuses_diverged_groups(tmp_path):
+    _, d = build("llama_tied_biases", tmp_path)
+    model = headscope.load(d)
+    block = model.raw_block(0)
+    block.W_K[1] += 0.5                        # query head 1 now disagrees with head 0 on their shared key
+    with pytest.raises(HeadscopeError, match="grouped-query"):
+        model.save(tmp_path / "bad", blocks={0: block})
