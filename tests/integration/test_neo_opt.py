@@ -200,11 +200,11 @@ def _opt_json(**kw):
 
 
 @pytest.mark.parametrize("change, words", [
-    ({"do_layer_norm_before": False}, "post-LN"),
+    ({"do_layer_norm_before": False}, "do_layer_norm_before false (post-LN"),
     ({"word_embed_proj_dim": 16}, "project_in"),
-    ({"enable_bias": False}, "without biases"),
-    ({"layer_norm_elementwise_affine": False}, "non-affine"),
-    ({"_remove_final_layer_norm": True}, "final layer norm"),
+    ({"enable_bias": False}, "enable_bias false"),
+    ({"layer_norm_elementwise_affine": False}, "layer_norm_elementwise_affine false"),
+    ({"_remove_final_layer_norm": True}, "_remove_final_layer_norm true"),
 ])
 def test_opt_unsupported_configs_refused_in_one_line(change, words):
     hf = {**_opt_json(), **change}
@@ -218,13 +218,13 @@ def test_opt_post_ln_checkpoint_refused_on_load(tmp_path):
     torch.manual_seed(0)
     _opt(do_layer_norm_before=False).save_pretrained(tmp_path / "post")
     _tokenizer_json(tmp_path / "post")
-    with pytest.raises(HeadscopeError, match="do_layer_norm_before is false"):
+    with pytest.raises(HeadscopeError, match="unsupported config: do_layer_norm_before false"):
         headscope.load(tmp_path / "post")
 
 
 @pytest.mark.parametrize("change, words", [
-    ({"attention_types": [[["global", "sparse"], 1], [["global"], 1]]}, "'global' or 'local'"),
-    ({"attention_types": [[["global"], 2]]}, "expected num_layers = 3"),
+    ({"attention_types": [[["global", "sparse"], 1], [["global"], 1]], "attention_layers": None}, "'global' or 'local'"),
+    ({"attention_types": [[["global"], 2]], "attention_layers": None}, "each of the 3 layers"),
     ({"attention_layers": ["global", "global", "global"]}, "disagrees"),
     ({"window_size": 0}, "window_size"),
 ])
