@@ -64,10 +64,16 @@ class Family:
     #: config.json dict → the Family object for its options (a layout that varies with the config,
     #: e.g. Llama's optional biases); None = this object
     variant: Callable[[dict], "Family"] | None = None
+    #: other optional prefixes of stored keys (OPT: the hub's OPTModel files say "decoder.", not
+    #: "model.decoder."); headscope writes :attr:`prefix`
+    alt_prefixes: tuple[str, ...] = ()
 
     def canonical(self, key: str) -> str:
-        """A stored key without the optional prefix."""
-        return key[len(self.prefix):] if self.prefix and key.startswith(self.prefix) else key
+        """A stored key without the optional prefix (or one of the :attr:`alt_prefixes`)."""
+        for prefix in (self.prefix, *self.alt_prefixes):
+            if prefix and key.startswith(prefix):
+                return key[len(prefix):]
+        return key
 
     def layer_leaf(self, name: str) -> tuple[int | None, str | None]:
         """(layer, leaf) of a canonical block tensor name, (None, None) for any other name."""

@@ -39,14 +39,19 @@ _BUFFERS = (_A + "bias", _A + "masked_bias")
 
 
 def _layers(hf: dict, n_layers: int) -> list[str]:
-    """attention_layers, or attention_types [[["global", "local"], n], …] expanded."""
+    """attention_types [[["global", "local"], n], …] expanded (what transformers' GPTNeoConfig uses: it
+    recomputes attention_layers from it), else attention_layers; both stored must agree."""
     layers = hf.get("attention_layers")
-    if layers is None:
+    if "attention_types" in hf or layers is None:
         types = hf.get("attention_types", [[["global"], n_layers]])
         try:
-            layers = [kind for kinds, n in types for _ in range(n) for kind in kinds]
+            expanded = [kind for kinds, n in types for _ in range(n) for kind in kinds]
         except (TypeError, ValueError):
             raise HeadscopeError(f"config: attention_types must be [[kinds, repeat], …], got {_show(types)}") from None
+        if layers is not None and layers != expanded:
+            raise HeadscopeError(f"config: attention_layers {_show(layers)} disagrees with attention_types "
+                                 f"(which expand to {_show(expanded)})")
+        layers = expanded
     if not isinstance(layers, list) or len(layers) != n_layers or any(k not in ("global", "local") for k in layers):
         raise HeadscopeError(f"config: attention_layers must list 'global' or 'local' for each of the {n_layers} "
                              f"layers, got {_show(layers)}")

@@ -20,7 +20,8 @@ State dict
 ``model.decoder.embed_tokens``/``embed_positions``/``final_layer_norm`` and
 ``model.decoder.layers.{i}.self_attn.{q,k,v,out}_proj`` (``nn.Linear``, [out in], with
 biases), ``self_attn_layer_norm`` (before attention), ``final_layer_norm`` (before the MLP),
-``fc1``, ``fc2``. The attention scale 1/√d_head multiplies the biased query, which is the
+``fc1``, ``fc2``. The hub's OPT files (saved from ``OPTModel``) have ``decoder.…`` keys instead:
+both prefixes are read, ``model.decoder.`` is written. The attention scale 1/√d_head multiplies the biased query, which is the
 same score q·k/√d_head as GPT-2's.
 """
 
@@ -129,5 +130,5 @@ FAMILY = Family(
          "ln_final_b": "final_layer_norm.bias"},
     leaves=_LEAVES, buffers=(), unembed="lm_head.weight", block_re=_LAYER_RE, block_name=_name,
     config=config_from_hf, tied=lambda hf: tie(hf, True), hf_config=hf_config, shapes=shapes,
-    block_from_hf=block_from_hf, hf_from_block=hf_from_block, top_from_hf=top_from_hf,
+    block_from_hf=block_from_hf, hf_from_block=hf_from_block, top_from_hf=top_from_hf, alt_prefixes=("decoder.",),
 )
