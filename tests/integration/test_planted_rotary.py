@@ -110,3 +110,23 @@ def test_steering_writes_a_checkpoint_transformers_loads(planted_rotary, tmp_pat
                                    hf(tokens).logits, rtol=1e-5, atol=1e-5)
     # α = 0 removes the negative eigenvalues: the head's self score is no longer the planted −(β−α)/σ²
     assert atlas(steered, layers=[sem["layer"]]).row(sem["layer"], sem["head"]).qk_self > -1.0
+
+
+def test_relative_kernel_peaks_at_the_planted_offset(planted_rotary, capsys):
+    """The rotary analogue of the seed's positional kernel (headscope.layer0.relative): κ_h(Δ) of the
+    mean query and key; translation-equivariant by construction. Head 0.1's peaks at Δ = 1, local."""
+    from headscope.layer0 import relative
+
+    model, manifest = planted_rotary
+    H = manifest["previous_token_head"]["head"]
+    rk = relative.relative_kernels(model.weights())
+    assert rk.peak_offset[H] == manifest["previous_token_head"]["offset"]
+    assert rk.width[H] == "local" and rk.widths[H] < 1.5
+    kappa = torch.tensor(rk.kappa[H])
+    assert kappa[1] - max(kappa[0], kappa[2]) > 5.0                      # ≈ 13 logits by construction
+    # equivariance: the kernel at query n over keys i is κ(n − i), whatever n
+    for n in (5, 20):
+        torch.testing.assert_close(relative.kernel_at(torch.tensor(rk.kappa), n)[:, -2],
+                                   torch.softmax(torch.tensor(rk.kappa)[:, : n + 1], -1)[:, 1])
+    assert cli.main(["kernels", str(model.directory), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["peak_offset"][H] == 1

@@ -18,8 +18,9 @@ import headscope  # noqa: E402
 from headscope.report import ReportOptions, build_report  # noqa: E402
 from headscope.testing.hub import cache_directory  # noqa: E402
 
-#: stages that apply only with learned absolute positions (the seed-000 key split)
-POSITIONAL = {"kernels", "denominators", "calibration", "neurons"}
+#: stages that apply only with learned absolute positions (the seed-000 key split); the kernels stage
+#: computes the relative-position kernel instead on rotary models
+POSITIONAL = {"denominators", "calibration", "neurons"}
 
 
 def _finite(x, where):
@@ -57,7 +58,9 @@ def test_report_on_every_family(case, tmp_path, monkeypatch):
             assert "rotary" in reason or "calibration" in reason
         else:
             _finite(data, f.stem)
-    assert {"model", "attention", "survey", "semantic", "steering", "atlas", "composition"} <= seen
+    assert {"model", "attention", "kernels", "survey", "semantic", "steering", "atlas", "composition"} <= seen
+    kernels = json.loads((out / "data" / "kernels.json").read_text())["data"]
+    assert kernels.get("relative", False) == rotary and "not_applicable" not in kernels
     assert (out / "index.html").is_file() and (out / "atlas.html").is_file()
     assert json.loads((out / "data" / "model.json").read_text())["data"]["config"]["family"] == model.cfg.family
 

@@ -94,6 +94,8 @@ def run(args) -> int:
         refuse_foreign_dir(Path(args.out), OUT_MARKER)
     model = load_model(args)
     model.cfg.check_layer(args.layer)
+    if model.cfg.positional == "rotary":                    # no W_pos: the relative-position analogue
+        return _run_relative(args, model)
     if args.max_windows < 1:
         raise HeadscopeError(f"--max-windows: expected ≥ 1, got {args.max_windows}")
     if args.window is not None and not 2 <= args.window <= model.cfg.n_ctx:
@@ -111,4 +113,18 @@ def run(args) -> int:
             (staging / OUT_MARKER).write_text(dumps(report.to_dict()), encoding="utf-8")
             write_figures(report, staging)
     emit(args, report, render(report))
+    return 0
+
+
+def _run_relative(args, model) -> int:
+    """A rotary model's layer-0 relative kernels (headscope.layer0.relative), text or --json."""
+    from ..layer0 import relative
+
+    if args.layer != 0:
+        raise HeadscopeError(f"--layer: the relative kernel reads layer 0's token queries and keys; expected 0, "
+                             f"got {args.layer}")
+    rk = relative.relative_kernels(model.weights())
+    lines = [f"layer-0 relative kernels (rotary; n = {rk.n_ref}): head, peak offset Δ, width, category"]
+    lines += [f"  L0H{h}  Δ={rk.peak_offset[h]}  width {rk.widths[h]:.2f}  {rk.shape[h]}" for h in range(len(rk.shape))]
+    emit(args, rk, "\n".join(lines))
     return 0

@@ -41,6 +41,9 @@ class KernelsStage(Stage):
 
     def compute(self, ctx: Context) -> dict:
         model = ctx.model
+        if model.cfg.positional == "rotary":                 # no W_pos: the relative-position analogue
+            from ...layer0 import relative
+            return relative.relative_kernels(ctx.weights()).to_dict() | {"relative": True}
         p = ctx.progress
         p.set_total(2)
         texts = [(ctx.inputs.calibration.name, ctx.inputs.calibration.text)]
@@ -58,6 +61,8 @@ class KernelsStage(Stage):
         return d
 
     def render(self, data: dict, ctx) -> Rendered:
+        if data.get("relative"):
+            return self._render_relative(data)
         heads = data["heads"]
         cats = [c for c in K.CATEGORIES if any(h["category"] == c for h in heads)]
         rows = [(H.link(head_page(0, h["head"]), f"L0H{h['head']}"), _cat(h["category"]), h["width"],
@@ -98,6 +103,26 @@ class KernelsStage(Stage):
                              order=(0, h["head"]), body=self._page(h, data),
                              summary=f"{_cat(h['category'])} · width {h['width']:.1f}") for h in heads]
         return Rendered(index=[table, H.grid(curves), H.grid(heat), H.grid(hists)], summary=summary, pages=pages)
+
+    def _render_relative(self, data: dict) -> Rendered:
+        """A rotary model's relative kernels κ_h(Δ) (headscope.layer0.relative)."""
+        n = len(data["kappa"])
+        rows = [(H.link(head_page(0, h), f"L0H{h}"), _cat(data["shape"][h]), _cat(data["width"][h]),
+                 data["widths"][h], data["peak_offset"][h]) for h in range(n)]
+        table = H.table(["head", "category (shape)", "category (width)", "width (tokens)", "peak offset Δ"], rows,
+                        numeric=(3, 4), caption="Rotary model (no W_pos): the relative kernel κ_h(Δ) = rot(q̄_h, Δ)·k̄_h/s "
+                        "of the mean query and key over the vocabulary; width and categories of softmax_{i≤n} κ(n − i) "
+                        f"at n = {data['n_ref']} (see headscope.layer0.relative).")
+        series = [F.Series(list(range(len(k))), k, f"L0H{h}") for h, k in enumerate(data["kappa"][:8])]
+        fig = H.figure(F.line_plot(series, title="relative kernels", xlabel="offset Δ = i − j", ylabel="κ(Δ) (logits)"),
+                       f"κ_h(Δ) of the layer-0 heads{' (first 8)' if n > 8 else ''} against the offset Δ.")
+        summary = [("layer-0 relative kernels (peak Δ)", ", ".join(f"{h}: {d}" for h, d in enumerate(data["peak_offset"])))]
+        pages = [PageSection(path=head_page(0, h), title=f"Head 0.{h}", group="Attention heads", order=(0, h),
+                             body=H.kv_table([("relative kernel category", _cat(data["shape"][h])),
+                                              ("peak offset Δ", data["peak_offset"][h]),
+                                              ("effective width", data["widths"][h])]),
+                             summary=f"{_cat(data['shape'][h])} · peak Δ {data['peak_offset'][h]}") for h in range(n)]
+        return Rendered(index=[table, H.grid([fig])], summary=summary, pages=pages)
 
     def _heatmap(self, data, head: int, name: str, width: int) -> H.Safe:
         P = data["heatmap"]["positions"]
