@@ -347,6 +347,11 @@ def process(
         raise HeadscopeError(
             f"weights are already processed ({weights.processing.label()}); process raw weights"
         )
+    exact = processing.applicable(weights.cfg)
+    if exact != processing:
+        off = [k for k, v in processing.to_dict().items() if v and not exact.to_dict()[k]]
+        raise HeadscopeError(f"processing: {', '.join(off)} would change a {weights.cfg.norm} model (not exact "
+                             "there: Processing.applicable(cfg) gives the exact options)")
     W_E, W_pos = process_embed(weights.W_E, weights.W_pos, processing)
     W_U, b_U, ln_w, ln_b = process_unembed(weights.W_U, weights.b_U, weights.ln_final_w, weights.ln_final_b,
                                            processing)
