@@ -256,3 +256,16 @@ def test_in_memory_model_loads(family, tmp_path):
     model = headscope.load(m, tokenizer=GPT2TokenizerFast(tokenizer_file=str(tmp_path / "tokenizer.json")))
     assert model.cfg.family == family
     _compare(model.weights(Processing.none()), m, _tokens(4), raw=True)
+
+
+@pytest.mark.parametrize("family", list(BUILD))
+def test_save_checkpoint_from_weights(offline, family, tmp_path):
+    """save_checkpoint(raw Weights) writes the family's layout (OPT: W_pos with its 2 leading rows back)."""
+    from headscope.core.loading import save_checkpoint
+
+    repo, _, d = offline[family]
+    model = headscope.load(repo)
+    out = save_checkpoint(model.weights(Processing.none()), tmp_path / "w", tokenizer_from=model.directory)
+    tokens = _tokens(3)
+    with torch.no_grad():
+        torch.testing.assert_close(_hf(family, out)(tokens).logits, _hf(family, d)(tokens).logits, rtol=0, atol=0)

@@ -812,6 +812,8 @@ def _hf_from_weights(w: Weights, key: str, family: Family = GPT2) -> torch.Tenso
         return family.hf_from_block(w.blocks[layer], leaf, w.cfg)
     field = {n: f for f, n in family.top.items()}
     t = w.W_U.T if name == family.unembed else getattr(w, field[name])
+    if family.top_to_hf is not None and name != family.unembed:
+        t = family.top_to_hf(field[name], t, w.cfg)                  # e.g. OPT's position table: + 2 rows
     return t.detach().to("cpu", torch.float32).contiguous()
 
 

@@ -61,6 +61,8 @@ class Family:
     #: (Weights field, stored tensor, cfg) → canonical tensor, for tops that need more than a rename
     #: (OPT: its position table starts at row 2); None = as stored
     top_from_hf: Callable[[str, torch.Tensor, Config], torch.Tensor] | None = None
+    #: its inverse, (Weights field, canonical tensor, cfg) → stored tensor, for writing; None = as is
+    top_to_hf: Callable[[str, torch.Tensor, Config], torch.Tensor] | None = None
     #: config.json dict → the Family object for its options (a layout that varies with the config,
     #: e.g. Llama's optional biases); None = this object
     variant: Callable[[dict], "Family"] | None = None

@@ -95,6 +95,11 @@ def top_from_hf(field: str, t: torch.Tensor, cfg: Config) -> torch.Tensor:
     return t[OFFSET:] if field == "W_pos" else t                                            # [n_ctx+2 d] → [n_ctx d]
 
 
+def top_to_hf(field: str, t: torch.Tensor, cfg: Config) -> torch.Tensor:
+    """W_pos → embed_positions: OFFSET zero rows first (never read by an unpadded sequence)."""
+    return torch.cat([t.new_zeros(OFFSET, t.shape[1]), t]) if field == "W_pos" else t     # [n_ctx d] → [n_ctx+2 d]
+
+
 def block_from_hf(t: dict[str, torch.Tensor], cfg: Config) -> Block:
     h, e = cfg.n_heads, cfg.d_head
     W = {x: heads_in(t[f"{_S}{x}_proj.weight"], h, e) for x in "qkv"}                       # [h d e]
@@ -130,5 +135,6 @@ FAMILY = Family(
          "ln_final_b": "final_layer_norm.bias"},
     leaves=_LEAVES, buffers=(), unembed="lm_head.weight", block_re=_LAYER_RE, block_name=_name,
     config=config_from_hf, tied=lambda hf: tie(hf, True), hf_config=hf_config, shapes=shapes,
-    block_from_hf=block_from_hf, hf_from_block=hf_from_block, top_from_hf=top_from_hf, alt_prefixes=("decoder.",),
+    block_from_hf=block_from_hf, hf_from_block=hf_from_block, top_from_hf=top_from_hf, top_to_hf=top_to_hf,
+    alt_prefixes=("decoder.",),
 )
