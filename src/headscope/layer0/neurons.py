@@ -417,6 +417,10 @@ def _scored_tokens(circuit: Circuit, v: ContributionVariant, n: int, dtype, chun
         Y = token_values(circuit, n, dtype, chunk, position_part=v.position_part)     # [V H*e]
     ids = torch.arange(Y.shape[0])
     drop = excluded_tokens(circuit, v, tokenizer)
+    if tokenizer is not None:      # padding rows of a padded embedding (OPT, Pythia): ids no text has
+        from ..core.tokenizer import n_tokens
+
+        drop = sorted(set(drop) | set(range(n_tokens(tokenizer, Y.shape[0]), Y.shape[0])))
     if drop:
         keep = torch.ones(Y.shape[0], dtype=torch.bool)
         keep[drop] = False

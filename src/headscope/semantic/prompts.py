@@ -111,6 +111,8 @@ class CategoryPrompts:
     labels: Int[Tensor, "batch pos"]      # category index, -1 at BOS
     names: list[str]
     related: list[tuple[int, int]] = dataclasses.field(default_factory=list)   # label pairs that overlap
+    #: category → [words that are one token in this vocabulary (used), words given]
+    counts: dict[str, list[int]] = dataclasses.field(default_factory=dict)
 
 
 def make_prompts(cat_ids: dict[str, list[int]], bos: int, *, n_prompts: int = 64, length: int = 16,
@@ -147,4 +149,5 @@ def prompts_for(model: Model, categories=None, *, n_prompts=64, length=16, seed=
     prompts = make_prompts(ids, model.bos_id, n_prompts=n_prompts, length=length, seed=seed, cats_per_prompt=k)
     index = {name: i for i, name in enumerate(prompts.names)}
     prompts.related = [(index[a], index[b]) for a, b in rel_names if a in index and b in index]
+    prompts.counts = {name: [len(ids.get(name, [])), len(words)] for name, words in sorted(cats.items())}
     return prompts, ids

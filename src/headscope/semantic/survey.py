@@ -201,7 +201,8 @@ def survey(model: Model, layers: list[int] | None = None, *, categories=None, n_
         rows=rows, fingerprint=model.fingerprint, processing=W.processing.to_dict(),
         prompts={"n_prompts": n_prompts, "length": length, "seed": seed, "preset": preset,
                  "cats_per_prompt": pre["cats_per_prompt"], "bos_query_in_loss": bos_query,
-                 "related": [[prompts.names[a], prompts.names[b]] for a, b in prompts.related]},
+                 "related": [[prompts.names[a], prompts.names[b]] for a, b in prompts.related],
+                 "category_words": prompts.counts, "bos": model.bos},
         categories={k: model.to_str_tokens(v) for k, v in ids.items()},
     )
 

@@ -12,7 +12,7 @@ from ..stages import Context, Rendered, Stage, register_stage
 class ModelStage(Stage):
     name = "model"
     title = "Model and inputs"
-    version = 2
+    version = 3     # 3: the BOS record (core.bos)
     inputs = ("calibration", "samples")
 
     def compute(self, ctx: Context) -> dict:
@@ -35,6 +35,7 @@ class ModelStage(Stage):
             "config": model.cfg.to_dict(),
             "n_parameters": model.n_parameters,
             "dtype": str(model.dtype).replace("torch.", ""),
+            "bos": model.bos,
             "processing": ctx.options.processing.to_dict(),
             "inputs": {"calibration": cal, "samples": samples},
             "W_pos_norm": pos_norm.tolist(),
