@@ -208,3 +208,24 @@ def test_missing_revision_is_one_line_naming_it(offline, tmp_path, capsys):
     # the revision before it is complete (a rerun resumes there); no table was written
     assert (out / revision_file("step0")).is_file() and not (out / "revisions.json").exists()
     assert not [p for p in out.iterdir() if "headscope-tmp" in p.name or "staging" in p.name]
+
+
+@pytest.mark.slow
+def test_reproduce_table_per_revision(offline, tmp_path, capsys):
+    """reproduce --revisions: per claim the measured value and verdict of each revision's claims table."""
+    out = tmp_path / "claims"
+    code, stdout, err = run(capsys, "reproduce", REPO, "--revisions", "step500", "--revisions-out", out,
+                            "--no-details")
+    assert code == 1                                   # a random tiny model fails the seeds' claims
+    d = json.loads((out / "revisions.json").read_text())
+    assert d["command"] == "reproduce" and [r["revision"] for r in d["revisions"]] == ["step500"]
+    assert d["revisions"][0]["step"] == 500
+    for r in d["revisions"]:
+        doc = json.loads((out / r["file"]).read_text())
+        assert doc["revision_run"]["options"] == {"details": False, "heads": "published", "variant": None}
+        assert r["summary"]["n_fail"] == doc["n_fail"] > 0 and r["summary"]["ok"] is False
+        assert r["summary"]["claims"] == {row["id"]: {"measured": row["measured"], "passed": row["passed"]}
+                                          for row in doc["rows"]}
+    assert "step500" in stdout and "fail" in stdout
+    svg = (out / "revisions.svg").read_text()
+    assert svg.startswith("<svg") and ">claims<" in svg

@@ -35,6 +35,7 @@ from .._errors import HeadscopeError
 from .._html_repr import HtmlRepr
 from .._json import dumps
 from .._version import __version__
+from .atlas import COLUMN, METRICS, SIGNED
 
 #: the marker file of a revisions output directory (listed in its manifest)
 MARKER = ".headscope-revisions"
@@ -98,7 +99,8 @@ def summarise_atlas(doc: dict) -> dict:
     no value anywhere gives nulls.
     """
     rows = doc["rows"]
-    keys = list(doc["metrics"]) + (["dla_logit_diff"] if doc.get("spec", {}).get("logit_diff") else [])
+    keys = [k for k in METRICS if k in doc["metrics"]] + [k for k in doc["metrics"] if k not in METRICS] + (
+        ["dla_logit_diff"] if doc.get("spec", {}).get("logit_diff") else [])      # the atlas's column order
     out = {}
     for k in keys:
         vals = [(r[k], f"L{r['layer']}H{r['head']}") for r in rows if isinstance(r.get(k), (int, float))]
@@ -177,28 +179,29 @@ def render_table(d: dict, status: dict[str, bool] | None = None) -> str:
     st = (lambda r: "") if status is None else (lambda r: "  computed" if status.get(r["revision"]) else "  reused")
     lines = [f"headscope {d['command']} --revisions: {d['model']}, {len(revs)} revision(s)"]
     if d["command"] == "atlas":
-        keys = list(revs[0]["summary"]) if revs else []
-        lines.append(f"{'revision':<{w}}  {'step':>8}  " + "  ".join(f"{'max ' + k:>26}" for k in keys))
-        for r in revs:
-            cells = [f"{_num(s['max'])} {s['argmax'] or '—':<6}" for s in (r["summary"][k] for k in keys)]
-            lines.append(f"{r['revision']:<{w}}  {_num(r['step'], 8) if r['step'] is None else r['step']:>8}  "
-                         + "  ".join(f"{c:>26}" for c in cells) + st(r))
-        lines.append("min over heads (copy suppression: the most negative OV copying; self-suppression: self z):")
-        signed = [k for k in keys if k in ("qk_self", "ov_copying_effective", "ov_copying_framework",
-                                            "dla_logit_diff")]
-        lines.append(f"{'revision':<{w}}  {'step':>8}  " + "  ".join(f"{'min ' + k:>26}" for k in signed))
-        for r in revs:
-            cells = [f"{_num(s['min'])} {s['argmin'] or '—':<6}" for s in (r["summary"][k] for k in signed)]
-            lines.append(f"{r['revision']:<{w}}  {'—' if r['step'] is None else r['step']:>8}  "
-                         + "  ".join(f"{c:>26}" for c in cells))
+        # metrics with a value in some revision (semantic_loss only with --survey), in the atlas's order
+        keys = [k for k in (revs[0]["summary"] if revs else {})
+                if any(r["summary"][k]["max"] is not None for r in revs)]
+        for stat, shown, note in (("max", keys, "max over heads (value, head)"),
+                                  ("min", [k for k in keys if k in SIGNED],
+                                   "min over heads: the most negative self score (self-suppression) and OV "
+                                   "copying (copy suppression)")):
+            lines.append(note + ":")
+            lines.append(f"{'revision':<{w}}  {'step':>8}  "
+                         + "  ".join(f"{(COLUMN[k].short if k in COLUMN else k)[:14]:>14}" for k in shown))
+            for r in revs:
+                cells = [f"{_num(s[stat], 7)} {s['arg' + stat] or '—':<6}" for s in (r["summary"][k] for k in shown)]
+                lines.append(f"{r['revision']:<{w}}  {'—' if r['step'] is None else r['step']:>8}  "
+                             + "  ".join(cells) + (st(r) if stat == "max" else ""))
     else:
         lines.append(f"{'revision':<{w}}  {'step':>8}  {'pass':>4}  {'fail':>4}  failing claims")
         for r in revs:
             s = r["summary"]
             failing = [k for k, c in s["claims"].items() if c["passed"] is False]
             lines.append(f"{r['revision']:<{w}}  {'—' if r['step'] is None else r['step']:>8}  {s['n_pass']:>4}  "
-                         f"{s['n_fail']:>4}  {', '.join(failing) or '—'}" + st(r))
-    return "\n".join(lines)
+                         f"{s['n_fail']:>4}  {', '.join(failing[:6]) or '—'}"
+                         + (f", … (+{len(failing) - 6})" if len(failing) > 6 else "") + st(r))
+    return "\n".join(l.rstrip() for l in lines)
 
 
 # -- the output directory -------------------------------------------------------------------

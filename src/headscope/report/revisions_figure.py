@@ -31,6 +31,8 @@ def revisions_figure(d: dict, *, cols: int = 3) -> Safe:
     figs = []
     if d["command"] == "atlas":
         for k in (revs[0]["summary"] if revs else {}):
+            if all(r["summary"][k]["max"] is None for r in revs):     # semantic_loss without --survey
+                continue
             label = COLUMN[k].label if k in COLUMN else k
             series = [Series(x, [r["summary"][k]["max"] for r in revs], label="max over heads", markers=True)]
             if k in SIGNED:
