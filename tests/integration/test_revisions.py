@@ -229,3 +229,19 @@ def test_reproduce_table_per_revision(offline, tmp_path, capsys):
     assert "step500" in stdout and "fail" in stdout
     svg = (out / "revisions.svg").read_text()
     assert svg.startswith("<svg") and ">claims<" in svg
+
+
+def test_offline_subprocess_matches_in_process_run(first_run, hub_cache, tmp_path):
+    """A fresh process with HF_HUB_OFFLINE=1 (the environment, not a patched constant) reads the cache;
+    its per-revision JSON is byte-identical to the in-process run's."""
+    import subprocess
+    import sys
+
+    src, _, _ = first_run
+    out = tmp_path / "sub"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(hub_cache), "HF_HOME": str(tmp_path / "hf")}
+    p = subprocess.run([sys.executable, "-m", "headscope", "atlas", REPO, "--revisions", "step2000",
+                        "--revisions-out", str(out), *OPTS], capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr
+    name = revision_file("step2000")
+    assert (out / name).read_bytes() == (src / name).read_bytes()
