@@ -208,6 +208,31 @@ def test_missing_revision_is_one_line_naming_it(offline, tmp_path, capsys):
     # the revision before it is complete (a rerun resumes there); no table was written
     assert (out / revision_file("step0")).is_file() and not (out / "revisions.json").exists()
     assert not [p for p in out.iterdir() if "headscope-tmp" in p.name or "staging" in p.name]
+    # missing at once: the directory this run would have created is not left behind
+    code, _, err = run(capsys, "atlas", REPO, "--revisions", "step999", "--revisions-out", tmp_path / "new", *OPTS)
+    assert code == 2 and "'step999'" in err and not (tmp_path / "new").exists()
+
+
+def test_each_model_is_freed_before_the_next_is_loaded(offline, tmp_path, capsys, monkeypatch):
+    """Peak memory ≈ one model: when revision k+1 is loaded, no model of an earlier revision is alive."""
+    import gc
+    import weakref
+
+    from headscope.commands import revisions as cmd
+
+    alive, loads = [], []
+    real = cmd.load
+
+    def load(*a, **k):
+        gc.collect()
+        loads.append(sum(r() is not None for r in alive))
+        m = real(*a, **k)
+        alive.append(weakref.ref(m))
+        return m
+
+    monkeypatch.setattr(cmd, "load", load)
+    code, _, _ = run(capsys, "atlas", REPO, "--revisions", "step0,step500", "--revisions-out", tmp_path / "o", *OPTS)
+    assert code == 0 and loads == [0, 0]
 
 
 @pytest.mark.slow

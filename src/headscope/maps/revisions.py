@@ -21,16 +21,18 @@ Revisions are ordered by step where parsable (ascending), then the others in the
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import hashlib
 import json
+import os
 import re
 import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .._atomic import OutputDir, read_small_file
+from .._atomic import MANIFEST, OutputDir, read_small_file
 from .._errors import HeadscopeError
 from .._html_repr import HtmlRepr
 from .._json import dumps
@@ -270,6 +272,30 @@ def run_revisions(model: str, revisions: Sequence[str], odir: OutputDir, analysi
     caller's (the presentation layer) to write.
     """
     odir.open()
+    try:
+        return _run(model, revisions, odir, analysis, load, dtype, device, progress)
+    except BaseException:
+        _remove_if_empty(odir)
+        raise
+
+
+def _remove_if_empty(odir: OutputDir) -> None:
+    """A directory this run created and wrote no revision into is removed again (nothing half-written)."""
+    if not odir.created or odir.files - {MARKER}:
+        return
+    odir.close()
+    ours = {MARKER, MANIFEST, ".headscope-lock"}
+    try:
+        if set(os.listdir(odir.path)) <= ours:
+            for name in ours:
+                with contextlib.suppress(FileNotFoundError):
+                    (odir.path / name).unlink()
+            odir.path.rmdir()
+    except OSError:
+        pass
+
+
+def _run(model, revisions, odir, analysis, load, dtype, device, progress) -> RevisionsResult:
     marker = marker_text(analysis.command)
     if read_small_file(odir.path / MARKER) != marker.encode("utf-8"):
         odir.write(MARKER, marker)
