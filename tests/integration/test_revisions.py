@@ -186,8 +186,15 @@ def test_changed_options_recompute_and_stale_revisions_go(first_run, offline, tm
     out = tmp_path / "copy"
     shutil.copytree(src, out)
     (out / revision_file("step0")).write_text('{"rows": [')             # a truncated file is not reused
+    doc = json.loads((out / revision_file("step500")).read_text())
+    del doc["rows"][0]["qk_self"]                                       # nor one edited out of shape
+    (out / revision_file("step500")).write_text(json.dumps(doc))
+    code, _, err = run(capsys, "atlas", REPO, "--revisions", "step0,step500,step1000", "--revisions-out", out,
+                       *OPTS)
+    assert code == 0 and "step0: computed" in err and "step500: computed" in err, err
+    assert "step1000: reused" in err, err
     code, _, err = run(capsys, "atlas", REPO, "--revisions", "step0,step500", "--revisions-out", out, *OPTS)
-    assert code == 0 and "step0: computed" in err and "step500: reused" in err, err
+    assert code == 0 and "step0: reused" in err and "step500: reused" in err, err
     assert json.loads((out / revision_file("step0")).read_text())["revision_run"]["revision"] == "step0"
     assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == [
         revision_file("step0"), revision_file("step500"), "revisions.json", "revisions.svg"]

@@ -105,7 +105,7 @@ def summarise_atlas(doc: dict) -> dict:
         ["dla_logit_diff"] if doc.get("spec", {}).get("logit_diff") else [])      # the atlas's column order
     out = {}
     for k in keys:
-        vals = [(r[k], f"L{r['layer']}H{r['head']}") for r in rows if isinstance(r.get(k), (int, float))]
+        vals = [(r[k], f"L{r['layer']}H{r['head']}") for r in rows if isinstance(r[k], (int, float))]   # every row has k
         if not vals:
             out[k] = {"max": None, "argmax": None, "min": None, "argmin": None}
             continue
@@ -305,6 +305,12 @@ def _run(model, revisions, odir, analysis, load, dtype, device, progress) -> Rev
         key = run_key(model, rev, analysis, dtype, device)
         t0 = time.perf_counter()
         doc = read_complete(odir.path / name, key, analysis.required) if name in odir.files else None
+        summary = None
+        if doc is not None:
+            try:
+                summary = analysis.summarise(doc)
+            except (KeyError, TypeError, ValueError, AttributeError, IndexError):   # edited by hand: recompute
+                doc = None
         computed = doc is None
         if computed:
             m = load(rev)
@@ -315,7 +321,8 @@ def _run(model, revisions, odir, analysis, load, dtype, device, progress) -> Rev
             odir.write(name, dumps(doc))
             del m, res
             _free(device)
-        row = RevisionRow(revision=rev, step=training_step(rev), file=name, summary=analysis.summarise(doc),
+            summary = analysis.summarise(doc)
+        row = RevisionRow(revision=rev, step=training_step(rev), file=name, summary=summary,
                           computed=computed, seconds=time.perf_counter() - t0)
         rows.append(row)
         del doc
