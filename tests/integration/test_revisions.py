@@ -277,3 +277,40 @@ def test_offline_subprocess_matches_in_process_run(first_run, hub_cache, tmp_pat
     assert p.returncode == 0, p.stderr
     name = revision_file("step2000")
     assert (out / name).read_bytes() == (src / name).read_bytes()
+
+
+@pytest.mark.slow
+def test_pythia_shaped_checkpoint_at_two_steps(tmp_path, monkeypatch, capsys):
+    """The issue's target: a GPT-NeoX (Pythia-layout) checkpoint at step0 and step143000, rotary, so the
+    atlas has no positional column; the table and figure hold the rest."""
+    import torch
+    from huggingface_hub import constants
+
+    transformers = pytest.importorskip("transformers")
+    from headscope.testing.tokenizers import write_family_tokenizer
+
+    cache = tmp_path / "hub"
+    for i, rev in enumerate(["step143000", "step0"]):
+        torch.manual_seed(i)
+        cfg = transformers.GPTNeoXConfig(vocab_size=2048, hidden_size=24, num_hidden_layers=2, num_attention_heads=3,
+                                         intermediate_size=40, max_position_embeddings=37, rotary_pct=0.5,
+                                         use_parallel_residual=True, tie_word_embeddings=False)
+        d = tmp_path / rev
+        transformers.AutoModelForCausalLM.from_config(cfg).eval().save_pretrained(d)
+        write_family_tokenizer(d, "gpt_neox", 2000)            # enough merges for the category words
+        cache_directory(cache, "EleutherAI/pythia-tiny", d, revision=rev)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    out = tmp_path / "emergence"
+    code, stdout, _ = run(capsys, "atlas", "EleutherAI/pythia-tiny", "--revisions", "step143000,step0",
+                          "--revisions-out", out, "--tokens", "200")
+    assert code == 0
+    d = json.loads((out / "revisions.json").read_text())
+    assert [(r["revision"], r["step"]) for r in d["revisions"]] == [("step0", 0), ("step143000", 143000)]
+    for r in d["revisions"]:
+        assert r["summary"]["positional_share"]["max"] is None            # rotary: not applicable
+        assert isinstance(r["summary"]["qk_self"]["min"], float)
+    # the two steps are different weights: their summaries differ
+    assert d["revisions"][0]["summary"] != d["revisions"][1]["summary"]
+    assert " pos" not in stdout.splitlines()[2] and "self z" in stdout.splitlines()[2]
+    assert "positional share" not in (out / "revisions.svg").read_text()
