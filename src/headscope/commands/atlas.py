@@ -15,12 +15,18 @@ direct logit attribution to A − B. Definitions in headscope.atlas.
   headscope atlas planted/ --layers 1 2 --tokens 1000 --json
   headscope atlas gpt2 --corpus my_text.txt --survey
   headscope atlas gpt2 --logit-diff " Mrs" " Mr"
+  headscope atlas EleutherAI/pythia-160m --revisions step1000,step8000,step143000 --revisions-out emergence/
+
+--revisions runs the atlas once per hub revision into --revisions-out DIR (a JSON per
+revision, revisions.json with per metric the max and min over heads, revisions.svg);
+a rerun reuses the revisions already complete there (docs/revisions.md).
 """
 
 from __future__ import annotations
 
 from .._errors import HeadscopeError
 from ..maps.atlas import DEFAULT_TOKENS, atlas
+from . import revisions as _revisions
 from .args import emit, load_model
 
 
@@ -35,14 +41,33 @@ def add_arguments(p):
     p.add_argument("--no-kernels", action="store_true", help="skip the layer-0 kernel categories")
     p.add_argument("--logit-diff", nargs=2, default=None, metavar=("A", "B"),
                    help="add each head's OV direct logit attribution to token A minus token B (one token each)")
+    _revisions.add_arguments(p)
 
 
 def run(args) -> int:
     if args.tokens < 2:
         raise HeadscopeError(f"--tokens: expected ≥ 2, got {args.tokens}")
+    revisions = _revisions.requested(args)
+    if revisions is not None:
+        return _revisions.run(args, revisions, _revisions_analysis(args))
     model = load_model(args)
     layers = None if args.layers is None else [model.cfg.check_layer(l) for l in args.layers]
     res = atlas(model, layers, n_tokens=args.tokens, corpus=args.corpus, kernels=not args.no_kernels,
                 survey=args.survey, logit_diff=None if args.logit_diff is None else tuple(args.logit_diff))
     emit(args, res, res.render())
     return 0
+
+
+def _revisions_analysis(args):
+    from ..maps.revisions import Analysis, summarise_atlas
+
+    options = {"layers": args.layers, "tokens": args.tokens, "corpus_sha256": _revisions.file_digest(args.corpus),
+               "survey": args.survey, "kernels": not args.no_kernels,
+               "logit_diff": None if args.logit_diff is None else list(args.logit_diff)}
+
+    def analyse(model):
+        layers = None if args.layers is None else [model.cfg.check_layer(l) for l in args.layers]
+        return atlas(model, layers, n_tokens=args.tokens, corpus=args.corpus, kernels=not args.no_kernels,
+                     survey=args.survey, logit_diff=None if args.logit_diff is None else tuple(args.logit_diff))
+
+    return Analysis("atlas", options, analyse, summarise_atlas, required=("rows", "metrics", "spec"))

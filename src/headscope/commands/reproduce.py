@@ -20,6 +20,10 @@ is always its own row (contextual_heads_auto). --variant: the neurons' contribut
 variant (see `headscope neurons --help`); the JSON details list the neuron count under
 every variant, head set and a second calibration text. docs/fidelity.md compares each
 definition with the authors' code.
+
+--revisions A,B,… --revisions-out DIR runs the claims table once per hub revision (a
+JSON per revision, revisions.json with each claim's measured value and verdict per
+revision, revisions.svg); exit 1 when a claim fails on any revision (docs/revisions.md).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from .._atomic import atomic_write_text, check_output_file, json_object_with
 from .._errors import HeadscopeError
 from .._json import dumps
 from ..reproduce import reproduce
+from . import revisions as _revisions
 from .args import emit, load_model
 
 
@@ -44,6 +49,7 @@ def add_arguments(p):
                         "such as 0,2,6,8,9,10,11")
     p.add_argument("--variant", default=None, metavar="SPEC",
                    help="contribution variant of the neuron rows: paper (default), code, with ,key=value overrides")
+    _revisions.add_arguments(p)
 
 
 #: recognises an earlier `reproduce --out` file, which a rerun may replace (the output rule)
@@ -54,6 +60,9 @@ def run(args) -> int:
     if args.model and args.model_opt and args.model != args.model_opt:
         raise HeadscopeError(f"two models given: {args.model!r} and --model {args.model_opt!r}")
     args.model = args.model or args.model_opt or "gpt2"
+    revisions = _revisions.requested(args)
+    if revisions is not None and args.out:
+        raise HeadscopeError("--out writes one revision's JSON; with --revisions they go to --revisions-out")
     if args.out:                                        # before any work
         check_output_file(args.out, owned=OWNED)
     from ..layer0.neurons import parse_variant
@@ -63,6 +72,14 @@ def run(args) -> int:
             not all(x.strip().isdigit() for x in args.heads.split(",") if x.strip()):
         raise HeadscopeError(f"--heads: expected published, auto, seed, code or indices such as 0,2,6, "
                              f"got {args.heads!r}")
+    if revisions is not None:
+        from ..maps.revisions import Analysis, summarise_reproduce
+
+        options = {"details": not args.no_details, "heads": args.heads, "variant": args.variant}
+        return _revisions.run(args, revisions, Analysis(
+            "reproduce", options, lambda m: reproduce(m, details=not args.no_details, heads=args.heads,
+                                                      variant=variant),
+            summarise_reproduce, required=("rows", "ok", "n_pass", "n_fail")))
     model = load_model(args)
     res = reproduce(model, details=not args.no_details, heads=args.heads, variant=variant)
     if args.out:

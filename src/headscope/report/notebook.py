@@ -166,6 +166,13 @@ def _short(x, width: int = 60) -> str:
     return short(x, width)
 
 
+def _revisions(r) -> H.Safe:
+    """``--revisions``: the figure of each metric against the step, then the text table."""
+    from .revisions_figure import revisions_figure
+
+    return H.join([revisions_figure(r.to_dict()), H.tag("pre", r.render())])
+
+
 def _renderers():
     from ..maps.atlas import Atlas
     from ..maps.composition import Composition
@@ -175,8 +182,9 @@ def _renderers():
     from ..reproduce import ReproduceResult
     from ..semantic.steering import SteerResult
     from ..semantic.survey import SurveyResult
+    from ..maps.revisions import RevisionsResult
 
-    return [(Atlas, _atlas), (Composition, _composition), (SurveyResult, _survey), (HeadAnalysis, _head), (KernelReport, _kernels),
+    return [(RevisionsResult, _revisions), (Atlas, _atlas), (Composition, _composition), (SurveyResult, _survey), (HeadAnalysis, _head), (KernelReport, _kernels),
             (NeuronScan, _neurons), (NeuronRanking, _ranking), (SteerResult, _steer), (ReproduceResult, _reproduce)]
 
 
