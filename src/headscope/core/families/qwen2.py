@@ -13,9 +13,14 @@ from .llama import config_from_hf as _llama_config, make_family
 
 
 def config_from_hf(hf: dict) -> Config:
+    from ..._errors import HeadscopeError
+
     if flag(hf, "use_sliding_window", False):
-        from ..._errors import HeadscopeError
         raise HeadscopeError("unsupported config: use_sliding_window true (Qwen2 sliding-window attention)")
+    kinds = hf.get("layer_types") or []
+    if not isinstance(kinds, list) or any(k != "full_attention" for k in kinds):
+        raise HeadscopeError("unsupported config: layer_types other than full_attention (Qwen2 sliding-window "
+                             "attention)")
     return _llama_config(hf, family="qwen2")
 
 
