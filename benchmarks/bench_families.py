@@ -8,7 +8,8 @@ unembedding, vocabulary 128256) ≤ 10 min and ≤ 12 GB.
 
 Each checkpoint is built by transformers itself from the family's config class (random weights at
 its initialiser's scale, std 0.02), written with ``save_pretrained`` (the hub's layout) beside a
-tokenizer.json, laid out as an offline Hugging Face cache (:func:`headscope.testing.hub.cache_directory`)
+tokenizer.json (GPT-2's real BPE, with Llama 3's BOS added for the Llama shape: the padded rows
+beyond it are never produced), laid out as an offline Hugging Face cache (:func:`headscope.testing.hub.cache_directory`)
 and measured exactly as :mod:`bench_sizes` measures GPT-2 (its children: a baseline of load + processed
 weights + one forward of the sample texts, then the report with the cache off, each in a fresh
 subprocess). Stages the family does not support are reported as not applicable, not as failures.
@@ -57,19 +58,23 @@ def write_shape(shape: str, cache: Path) -> tuple[str, int, float]:
     import torch
     import transformers
 
+    from headscope.core.tokenizer import bundled_gpt2_tokenizer
     from headscope.testing.hub import cache_directory
-    from headscope.testing.tokenizers import write_family_tokenizer
 
     repo_id, cls, kwargs, tok_family, _, _ = SHAPES[shape]
     t0 = time.perf_counter()
     torch.manual_seed(0)
     config = getattr(transformers, cls)(**kwargs)
-    model = transformers.AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     n = sum(p.numel() for p in model.parameters())
     with tempfile.TemporaryDirectory(prefix=f"bench-families-{shape}-") as d:
         model.save_pretrained(d)
         del model
-        write_family_tokenizer(d, tok_family, kwargs["vocab_size"])
+        # GPT-2's real BPE (50257 tokens; Pythia's is the same kind, 50277), the family's BOS added
+        tok = bundled_gpt2_tokenizer().backend_tokenizer
+        if tok_family == "llama":
+            tok.add_special_tokens(["<|begin_of_text|>", "<|end_of_text|>"])
+        tok.save(str(Path(d) / "tokenizer.json"))
         cache_directory(cache, repo_id, d, symlinks=False)
     return repo_id, n, time.perf_counter() - t0
 

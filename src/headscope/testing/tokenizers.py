@@ -49,10 +49,9 @@ def build_tokenizer(family: str, n_tokens: int):
     trainer = trainers.BpeTrainer(vocab_size=size, special_tokens=list(first), show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(training_text().split("\n"), trainer)
-    filler = 0
-    while tok.get_vocab_size() < size:                 # a short text gives fewer merges: pad with plain tokens
-        tok.add_tokens([f"tok{filler}"])
-        filler += 1
+    missing = size - tok.get_vocab_size()              # a short text gives fewer merges: pad with plain tokens
+    if missing > 0:
+        tok.add_tokens([f"tok{i}" for i in range(missing)])
     if tok.get_vocab_size() != size:
         raise ValueError(f"{n_tokens} tokens are too few for a byte-level BPE with {family}'s special tokens")
     tok.add_special_tokens(list(last))
