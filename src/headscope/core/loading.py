@@ -61,7 +61,7 @@ from safetensors import SafetensorError, safe_open
 from .._errors import BadArgument, HeadscopeError, expected_got
 from ._safetensors import write_safetensors
 from .config import Config, read_hf_config
-from .families import GPT2, Family, read_config
+from .families import FAMILIES, GPT2, Family, read_config
 from ..corpus import CHECKPOINT_FILE_LIMIT, read_json_file
 from .._atomic import atomic_directory, kind_of, refuse_unfinished
 from .bos import bos as bos_record
@@ -874,8 +874,6 @@ def save_checkpoint(
     ``tie_word_embeddings: false`` when W_U is not W_Eᵀ). Tokenizer files are copied
     from `tokenizer_from` (a checkpoint directory) or, by default, are GPT-2's BPE.
     """
-    from .families import FAMILIES
-
     untied = _check_writable(w)
     family = FAMILIES[w.cfg.family]
     return _write_checkpoint(Path(out), w.cfg, family, untied=untied, tensor=lambda k: _hf_from_weights(w, k, family),

@@ -29,7 +29,7 @@ import re
 import torch
 
 from ..._errors import HeadscopeError
-from ..config import MAX_SIZE, Config, _show
+from ..config import Config, _show
 from ..weights import Block
 from .base import Family, flag as _flag, size as _size
 
