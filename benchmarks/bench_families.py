@@ -111,6 +111,7 @@ def measure(shape: str, cache: Path, dtype: str = "float32") -> dict:
     peak = max(max(p["peak_mb"], p.get("between_peak_mb") or 0.0) for p in rep["phases"])
     return {"size": shape, "repo_id": repo_id, "parameters": n, "dtype": dtype,
             "cache_write_s": written, "loadavg_before": load_before, "loadavg_after": bench_sizes._loadavg(),
+            "matmul_gflops": bench_sizes.matmul_gflops(),
             "baseline": base, "report": rep, "report_wall_s": rep["process_wall_s"], "report_peak_mb": peak,
             "target_s": t_target, "target_mb": m_target * 1024}
 

@@ -165,6 +165,24 @@ def _loadavg() -> str:
         return "?"
 
 
+def matmul_gflops(repeats: int = 5) -> float:
+    """This machine's float32 matmul rate now (GFLOP/s, median of `repeats` [4096 768] @ [768 3072]
+    products on torch's default threads): the absolute targets assume a machine of the speed
+    that met them, so every table states the speed of the one that measured it."""
+    import statistics
+
+    import torch
+
+    a, b = torch.randn(4096, 768), torch.randn(768, 3072)
+    a @ b                                                                        # warm-up
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - t0)
+    return 2 * 4096 * 768 * 3072 / statistics.median(times) / 1e9
+
+
 def child_env(cache: Path) -> dict:
     """The environment of a child: offline, this cache, this checkout's sources first."""
     return dict(os.environ, HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(cache), TOKENIZERS_PARALLELISM="false",
@@ -193,6 +211,7 @@ def measure_size(size: str, cache: Path, *, dtype: str = "float32", timeout: flo
     peak = max(max(p["peak_mb"], p.get("between_peak_mb") or 0.0) for p in rep["phases"])
     return {"size": size, "repo_id": repo_id, "parameters": n_parameters(size), "dtype": dtype,
             "cache_write_s": written, "loadavg_before": load_before, "loadavg_after": _loadavg(),
+            "matmul_gflops": matmul_gflops(),
             "baseline": base, "report": rep, "report_wall_s": rep["process_wall_s"], "report_peak_mb": peak,
             "target_s": t_target, "target_mb": m_target * 1024}
 
@@ -200,8 +219,9 @@ def measure_size(size: str, cache: Path, *, dtype: str = "float32", timeout: flo
 def table(res: dict) -> str:
     """The per-phase table of one size, then the totals against target and baseline."""
     r, b = res["report"], res["baseline"]
+    speed = f"; float32 matmul {res['matmul_gflops']:.0f} GFLOP/s" if res.get("matmul_gflops") else ""
     lines = [f"{res['size']} ({res['parameters'] / 1e6:.0f} M parameters, {res['dtype']}; load average "
-             f"{res['loadavg_before']} → {res['loadavg_after']}; deep dives {r['deep_dives']}, steered layer "
+             f"{res['loadavg_before']} → {res['loadavg_after']}{speed}; deep dives {r['deep_dives']}, steered layer "
              f"{r['steered']})",
              f"  {'phase':<16} {'wall s':>8} {'cpu s':>8} {'RSS after MB':>13} {'peak MB':>9}"]
     for p in r["phases"]:

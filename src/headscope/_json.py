@@ -62,6 +62,11 @@ def _clean(x, path: str):
     if isinstance(x, dict):
         return {str(k): _clean(v, f"{path}.{k}" if path else str(k)) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
+        kinds = set(map(type, x))
+        if kinds == {float} and all(map(math.isfinite, x)):     # fast paths: flat lists of numbers
+            return [float(f"{v:.{SIG_DIGITS}g}") for v in x]
+        if kinds == {int}:
+            return list(x)
         return [_clean(v, f"{path}[{i}]") for i, v in enumerate(x)]
     if dataclasses.is_dataclass(x):
         return _clean(x.to_dict() if hasattr(x, "to_dict") else dataclasses.asdict(x), path)

@@ -151,6 +151,10 @@ class _Keeper:
     def wants(self, name: str) -> bool:
         return name in self.keep
 
+    def pending(self) -> set[str]:
+        """The kept names not produced yet: empty once the rest of the pass would be discarded."""
+        return self.keep - self.cache.keys()
+
     def put(self, name: str, t: Tensor) -> None:
         if name in self.keep:
             self.cache[name] = t
@@ -279,6 +283,8 @@ def _forward(w: Weights, tokens: Tensor, keeper: _Keeper, stop_at_layer: int | N
         x = emb
     n = cfg.n_layers if stop_at_layer is None else stop_at_layer
     for l in range(n):
+        if not keeper.pending():            # everything asked for is kept: the rest would be discarded
+            return
         block = w.blocks[l]
         keeper.put(f"blocks.{l}.hook_resid_pre", x)
         attn_out = _attention(block, x, l, w, keeper)
@@ -286,7 +292,13 @@ def _forward(w: Weights, tokens: Tensor, keeper: _Keeper, stop_at_layer: int | N
         mid = x + attn_out
         keeper.put(f"blocks.{l}.hook_resid_mid", mid)
         # parallel residual (GPT-NeoX): the MLP reads the block's input, not x + attention
-        mlp_out = _mlp(block, x if cfg.parallel_residual else mid, l, w, keeper)
+        src = x if cfg.parallel_residual else mid
+        if keeper.pending() <= {f"blocks.{l}.ln2.hook_scale", f"blocks.{l}.ln2.hook_normalized"}:
+            ln, scale = normalize(src, block.ln2_w, block.ln2_b, cfg)   # all that is left: LN2, not the MLP
+            keeper.put(f"blocks.{l}.ln2.hook_scale", scale)
+            keeper.put(f"blocks.{l}.ln2.hook_normalized", ln)
+            return
+        mlp_out = _mlp(block, src, l, w, keeper)
         keeper.put(f"blocks.{l}.hook_mlp_out", mlp_out)
         x = mid + mlp_out
         keeper.put(f"blocks.{l}.hook_resid_post", x)

@@ -50,6 +50,7 @@ from . import kernels as K
 Tensor = torch.Tensor
 
 MAX_OFFSETS = 1024     #: offsets Δ of κ computed and reported (the categories read Δ ≤ 1023)
+CHUNK = 8192           #: vocabulary rows normalised at a time for the mean query and key
 
 
 def normalised_embeddings(w: Weights, ids: Tensor | None = None) -> Float[Tensor, "t d"]:
@@ -62,7 +63,10 @@ def normalised_embeddings(w: Weights, ids: Tensor | None = None) -> Float[Tensor
 def mean_query_key(w: Weights) -> tuple[Float[Tensor, "h e"], Float[Tensor, "h e"]]:
     """(q̄, k̄): the mean layer-0 query and key over the vocabulary (module docstring)."""
     b = w.blocks[0]
-    x = normalised_embeddings(w).mean(0)                                             # [d]
+    total = torch.zeros(w.cfg.d_model, dtype=torch.float64)                          # Σ_t x̂_t [d]
+    for a in range(0, w.cfg.d_vocab, CHUNK):                 # no vocab-sized float64 copy (Llama 3: 2 GB)
+        total += normalised_embeddings(w, torch.arange(a, min(a + CHUNK, w.cfg.d_vocab))).sum(0)
+    x = total / w.cfg.d_vocab                                                        # [d]
     q = torch.einsum("d,hde->he", x, b.W_Q.double()) + b.b_Q.double()               # [h e]
     k = torch.einsum("d,hde->he", x, b.W_K.double()) + b.b_K.double()               # [h e]
     return q, k

@@ -578,8 +578,8 @@ def atlas(model: Model, layers: Sequence[int] | None = None, *, n_tokens: int = 
         bound = W_O.flatten(1).norm(dim=1) * W_V.flatten(1).norm(dim=1)              # [h] ‖W_O‖‖W_V‖
         bound_eff, bound_fw = (bound * HX.norm()).tolist(), (bound * gram.norm()).tolist()
         dirs = composition.head_directions(W, l, ids, lambda t: to_str_tokens(model.tokenizer, t))
-        Xc = X - X.mean(0)                                                           # token-centred
-        lam_c = weighted_eigenvalues(_per_head(Xc, W_Q), _per_head(Xc, W_K))         # [h 2e]
+        # token-centred: (X − 1 x̄ᵀ) W = X W − 1 (x̄ᵀ W), the mean row of X W
+        lam_c = weighted_eigenvalues(Q - Q.mean(1, keepdim=True), K - K.mean(1, keepdim=True))  # [h 2e]
         if pair is not None:
             dla = _per_head(X, W_V) @ (W_O @ pair[1])[..., None]                     # [h N 1]
             dla = dla[..., 0]                                                        # [h N]

@@ -218,24 +218,39 @@ def head_directions(weights: Weights, layer: int, ids: Tensor, tokens, k: int = 
     b = weights.blocks[layer]
     E = weights.W_E[ids].double()                                                  # [N d]
     Uu = weights.W_U[:, ids].double()                                              # [d N]
-    out = []
     ov = _low_rank_svd(b.W_V.double(), b.W_O.double().transpose(-1, -2))
     qk = _low_rank_svd(b.W_Q.double(), b.W_K.double())
+    kk = min(k, ov[1].shape[-1])
     ids = ids.tolist()
+    names: dict[int, str] = {}                                                     # position → string, as needed
 
-    def ends(scores: Tensor) -> tuple[list[str], list[str]]:
-        top = torch.argsort(scores, descending=True, stable=True)
-        return tokens([ids[i] for i in top[:n]]), tokens([ids[i] for i in top.flip(0)[:n]])
+    def ends(scores: Tensor) -> tuple[Tensor, Tensor]:
+        """[h kk N] → the `n` highest and lowest tokens' positions [h kk n] each (ties by position)."""
+        top = torch.argsort(scores, dim=-1, descending=True, stable=True)
+        return top[..., :n], top.flip(-1)[..., :n]
 
-    for h in range(weights.cfg.n_heads):
+    # one matrix-vector product per direction (the order of their sums, hence their ties, is
+    # that of the direction alone), one sort for all: [h kk N]
+    H = weights.cfg.n_heads
+    along = lambda f: ends(torch.stack([torch.stack([f(h, i) for i in range(kk)]) for h in range(H)]))  # noqa: E731
+    reads, writes = along(lambda h, i: E @ ov[0][h, :, i]), along(lambda h, i: ov[2][h, :, i] @ Uu)
+    queries, keys = along(lambda h, i: E @ qk[0][h, :, i]), along(lambda h, i: E @ qk[2][h, :, i])
+
+    def strs(pos: Tensor) -> list[str]:
+        new = [i for i in pos.tolist() if i not in names]
+        names.update(zip(new, tokens([ids[i] for i in new])))
+        return [names[i] for i in pos.tolist()]
+
+    out = []
+    for h in range(H):
         row = {"ov_singular_values": ov[1][h].tolist(), "qk_singular_values": qk[1][h].tolist(),
                "ov_directions": [], "qk_directions": []}
-        for i in range(min(k, ov[1].shape[-1])):
-            (r_hi, r_lo), (w_hi, w_lo) = ends(E @ ov[0][h, :, i]), ends(ov[2][h, :, i] @ Uu)
-            row["ov_directions"].append({"sigma": float(ov[1][h, i]), "reads": r_hi, "writes": w_hi,
-                                         "reads_neg": r_lo, "writes_neg": w_lo})
-            (q_hi, q_lo), (k_hi, k_lo) = ends(E @ qk[0][h, :, i]), ends(E @ qk[2][h, :, i])
-            row["qk_directions"].append({"sigma": float(qk[1][h, i]), "queries": q_hi, "keys": k_hi,
-                                         "queries_neg": q_lo, "keys_neg": k_lo})
+        for i in range(kk):
+            row["ov_directions"].append({"sigma": float(ov[1][h, i]), "reads": strs(reads[0][h, i]),
+                                         "writes": strs(writes[0][h, i]), "reads_neg": strs(reads[1][h, i]),
+                                         "writes_neg": strs(writes[1][h, i])})
+            row["qk_directions"].append({"sigma": float(qk[1][h, i]), "queries": strs(queries[0][h, i]),
+                                         "keys": strs(keys[0][h, i]), "queries_neg": strs(queries[1][h, i]),
+                                         "keys_neg": strs(keys[1][h, i])})
         out.append(row)
     return out

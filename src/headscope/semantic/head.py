@@ -157,9 +157,12 @@ def _fmt(x: float | None) -> str:
 
 
 #: Flops that ``keys="auto"`` allows for the whole-vocabulary effective embeddings of one deep
-#: dive (:func:`vocab_pass_flops`; about 15–30 s on 2 CPU cores). Above it, neighbours are
-#: ranked over the graph's nodes.
-VOCAB_KEYS_BUDGET = 1e12
+#: dive (:func:`vocab_pass_flops`). 5·10¹¹ admits a head in layer 1 of a 768-wide GPT-2 or
+#: Pythia (the seed's L1H5 of GPT-2 Small: 4.7·10¹¹, about 16 s at the 30 GFLOP/s float32
+#: matmul rate measured on a 2-core machine on 2026-12-04); deeper heads rank their neighbours
+#: over the graph's nodes unless ``keys="vocab"`` is asked for. (Until 2026-12-04 it was 10¹²,
+#: which let a layer-2 head of those models take half a minute of the report.)
+VOCAB_KEYS_BUDGET = 5e11
 
 
 def vocab_pass_flops(cfg, layer: int, variant: str = "full") -> float:

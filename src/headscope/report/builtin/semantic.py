@@ -10,7 +10,7 @@ token-identity share of the score variance, and Leiden clusters of the token gra
 The heads share one pass up the residual stream for the effective embeddings. Example
 tokens' neighbours are ranked over the whole vocabulary when that costs at most
 :data:`headscope.head.VOCAB_KEYS_BUDGET` flops (``neighbour_keys="auto"``, the default:
-heads in the first layers of GPT-2 Small, layer 0 of GPT-2 XL), otherwise over the
+heads in layers 0–1 of GPT-2 Small and Pythia-160m, layer 0 of the larger models), otherwise over the
 graph's nodes; each head's ``graph.keys`` says which, and ``neighbour_keys`` in the
 stage's data states the rule.
 """
