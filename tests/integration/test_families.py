@@ -183,3 +183,28 @@ def test_gqa_write_back_refuses_diverged_groups(tmp_path):
     block.W_K[1] += 0.5                        # query head 1 now disagrees with head 0 on their shared key
     with pytest.raises(HeadscopeError, match="grouped-query"):
         model.save(tmp_path / "bad", blocks={0: block})
+
+
+def test_vocabulary_neighbours_leave_padding_rows_out(tmp_path):
+    """A padded embedding's rows beyond the tokenizer's ids are never a neighbour, even when they
+    copy the top neighbour's embedding (then they would tie with it at the top of every list)."""
+    from safetensors.torch import load_file, save_file
+
+    from headscope.semantic.head import analyse_head
+    from headscope.semantic.options import HeadOptions
+
+    n = 1024                                         # enough tokens for single-token category words
+    _, d = build("gpt_neox", tmp_path, n_tokens=n)                       # 1043 rows, 1024 tokens
+    o = HeadOptions(keys="vocab", n_tokens=200, k=6, n_examples=3)
+    first = analyse_head(headscope.load(d), 0, 1, o)
+    top = first.neighbours[0].target_ids[0]
+    f = next(d.glob("*.safetensors"))
+    state = load_file(f)
+    name = next(k for k in state if k.endswith("embed_in.weight"))
+    assert state[name].shape[0] == n + 19
+    state[name][n:] = state[name][top]                                    # 19 copies of the top neighbour
+    save_file(state, f, metadata={"format": "pt"})
+    again = analyse_head(headscope.load(d), 0, 1, o)
+    assert again.neighbours[0].target_ids[0] == top
+    for nb in again.neighbours:
+        assert max(nb.target_ids) < n, (nb.token, nb.target_ids)

@@ -34,7 +34,7 @@ from .options import PRESETS, ClusterOptions, HeadOptions  # noqa: F401  (PRESET
 from ..core.loading import Model
 from .prompts import prompts_for
 from .survey import PositionIndependence, position_independence_heads
-from ..core.tokenizer import escape_token
+from ..core.tokenizer import escape_token, n_tokens
 from ..core.weights import Processing, Weights
 
 Tensor = torch.Tensor
@@ -336,7 +336,9 @@ def analyse_heads(model: Model, heads: list[tuple[int, int]], options: HeadOptio
     node_index = {t: i for i, t in enumerate(nodes)}
     vocab_targets: dict[tuple[int, int], tuple[Tensor, ...]] = {}
     if vocab_layers:
-        vocab_targets = _vocab_targets(W, heads, head_keys, vocab_layers, examples, k, variant, attn_means, authors)
+        vocab = torch.arange(n_tokens(model.tokenizer, cfg.d_vocab))     # token ids: no padding rows
+        vocab_targets = _vocab_targets(W, heads, head_keys, vocab_layers, examples, k, variant, attn_means, authors,
+                                       vocab)
         step("effective embeddings of the vocabulary")
 
     out_parts = []
@@ -369,13 +371,13 @@ def analyse_heads(model: Model, heads: list[tuple[int, int]], options: HeadOptio
             for (l, h, form, hc, neighbours, self_scores), pos in zip(out_parts, positions)]
 
 
-def _vocab_targets(W, heads, head_keys, vocab_layers, examples, k, variant, attn_means, authors
+def _vocab_targets(W, heads, head_keys, vocab_layers, examples, k, variant, attn_means, authors, vocab
                    ) -> dict[tuple[int, int], tuple[Tensor, ...]]:
     """Each vocabulary-keyed head's top-k keys of the examples over the whole vocabulary, from one
     pass up the residual stream (only [d_vocab d_head] keys per head live at a time); with the
     authors' graph, also the examples' and their top keys' embeddings (self-score partners)."""
     out: dict[tuple[int, int], tuple[Tensor, ...]] = {}
-    for l, X_all in _embeddings_at(W, vocab_layers, None, variant, attn_means):           # [d_vocab d] each
+    for l, X_all in _embeddings_at(W, vocab_layers, vocab, variant, attn_means):          # [n_tokens d] each
         for hd in heads:
             if hd[0] == l and head_keys[hd] == "vocab" and hd not in out:
                 Qa, Ka = bilinear.head_qk(W, l, hd[1], X_all)
