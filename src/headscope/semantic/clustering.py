@@ -46,6 +46,7 @@ import torch
 
 from .._errors import HeadscopeError
 from ..corpus import read_text_file
+from ..core.tokenizer import word_ids
 
 
 # -- frequency ------------------------------------------------------------------------------
@@ -93,9 +94,9 @@ def wordfreq_tokens(tokenizer, n: int, *, lang: str = "en", bos_first: bool = Tr
         counts: dict[int, float] = {}
         words = wordfreq.top_n_list(lang, size)
         for word in words:
-            ids = tokenizer.encode(" " + word)
+            ids = word_ids(tokenizer, word)
             if len(ids) > 1:
-                cap = tokenizer.encode(" " + word[:1].upper() + word[1:])
+                cap = word_ids(tokenizer, word[:1].upper() + word[1:])
                 ids = cap if len(cap) == 1 else ids
             if ids and ids[0] != bos:
                 counts[ids[0]] = counts.get(ids[0], 0.0) + wordfreq.word_frequency(word, lang)

@@ -23,6 +23,7 @@ from .. import shipped
 from .._errors import HeadscopeError, NotApplicable
 from ..corpus import read_json_file
 from ..core.loading import Model
+from ..core.tokenizer import word_ids
 
 Tensor = torch.Tensor
 
@@ -72,7 +73,7 @@ def load_relations(path: str | Path | dict | None = None) -> list[tuple[str, str
 
 
 def category_tokens(tokenizer, categories: dict[str, list[str]]) -> dict[str, list[int]]:
-    """Token ids of the words that are single GPT-2 tokens with a leading space.
+    """Token ids of the words that are single tokens after a space (:func:`~headscope.core.tokenizer.word_ids`).
 
     Words are given with or without their leading space. Other words are dropped;
     categories left with fewer than 2 words, or tokens in two categories, are refused.
@@ -84,7 +85,7 @@ def category_tokens(tokenizer, categories: dict[str, list[str]]) -> dict[str, li
             continue
         ids = []
         for w in words:
-            enc = tokenizer.encode(w if w.startswith(" ") else " " + w)
+            enc = word_ids(tokenizer, w)
             if len(enc) == 1 and enc[0] not in ids:
                 if enc[0] in seen:
                     raise HeadscopeError(f"categories: token {w!r} is in both {seen[enc[0]]!r} and {name!r}")

@@ -38,17 +38,34 @@ def training_text() -> str:
 
 
 def build_tokenizer(family: str, n_tokens: int):
-    """A ``tokenizers.Tokenizer`` of exactly `n_tokens` tokens with `family`'s special tokens."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    """A ``tokenizers.Tokenizer`` of exactly `n_tokens` tokens with `family`'s special tokens.
+
+    ``llama2`` is SentencePiece-style, as Llama 2's and TinyLlama's tokenizer.json are: a
+    normalizer that prepends "▁" and turns every space into "▁", no pre-tokenizer, "<unk>" for
+    characters outside the vocabulary (so ``" red"`` encodes as ``["▁", "▁red"]``). The others
+    are byte-level BPE.
+    """
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
     first, last = SPECIALS[family]
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
     size = n_tokens - len(last)
+    lines = training_text().split("\n")
+    if family == "llama2":
+        tok = Tokenizer(models.BPE(unk_token="<unk>"))
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")   # training only
+        alphabet = sorted({c for line in lines for c in line.replace(" ", "▁")})
+    else:
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        alphabet = pre_tokenizers.ByteLevel.alphabet()
     trainer = trainers.BpeTrainer(vocab_size=size, special_tokens=list(first), show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(training_text().split("\n"), trainer)
+                                  initial_alphabet=alphabet)
+    tok.train_from_iterator(lines, trainer)
+    if family == "llama2":                                  # the hub's legacy layout, as it encodes
+        tok.pre_tokenizer = None
+        tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+        tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.Fuse(), decoders.Strip(" ", 1, 0)])
     missing = size - tok.get_vocab_size()              # a short text gives fewer merges: pad with plain tokens
     if missing > 0:
         tok.add_tokens([f"tok{i}" for i in range(missing)])
