@@ -232,3 +232,19 @@ def test_copying_score_at_rounding_level_of_its_bound_is_not_applicable():
     assert A.copying_score(lam) == 1.0                       # without a scale: the ratio of the noise
     assert A.copying_score(lam, scale=1.0) is None           # with the bound: rounding of a zero circuit
     assert A.copying_score(torch.tensor([-0.5, 0.25], dtype=torch.complex128), scale=1.0) == pytest.approx(-1 / 3)
+
+
+def test_per_head_products_share_grouped_copies():
+    """Grouped-query attention's expanded keys (3 groups of 4 identical heads) take one product per
+    group, with every head's X @ W[h]; distinct heads (and a lone repeated pair) do not group."""
+    g = torch.Generator().manual_seed(3)
+    X = torch.randn(11, 7, dtype=torch.float64, generator=g)
+    kv = torch.randn(3, 7, 5, dtype=torch.float64, generator=g)
+    W = kv.repeat_interleave(4, dim=0)                                           # [12 7 5]
+    assert A._groups(W) == 4
+    direct = torch.einsum("nd,hde->hne", X, W)
+    torch.testing.assert_close(A._per_head(X, W), direct)
+    distinct = torch.randn(6, 7, 5, dtype=torch.float64, generator=g)
+    distinct[3] = distinct[2]                                                    # one copy, not a grouping
+    assert A._groups(distinct) == 1
+    torch.testing.assert_close(A._per_head(X, distinct), torch.einsum("nd,hde->hne", X, distinct))

@@ -351,10 +351,23 @@ def _sorted_complex(lam: Tensor, n: int) -> list[list[float]]:
 
 
 def _per_head(X: Float[Tensor, "n d"], W: Float[Tensor, "h d e"]) -> Float[Tensor, "h n e"]:
-    """X @ W[h] for every head as one [n d] @ [d h·e] product."""
+    """X @ W[h] for every head as one [n d] @ [d h·e] product; heads whose W[h] are copies of one
+    matrix (grouped-query attention's keys and values, expanded per query head) share one product."""
     h, d, e = W.shape
+    g = _groups(W)
+    if g > 1:
+        return _per_head(X, W[::g]).repeat_interleave(g, dim=0)                      # [h n e]
     out = X @ W.permute(1, 0, 2).reshape(d, h * e)                                  # [n h·e]
     return out.view(-1, h, e).permute(1, 0, 2)                                       # [h n e]
+
+
+def _groups(W: Float[Tensor, "h d e"]) -> int:
+    """The largest g > 1 with W[h] identical within each run of g consecutive heads, else 1."""
+    h = W.shape[0]
+    for g in range(h, 1, -1):
+        if h % g == 0 and all(torch.equal(W[i], W[i - i % g]) for i in range(h)):
+            return g
+    return 1
 
 
 def _f64(t: Tensor) -> Tensor:
