@@ -4,17 +4,21 @@ Issue 23's targets (2 CPU cores, float32): a Pythia-160m-shaped checkpoint (GPT-
 d_model 768, 12 heads, rotary on a quarter of each head, parallel residual, untied unembedding,
 vocabulary padded to 50304 rows) ≤ 60 s and ≤ 3 GB; a Llama-3.2-1B-shaped one (16 layers, d_model
 2048, 32 query heads sharing 8 key/value heads, SwiGLU d_mlp 8192, llama3 rope scaling, tied
-unembedding, vocabulary 128256) ≤ 10 min and ≤ 12 GB.
+unembedding, vocabulary 128256) ≤ 10 min and ≤ 12 GB. One row for each other family at its
+smallest hub size: GPT-Neo-125M and OPT-125m held to Pythia-160m's target (the same size class),
+Qwen2-0.5B to Llama-3.2-1B's.
 
 Each checkpoint is built by transformers itself from the family's config class (random weights at
 its initialiser's scale, std 0.02), written with ``save_pretrained`` (the hub's layout) beside a
-tokenizer.json (GPT-2's real BPE, with Llama 3's BOS added for the Llama shape: the padded rows
+tokenizer.json (GPT-2's real BPE, with Llama 3's BOS added for the Llama shape and OPT's ``</s>``
+for OPT: the padded rows
 beyond it are never produced), laid out as an offline Hugging Face cache (:func:`headscope.testing.hub.cache_directory`)
 and measured exactly as :mod:`bench_sizes` measures GPT-2 (its children: a baseline of load + processed
 weights + one forward of the sample texts, then the report with the cache off, each in a fresh
 subprocess). Stages the family does not support are reported as not applicable, not as failures.
 
-  python benchmarks/bench_families.py                          # both shapes
+  python benchmarks/bench_families.py                          # every shape
+  python benchmarks/bench_families.py --shapes gpt-neo-125m opt-125m qwen2-0.5b
   python benchmarks/bench_families.py --shapes pythia-160m
   python benchmarks/bench_families.py --cache /tmp/famhub --keep
 """
@@ -50,6 +54,22 @@ SHAPES = {
                       "original_max_position_embeddings": 8192, "rope_type": "llama3"},
         tie_word_embeddings=True, attention_bias=False, mlp_bias=False,
         bos_token_id=128000, eos_token_id=128001), "llama", 600.0, 12.0),
+    # the other families at their smallest hub size, held to the Pythia-160m target (the same size class)
+    "gpt-neo-125m": ("EleutherAI/gpt-neo-125m", "GPTNeoConfig", dict(
+        vocab_size=50257, hidden_size=768, num_layers=12, num_heads=12, max_position_embeddings=2048,
+        attention_types=[[["global", "local"], 6]], window_size=256, activation_function="gelu_new",
+        bos_token_id=50256, eos_token_id=50256), "gpt_neo", 60.0, 3.0),
+    "opt-125m": ("facebook/opt-125m", "OPTConfig", dict(
+        vocab_size=50272, hidden_size=768, num_hidden_layers=12, ffn_dim=3072, num_attention_heads=12,
+        max_position_embeddings=2048, do_layer_norm_before=True, word_embed_proj_dim=768,
+        activation_function="relu", bos_token_id=2, eos_token_id=2, pad_token_id=1), "opt", 60.0, 3.0),
+    # Qwen2-0.5B (494 M parameters, 14 query heads on 2 key/value heads, vocabulary 151936 rows),
+    # held to the Llama-3.2-1B target (the larger model's)
+    "qwen2-0.5b": ("Qwen/Qwen2-0.5B", "Qwen2Config", dict(
+        vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+        num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768, rope_theta=1000000.0,
+        rms_norm_eps=1e-6, tie_word_embeddings=True, use_sliding_window=False, bos_token_id=151643,
+        eos_token_id=151643), "qwen2", 600.0, 12.0),
 }
 
 
@@ -74,6 +94,8 @@ def write_shape(shape: str, cache: Path) -> tuple[str, int, float]:
         tok = bundled_gpt2_tokenizer().backend_tokenizer
         if tok_family == "llama":
             tok.add_special_tokens(["<|begin_of_text|>", "<|end_of_text|>"])
+        elif tok_family == "opt":
+            tok.add_special_tokens(["</s>"])
         tok.save(str(Path(d) / "tokenizer.json"))
         cache_directory(cache, repo_id, d, symlinks=False)
     return repo_id, n, time.perf_counter() - t0
