@@ -293,7 +293,10 @@ def _forward(w: Weights, tokens: Tensor, keeper: _Keeper, stop_at_layer: int | N
         keeper.put(f"blocks.{l}.hook_resid_mid", mid)
         # parallel residual (GPT-NeoX): the MLP reads the block's input, not x + attention
         src = x if cfg.parallel_residual else mid
-        if keeper.pending() <= {f"blocks.{l}.ln2.hook_scale", f"blocks.{l}.ln2.hook_normalized"}:
+        left = keeper.pending()
+        if not left:
+            return
+        if left <= {f"blocks.{l}.ln2.hook_scale", f"blocks.{l}.ln2.hook_normalized"}:
             ln, scale = normalize(src, block.ln2_w, block.ln2_b, cfg)   # all that is left: LN2, not the MLP
             keeper.put(f"blocks.{l}.ln2.hook_scale", scale)
             keeper.put(f"blocks.{l}.ln2.hook_normalized", ln)
