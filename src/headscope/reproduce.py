@@ -60,7 +60,6 @@ from .stats import robust_z, roc_auc, spearman
 from .semantic.options import SteerOptions
 from .semantic.steering import authors_steer, steer
 from .semantic.survey import position_independence, survey
-from .core.weights import Processing
 
 KERNEL_WINDOWS = 16          #: windows of the shipped texts for the TV claim (as the report)
 TOP = 50                     #: token lists compared for neuron claims
@@ -239,8 +238,8 @@ def held_out_text() -> str:
 
 
 class _Work:
-    def __init__(self, model: Model, processing: Processing, ref: Reference, heads=None, variant=None):
-        self.model, self.processing, self.ref = model, processing, ref
+    def __init__(self, model: Model, ref: Reference, heads=None, variant=None):
+        self.model, self.ref = model, ref
         self.head = ref.semantic_head
         self.heads_spec = "published" if heads is None else heads
         self.variant = parse_variant(variant)
@@ -252,8 +251,7 @@ class _Work:
     def kernels(self):
         texts = [(t.name, t.text) for t in [shipped.calibration_text(), *shipped.samples()]]
         wins = windows(self.model, texts, max_windows=KERNEL_WINDOWS)
-        return analyse_kernels(self.model, layer=0, query=SEED_QUERY, c="measured", windows=wins,
-                               processing=self.processing)
+        return analyse_kernels(self.model, layer=0, query=SEED_QUERY, c="measured", windows=wins)
 
     @functools.cached_property
     def split_tv(self) -> dict:
@@ -261,7 +259,7 @@ class _Work:
         seed's split and for the crude split √(|W_pos[i]|² + c²) (row key_split_vs_crude)."""
         from . import layer0
 
-        w = layer0.view(self.model, self.processing)
+        w = layer0.view(self.model)
         c = self.kernels.c
         texts = [(t.name, t.text) for t in [shipped.calibration_text(), *shipped.samples()]]
         seed, crude = [], []
@@ -275,7 +273,7 @@ class _Work:
 
     @functools.cached_property
     def calibration(self):
-        return calibrate(self.model, shipped.calibration_text().text, query=SEED_QUERY, processing=self.processing)
+        return calibrate(self.model, shipped.calibration_text().text, query=SEED_QUERY)
 
     @functools.cached_property
     def heads(self) -> list[int] | None:
@@ -286,13 +284,13 @@ class _Work:
         """(circuit, choice) over the heads the downstream rows use (the published ones by default),
         at the last calibrated position; NotApplicable when the calibration text gives fewer than
         calibration.MIN_SAMPLES samples of the denominators there."""
-        circuit, choice = build_circuit(self.model, self.calibration, heads=self.heads, processing=self.processing)
+        circuit, choice = build_circuit(self.model, self.calibration, heads=self.heads)
         check_samples(self.calibration, choice.position)
         return circuit, choice
 
     @functools.cached_property
     def auto_choice(self):
-        return build_circuit(self.model, self.calibration, heads=None, processing=self.processing)[1]
+        return build_circuit(self.model, self.calibration, heads=None)[1]
 
     @functools.cached_property
     def scan(self):
@@ -321,12 +319,12 @@ class _Work:
     @functools.cached_property
     def survey(self):
         """headscope's survey (64 prompts × 16 words): the rate rows."""
-        return survey(self.model, n_prompts=64, length=16, seed=0, processing=self.processing)
+        return survey(self.model, n_prompts=64, length=16, seed=0)
 
     @functools.cached_property
     def seed_survey(self):
         """The authors' prompt recipe (one prompt of 255 words): the rank rows."""
-        return survey(self.model, seed=0, processing=self.processing, preset="seed",
+        return survey(self.model, seed=0, preset="seed",
                       categories=self.ref.survey_categories)
 
     def survey_row(self, res=None):
@@ -337,23 +335,23 @@ class _Work:
     @functools.cached_property
     def position(self):
         l, h = self._check_head()
-        return position_independence(self.model, l, h, processing=self.processing)
+        return position_independence(self.model, l, h)
 
     @functools.cached_property
     def form(self):
         l, h = self._check_head()
-        W = self.model.weights(self.processing)
+        W = self.model.weights()
         return bilinear.bilinear_form(bilinear.qk_matrix(W, l, h), l, h)
 
     @functools.lru_cache(maxsize=None)
     def steer(self, alpha: float):
         l, h = self._check_head()
-        return steer(self.model, l, h, alpha, SteerOptions(select="negative"), processing=self.processing).result
+        return steer(self.model, l, h, alpha, SteerOptions(select="negative")).result
 
     @functools.cached_property
     def authors_steer(self):
         l, h = self._check_head()
-        return authors_steer(self.model, l, h, processing=self.processing)
+        return authors_steer(self.model, l, h)
 
     @functools.cached_property
     def denominators(self):
@@ -362,8 +360,7 @@ class _Work:
         texts = [shipped.calibration_text().text, held_out_text()]
         win = self.model.cfg.n_ctx
         wins = windows(self.model, texts, n_ctx=win, stride=min(STRIDE, win - 1))
-        return denominator_stability(self.model, wins, window=win, n_min=min(16, win - 2), stride=max(1, win // 8),
-                                     processing=self.processing)
+        return denominator_stability(self.model, wins, window=win, n_min=min(16, win - 2), stride=max(1, win // 8))
 
     @functools.cached_property
     def fidelity(self):
@@ -607,7 +604,7 @@ def _semantic_pairs(c, ref, w):
     """The seed's named examples as prompts: fillers and the example's category partners, then the
     query word; the semantic head's attention from the query on the partners."""
     l, h = w._check_head()
-    W = w.model.weights(w.processing)
+    W = w.model.weights()
     fillers = c["fillers"]
     results = []
     for ex in c["examples"]:
@@ -667,7 +664,7 @@ def _three_rules(c, ref, w):
     data = {k: v for k, v in json.loads(shipped.read("categories_rules.json")).items() if not k.startswith("_")}
     prompts, _ = prompts_for(w.model, data, n_prompts=c["n_prompts"], length=c["length"], seed=0,
                              cats_per_prompt=c["cats_per_prompt"])
-    W = w.model.weights(w.processing)
+    W = w.model.weights()
     cache = run_with_cache(W, prompts.tokens, names=[f"blocks.{l}.attn.hook_pattern"], stop_at_layer=l + 1)
     per = rules_by_category(cache[f"blocks.{l}.attn.hook_pattern"][:, h], prompts)
     planted = set(ref.survey_categories) if isinstance(ref.survey_categories, dict) else None
@@ -1030,7 +1027,7 @@ def _neuron_head_sets(w: _Work) -> list[dict]:
             if heads == w.circuit[1].heads and w.variant.name == "paper":
                 choice, n = w.circuit[1], len(w.scan.neurons)
             else:
-                circuit, choice = build_circuit(w.model, w.calibration, heads=heads, processing=w.processing)
+                circuit, choice = build_circuit(w.model, w.calibration, heads=heads)
                 n = len(scan_neurons(circuit, choice, w.model.tokenizer, threshold=DEFAULT_THRESHOLD, top=1).neurons)
         except HeadscopeError as e:
             out.append({"heads": spec, "error": str(e)})
@@ -1043,13 +1040,13 @@ def _neuron_calibrations(w: _Work) -> list[dict]:
     """The neuron count (variant ``paper``, the heads used) with another calibration text, at the
     largest position it samples at least MIN_SAMPLES times."""
     name, text = shipped.sample_corpus()[0]
-    cal = calibrate(w.model, text, query=SEED_QUERY, processing=w.processing)
+    cal = calibrate(w.model, text, query=SEED_QUERY)
     ok = [n for n, k in enumerate(cal.counts) if k >= MIN_SAMPLES]
     out = [{"calibration": "headscope:calibration.txt", "position": w.scan.position, "n_neurons": len(w.scan.neurons),
             "samples": w.calibration.counts[w.scan.position]}]
     if not ok:
         return out + [{"calibration": name, "error": f"no position has {MIN_SAMPLES} samples"}]
-    circuit, choice = build_circuit(w.model, cal, heads=w.circuit[1].heads, processing=w.processing, position=ok[-1])
+    circuit, choice = build_circuit(w.model, cal, heads=w.circuit[1].heads, position=ok[-1])
     scan = scan_neurons(circuit, choice, w.model.tokenizer, threshold=DEFAULT_THRESHOLD, top=1)
     return out + [{"calibration": name, "position": scan.position, "n_neurons": len(scan.neurons),
                    "samples": cal.counts[scan.position]}]
@@ -1063,7 +1060,7 @@ def _robust_top(w: _Work, n: int = 10) -> dict:
             "by_max": r.order_max[:n]}
 
 
-def reproduce(model: Model, *, processing: Processing | None = None, reference: Reference | None = None,
+def reproduce(model: Model, *, reference: Reference | None = None,
               details: bool = True, heads=None, variant=None) -> ReproduceResult:
     """Measure every seed claim on `model` against `reference` (default: :func:`reference_for`).
 
@@ -1071,10 +1068,9 @@ def reproduce(model: Model, *, processing: Processing | None = None, reference: 
     "seed", "code", or indices); ``variant``: the neurons' contribution variant
     (:func:`headscope.neurons.parse_variant`; default ``paper``).
     """
-    processing = Processing.default() if processing is None else processing
     claims = seed_claims()
     ref = reference_for(model) if reference is None else reference
-    w = _Work(model, processing, ref, heads=heads, variant=variant)
+    w = _Work(model, ref, heads=heads, variant=variant)
     if heads not in (None, "published"):
         resolve_heads(heads, ref, model.cfg.n_heads)          # a bad --heads is an error, not a failing row
     rows = []

@@ -228,7 +228,7 @@ def test_calibration_refused_for_other_model_or_processing(model, calibration, t
     with pytest.raises(HeadscopeError, match="another model"):
         load_calibration(path, headscope.load(tiny_hf_dir))
     with pytest.raises(HeadscopeError, match="other processing"):
-        load_calibration(path, model, Processing(fold_ln=True))
+        load_calibration(path, model.bound(Processing(fold_ln=True)))
 
 
 def test_cli_calibrate_neurons_neuron(ctx_dir, layer0, tmp_path, capsys):

@@ -28,7 +28,7 @@ def run(tiny, monkeypatch, how):
 
     monkeypatch.setattr(R, "run_with_cache", fake)
     w = types.SimpleNamespace(model=types.SimpleNamespace(tokenizer=tiny.tokenizer, bos_id=tiny.bos_id,
-                                                          weights=lambda p: None), processing=None)
+                                                          weights=lambda: None))
     w._check_head = lambda: (1, 5)
     return R._semantic_pairs(C, SEED, w)
 

@@ -37,6 +37,7 @@ from .._errors import BadArgument, HeadscopeError, expected_got
 from .families import GPT2, Family, read_config
 from .loading import Model, _DictSource, check_device, state_dict_checkpoint
 from .tokenizer import bundled_gpt2_tokenizer, check_tokenizer
+from .weights import Processing
 
 
 @dataclasses.dataclass
@@ -100,5 +101,5 @@ def from_transformers(hf_model, *, device="cpu", dtype: torch.dtype = torch.floa
                                            "len)", type(tokenizer).__name__))
         check_tokenizer(tokenizer, cfg.d_vocab, "tokenizer=")
     return InMemoryModel(cfg=cfg, checkpoint=ckpt, tokenizer=tokenizer, source=f"memory:{type(hf_model).__name__}",
-                         directory=None, device=torch.device(device), dtype=dtype, _raw=raw,
+                         directory=None, device=torch.device(device), dtype=dtype, _processed={Processing.none(): raw},
                          weights_sha256=_sha256(ckpt.source.state, family))

@@ -42,6 +42,7 @@ of the text ``"<sha256 of shard>  <shard file name>\\n"`` for every shard in nam
 from __future__ import annotations
 
 import contextlib
+import copy
 import ctypes
 import dataclasses
 import functools
@@ -88,6 +89,11 @@ class Model:
 
     Weights are built on demand: :meth:`weights` (processed, cached per processing),
     :attr:`raw` (unprocessed, built on first access), :meth:`raw_block` (one block).
+
+    A model is bound to one processing (:attr:`processing`; ``None``: the seed studies'
+    default): analyses take the model and read ``model.weights()``, which is the bound
+    processing's weights. :meth:`bound` returns the same model bound to another processing;
+    the copies share the files, the tokenizer and every cache.
     """
 
     cfg: Config
@@ -98,9 +104,9 @@ class Model:
     device: torch.device = torch.device("cpu")
     dtype: torch.dtype = torch.float32
     _processed: dict = dataclasses.field(default_factory=dict, repr=False)
-    _raw: Weights | None = dataclasses.field(default=None, repr=False)
     _derived: dict = dataclasses.field(default_factory=dict, repr=False)
     config_bos: int | None = None                   #: config.json's bos_token_id, if any
+    processing: Processing | None = None            #: the bound processing (None: Processing.default())
 
     @functools.cached_property
     def fingerprint(self) -> str:
@@ -110,28 +116,44 @@ class Model:
     @property
     def raw(self) -> Weights:
         """The unprocessed weights (built from the files on first access, then kept)."""
-        if self._raw is None:
-            self._raw = self.checkpoint.raw(self.dtype, self.device)
-        return self._raw
+        none = Processing.none()
+        if none not in self._processed:         # kept with the processed weights: shared by bound copies
+            self._processed[none] = self.checkpoint.raw(self.dtype, self.device)
+        return self._processed[none]
+
+    def bound(self, processing: Processing | None) -> "Model":
+        """This model bound to `processing` (``None``: the default), sharing files and caches."""
+        if processing == self.processing:
+            return self
+        other = copy.copy(self)             # shallow: the checkpoint, tokenizer and caches are shared
+        other.processing = processing
+        return other
+
+    def resolved_processing(self, processing: Processing | None = None) -> Processing:
+        """`processing` (default: the bound one, else the seed studies') with the options that are
+        exact for this family only."""
+        if processing is None:
+            processing = Processing.default() if self.processing is None else self.processing
+        return processing.applicable(self.cfg)
 
     def weights(self, processing: Processing | None = None) -> Weights:
-        """Weights under `processing` (default: the seed studies' processing), cached.
+        """Weights under `processing` (default: the bound processing), cached.
 
         Built block by block from the files in float32 (float64 for a float64 model),
         then cast to the model's dtype and moved to its device.
         """
-        processing = (Processing.default() if processing is None else processing).applicable(self.cfg)
+        processing = self.resolved_processing(processing)
         if processing == Processing.none():
             return self.raw
         if processing not in self._processed:
             self._processed[processing] = self.checkpoint.processed(processing, self.dtype, self.device)
         return self._processed[processing]
 
-    def derived(self, name: str, processing: Processing | None, build: Callable[[Weights], object]):
-        """``build(self.weights(processing))``, computed once per (`name`, processing) and kept
+    def derived(self, name: str, build: Callable[[Weights], object]):
+        """``build(self.weights())``, computed once per (`name`, bound processing) and kept
         beside the processed weights (e.g. the float64 layer-0 view, :func:`headscope.layer0.view`).
         Callers must not modify what it returns."""
-        processing = (Processing.default() if processing is None else processing).applicable(self.cfg)
+        processing = self.resolved_processing()
         key = (name, processing)
         if key not in self._derived:
             self._derived[key] = build(self.weights(processing))
@@ -515,7 +537,13 @@ class Checkpoint:
         return torch.float64 if dtypes == {"float64"} else torch.float32
 
     def fingerprint(self) -> str:
-        """sha256 of the weight file; for shards, of their ``sha256sum`` lines in name order."""
+        """sha256 of the weight file; for shards, of their ``sha256sum`` lines in name order
+        (computed once: every :meth:`Model.bound` copy shares this checkpoint)."""
+        if getattr(self, "_fingerprint", None) is None:
+            self._fingerprint = self._hash_files()
+        return self._fingerprint
+
+    def _hash_files(self) -> str:
         files = self.source.files
         if not files:
             raise HeadscopeError("weights held in memory have no file fingerprint")

@@ -136,9 +136,9 @@ class Calibration:
             raise HeadscopeError(f"{source}: calibration holds non-finite denominators or a non-positive ln2_scale")
         return cal
 
-    def check(self, model: Model, processing: Processing | None = None, source: str = "calibration") -> "Calibration":
-        """Refuse a calibration made for another model or other processing."""
-        processing = Processing.default() if processing is None else processing
+    def check(self, model: Model, source: str = "calibration") -> "Calibration":
+        """Refuse a calibration made for another model or another processing than `model`'s."""
+        processing = model.resolved_processing()
         if self.fingerprint != model.fingerprint:
             raise HeadscopeError(
                 f"{source} was made for another model: its weights' sha256 is {self.fingerprint[:12]}…, "
@@ -194,7 +194,6 @@ def calibrate(
     text: str,
     *,
     query: str = SEED_QUERY,
-    processing: Processing | None = None,
     window: int | None = None,
     c: float | None = None,
     stride: int | None = None,
@@ -205,8 +204,7 @@ def calibrate(
     position: a running ``log Σ_w exp(L_w[h, n])`` with its own shift for every (h, n),
     so heads whose log-denominators lie hundreds of nats apart never underflow.
     """
-    processing = Processing.default() if processing is None else processing
-    w = layer0.view(model, processing)
+    w = layer0.view(model)
     qid = layer0.token_id(model, query)
     c = layer0.measure_c(w) if c is None else float(c)
     if not text.strip():
@@ -238,18 +236,18 @@ def calibrate(
     log_denom = log_sum - counts.double().log()                                   # [head P]
     log_seed = log_denom - layer0.log_Z(w, qid, P, c)
     return Calibration(
-        fingerprint=model.fingerprint, processing=processing.to_dict(), query=query, query_id=qid,
+        fingerprint=model.fingerprint, processing=model.resolved_processing().to_dict(), query=query, query_id=qid,
         text_sha256=text_sha256(text), n_text_tokens=n_tokens,
         n_windows=n_windows, window=P, c=c, ln2_scale=float(torch.cat(scales).median()),
         counts=counts.tolist(), log_denom=log_denom, log_seed_denom=log_seed, tokens=first,
     )
 
 
-def load_calibration(path: str | Path, model: Model | None = None, processing: Processing | None = None) -> Calibration:
+def load_calibration(path: str | Path, model: Model | None = None) -> Calibration:
     """Read a calibration file; with `model`, refuse one made for another model/processing."""
     d = read_json_file(path, "calibration file", hint="; it may be truncated or corrupted — recreate it with "
                                                       "`headscope calibrate`")
     cal = Calibration.from_dict(d, source=str(path))
     if model is not None:
-        cal.check(model, processing, source=str(path))
+        cal.check(model, source=str(path))
     return cal

@@ -55,7 +55,7 @@ from ..core.forward import run_with_cache
 from .split import Frame
 from ..core.loading import Model
 from ..stats import LOG_FLOAT64_MAX, correlation, fraction_unexplained, median
-from ..core.weights import Processing, Weights
+from ..core.weights import Weights
 
 Tensor = torch.Tensor
 
@@ -248,11 +248,11 @@ class Circuit:
 
 
 def build_circuit(model: Model, calibration: Calibration, heads: list[int] | None = None,
-                  processing: Processing | None = None, position: int | None = None) -> tuple[Circuit, HeadChoice]:
-    """Check the calibration against `model`, choose heads, return (circuit, choice)."""
-    processing = Processing.default() if processing is None else processing
-    calibration.check(model, processing)
-    w = layer0.view(model, processing)
+                  position: int | None = None) -> tuple[Circuit, HeadChoice]:
+    """Check the calibration against `model` (and its bound processing), choose heads,
+    return (circuit, choice)."""
+    calibration.check(model)
+    w = layer0.view(model)
     n = calibration.n_positions - 1 if position is None else position
     if not 0 <= n < calibration.n_positions:
         raise HeadscopeError(f"position {n} is not calibrated (0..{calibration.n_positions - 1})")

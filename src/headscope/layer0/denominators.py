@@ -57,7 +57,6 @@ from ..core.forward import run_with_cache
 from .split import SEED_QUERY
 from ..core.loading import Model
 from ..stats import LOG_FLOAT64_MAX
-from ..core.weights import Processing
 
 Tensor = torch.Tensor
 
@@ -103,7 +102,6 @@ def denominator_stability(
     texts: list[str] | list[Tensor],
     *,
     query: str | None = SEED_QUERY,
-    processing: Processing | None = None,
     window: int = 256,
     n_min: int = 32,
     stride: int = 16,
@@ -115,8 +113,7 @@ def denominator_stability(
     Windows of exactly `window` tokens are used (shorter ones dropped, so every
     position has the same number of samples); predictions at n = stride, 2·stride, ….
     """
-    processing = Processing.default() if processing is None else processing
-    w = layer0.view(model, processing)
+    w = layer0.view(model)
     if not 0 < delta < 1:
         raise HeadscopeError(f"delta must lie in (0, 1), got {delta}")
     if not 0 <= n_min < window - 1 or not 1 <= stride < window:
@@ -198,7 +195,7 @@ def denominator_stability(
         predicted_rel_std=out["pred_std"], chebyshev_rel=out["cheb"],
         hoeffding_rel=out["hoeff"], measured_rel_std=rel[:, positions].tolist(),
         measured_rel_quantile=meas_q.tolist(), sum_pos2=out["s2"],
-        fingerprint=model.fingerprint, processing=processing.to_dict(),
+        fingerprint=model.fingerprint, processing=model.resolved_processing().to_dict(),
         log_mean=log_mean.tolist(), log_traces=logS[:n_traces].tolist(),
         log_predicted_mean=None if out["log_pred"] is None else out["log_pred"].tolist(),
         absolute_overflow=overflow,

@@ -66,7 +66,7 @@ from .._html_repr import HtmlRepr
 from .split import SEED_QUERY
 from ..core.loading import Model
 from ..stats import quantile
-from ..core.weights import Processing, Weights
+from ..core.weights import Weights
 
 Tensor = torch.Tensor
 
@@ -322,7 +322,6 @@ def analyse_kernels(
     query: str = SEED_QUERY,
     c: float | str | None = None,
     windows: Sequence[Tensor] | None = None,
-    processing: Processing | None = None,
     n_ref: int | None = None,
     patterns=None,
     rule_name: str = DEFAULT_RULE,
@@ -334,7 +333,7 @@ def analyse_kernels(
     """
     check_rule(rule_name)
     model.cfg.check_layer(layer)
-    weights = layer0.view(model, processing)
+    weights = layer0.view(model)
     layer0.check_split(weights, layer)
     cfg = weights.cfg
     q_id = layer0.token_id(model, query)
@@ -390,10 +389,9 @@ def analyse_kernels(
     )
 
 
-def kernel_heatmap(model: Model, query: str = SEED_QUERY, c: float | str | None = None, positions: int = 48,
-                   processing: Processing | None = None) -> list[list[list[float]]]:
+def kernel_heatmap(model: Model, query: str = SEED_QUERY, c: float | str | None = None, positions: int = 48) -> list[list[list[float]]]:
     """K_h[n, i] = pos_{n,i,q} for query positions n < `positions` and keys i ≤ n: [head][n][i]."""
-    weights = layer0.view(model, processing)
+    weights = layer0.view(model)
     q_id = layer0.token_id(model, query)
     c_value, _ = layer0.resolve_c(weights, c)
     P = min(positions, model.cfg.n_ctx)

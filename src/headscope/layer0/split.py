@@ -56,7 +56,7 @@ from jaxtyping import Float, Int
 
 from .._errors import HeadscopeError
 from ..core.forward import layer_norm, run_with_cache
-from ..core.weights import Block, Processing, Weights
+from ..core.weights import Block, Weights
 
 from ..core.applicability import learned_positions
 
@@ -70,15 +70,15 @@ CONTENT_CHUNK = 8192  #: vocabulary rows per chunk when scoring every token
 # -- the layer-0 view -----------------------------------------------------------------------
 
 
-def view(model, processing: Processing | None = None) -> Weights:
-    """W_E, W_pos and block 0 of `model` under `processing`, as float64 on the CPU.
+def view(model) -> Weights:
+    """W_E, W_pos and block 0 of `model` under its bound processing, as float64 on the CPU.
 
     The config says one layer, so a forward pass on the view stops after block 0; W_U is
     shared, not copied (no layer-0 analysis reads it). Built once per model and processing
     and kept beside the processed weights (:meth:`headscope.Model.derived`); read-only.
     """
     learned_positions(model.cfg, "the layer-0 content + position analyses")
-    return model.derived("layer0.view", processing, _view)
+    return model.derived("layer0.view", _view)
 
 
 def _view(w: Weights) -> Weights:

@@ -20,7 +20,6 @@ from ..core.forward import run_with_cache
 from ..core.loading import Model
 from ..shipped import Text
 from ..stats import bin_values
-from ..core.weights import Processing
 
 TOP = 10      #: top / bottom tokens listed per neuron
 CONTEXT = 4   #: tokens of left context shown with each
@@ -41,11 +40,10 @@ class ActivationProfile:
 @torch.no_grad()
 def activation_profile(model: Model, texts: Sequence[Text], *, neurons: Sequence[int] | None = None,
                        preferred: Sequence[int] | None = None, n_neurons: int = 8,
-                       processing: Processing | None = None,
                        progress: Callable[[list], Iterable] | None = None) -> ActivationProfile:
     """The module docstring's statistics of MLP0 neurons on `texts`."""
     cfg = model.cfg
-    W = model.weights(processing)
+    W = model.weights()
     toks = [model.to_tokens(t.text)[: cfg.n_ctx] for t in texts]
     pres = []
     for t in (progress or iter)(toks):

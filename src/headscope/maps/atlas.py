@@ -141,7 +141,6 @@ from .._errors import HeadscopeError
 from .._html_repr import HtmlRepr
 from ..core.loading import Model
 from ..core.tokenizer import to_str_tokens
-from ..core.weights import Processing
 
 Tensor = torch.Tensor
 
@@ -514,7 +513,7 @@ def _kernel_categories(model: Model, view, c: float) -> tuple[dict[int, str], st
 @torch.no_grad()
 def atlas(model: Model, layers: Sequence[int] | None = None, *, n_tokens: int = DEFAULT_TOKENS,
           corpus: str | Path | None = None, kernels: bool = True, survey: bool = False,
-          processing: Processing | None = None, logit_diff: tuple[str, str] | None = None,
+          logit_diff: tuple[str, str] | None = None,
           progress=None) -> Atlas:
     """One row per head of `layers` (default: every layer) from the weights (module docstring).
 
@@ -525,7 +524,7 @@ def atlas(model: Model, layers: Sequence[int] | None = None, *, n_tokens: int = 
     layers = _check_layers(cfg, layers)
     if n_tokens < 2:
         raise HeadscopeError(f"tokens: expected ≥ 2, got {n_tokens}")
-    W = model.weights(processing)
+    W = model.weights()
     centred = W.reads_centred
     freq = clustering.frequent_tokens(model.tokenizer, n_tokens, corpus)
     if len(freq) < 2:
@@ -553,7 +552,7 @@ def atlas(model: Model, layers: Sequence[int] | None = None, *, n_tokens: int = 
                      "the token embedding (positions rotate queries and keys inside attention)")
     elif 0 in layers:
         if centred:
-            view = layer0.view(model, processing)
+            view = layer0.view(model)
             c = layer0.measure_c(view)
             content, position = layer0.split_scores(view, ids[win], c)                 # [h P P]
             pos_l0 = positional_share(content, position)
@@ -636,7 +635,7 @@ def atlas(model: Model, layers: Sequence[int] | None = None, *, n_tokens: int = 
     if survey:
         from ..semantic.survey import survey as run_survey
 
-        res = run_survey(model, layers, processing=processing)
+        res = run_survey(model, layers)
         result.add_semantic_loss({(r.layer, r.head): r.semantic_loss for r in res.rows})
     return result
 

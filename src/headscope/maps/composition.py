@@ -168,12 +168,13 @@ def strongest_edges(scores: Tensor, mode: str, k: int = EDGES) -> list[Edge]:
 
 
 @torch.no_grad()
-def composition(model_or_weights, processing=None, k: int = EDGES) -> Composition:
-    """Composition scores of a model (processed by default) or of given weights, with the strongest edges."""
+def composition(model_or_weights, k: int = EDGES) -> Composition:
+    """Composition scores of a model (under its bound processing) or of given weights, with the
+    strongest edges."""
     if isinstance(model_or_weights, Weights):
         W, fp = model_or_weights, ""
     else:
-        W, fp = model_or_weights.weights(processing), model_or_weights.fingerprint
+        W, fp = model_or_weights.weights(), model_or_weights.fingerprint
     s = composition_scores(W)
     e, d = W.cfg.d_head, W.cfg.d_model
     return Composition(

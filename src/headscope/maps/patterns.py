@@ -28,7 +28,7 @@ from .._errors import NotApplicable
 from ..core.forward import run_with_cache
 from ..core.loading import Model
 from ..shipped import Text
-from ..core.weights import Processing, Weights
+from ..core.weights import Weights
 
 Tensor = torch.Tensor
 RATES = ("bos", "self", "prev", "distance", "entropy")
@@ -116,14 +116,13 @@ class AttentionSummary:
 
 @torch.no_grad()
 def attention_summary(model: Model, texts: Sequence[Text], layers: Sequence[int], *, max_positions: int = 40,
-                      processing: Processing | None = None,
                       progress: Callable[[list], Iterable] | None = None) -> AttentionSummary:
     """The module docstring's statistics for every head of `layers` (those the model has) on `texts`."""
     cfg = model.cfg
     asked, layers = list(layers), [l for l in layers if 0 <= l < cfg.n_layers]
     if not layers:
         raise NotApplicable(f"attention summary: the model has layers 0..{cfg.n_layers - 1}, none of {asked}")
-    W = model.weights(processing)
+    W = model.weights()
     toks = [model.to_tokens(t.text)[: cfg.n_ctx] for t in texts]
     P = min(max_positions, min(len(t) for t in toks))
     D = min(max_positions, max(len(t) for t in toks))                              # every offset d < D is reached

@@ -118,6 +118,7 @@ def build_report(model, out_dir: str | Path, options: ReportOptions | None = Non
     `stages` defaults to every registered stage (:func:`headscope.report.builtin.default_stages`).
     """
     options = options or ReportOptions()
+    model = model.bound(options.processing)     # every stage reads the weights under this processing
     out = Path(out_dir)
     inputs = load_inputs(options.calibration_text, options.samples)
     stages = select(list(stages) if stages is not None else default_stages(), options.stages)

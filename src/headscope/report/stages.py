@@ -87,8 +87,8 @@ class Context:
     progress: "Progress | None" = None
 
     def weights(self):
-        """The model's weights under the report's processing (the seed studies' default)."""
-        return self.model.weights(self.options.processing)
+        """The model's weights under the report's processing (the model is bound to it)."""
+        return self.model.weights()
 
 
 class Progress:

@@ -22,7 +22,6 @@ Leiden modularity with communities of at most 512) over their effective embeddin
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import torch
 
@@ -35,7 +34,7 @@ from ..core.loading import Model
 from .prompts import prompts_for
 from .survey import PositionIndependence, position_independence_heads
 from ..core.tokenizer import escape_token, n_tokens
-from ..core.weights import Processing, Weights
+from ..core.weights import Weights
 
 Tensor = torch.Tensor
 
@@ -248,8 +247,7 @@ def _graph_clusters(model: Model, W: Weights, layer: int, head: int, X: Tensor, 
 
 
 def head_clusters(model: Model, layer: int, head: int, options: ClusterOptions = ClusterOptions(), *,
-                  processing: Processing | None = None, weights: Weights | None = None,
-                  attn_means: list[Tensor] | None = None) -> HeadClusters:
+                  weights: Weights | None = None, attn_means: list[Tensor] | None = None) -> HeadClusters:
     """Cluster the tokens that head (layer, head) makes attend to each other.
 
     ``headscope`` preset: nodes are the `n_tokens` most frequent tokens
@@ -264,7 +262,7 @@ def head_clusters(model: Model, layer: int, head: int, options: ClusterOptions =
     """
     o = options.resolved()
     model.cfg.check_head(layer, head)
-    W = model.weights(processing) if weights is None else weights
+    W = model.weights() if weights is None else weights
     prompts, cat_ids = prompts_for(model, o.categories, n_prompts=32, length=16, seed=o.seed)
     if attn_means is None:
         attn_means = bilinear.attn_means_for(W, max(layer, 1 if o.variant == "mlp" else 0), o.attn_mean,
@@ -275,17 +273,16 @@ def head_clusters(model: Model, layer: int, head: int, options: ClusterOptions =
                            keys=resolve_keys(model.cfg, layer, o.keys, o.variant), frequency=freq_name)
 
 
-def analyse_head(model: Model, layer: int, head: int, options: HeadOptions = HeadOptions(), *,
-                 processing: Processing | None = None) -> HeadAnalysis:
+def analyse_head(model: Model, layer: int, head: int, options: HeadOptions = HeadOptions()) -> HeadAnalysis:
     """Analyse head (layer, head) with `options` (:class:`~headscope.semantic.options.HeadOptions`;
     its preset's values where a field is None, :data:`PRESETS`). ``keys="vocab"`` ranks
     neighbours over the whole vocabulary, ``"nodes"`` over the graph's nodes, ``"auto"``
     chooses by cost (:func:`resolve_keys`)."""
-    return analyse_heads(model, [(layer, head)], options, processing=processing)[0]
+    return analyse_heads(model, [(layer, head)], options)[0]
 
 
 def analyse_heads(model: Model, heads: list[tuple[int, int]], options: HeadOptions = HeadOptions(), *,
-                  processing: Processing | None = None, progress=None) -> list[HeadAnalysis]:
+                  progress=None) -> list[HeadAnalysis]:
     """:func:`analyse_head` of several heads (results in the order given), sharing their common work.
 
     What the heads share is computed once: the category prompts and the mean attention
@@ -310,7 +307,7 @@ def analyse_heads(model: Model, heads: list[tuple[int, int]], options: HeadOptio
     if not heads:
         return []
     cfg = model.cfg
-    W = model.weights(processing)
+    W = model.weights()
     head_keys = {hd: resolve_keys(cfg, hd[0], o.keys, variant) for hd in heads}
     vocab_layers = sorted({l for (l, _), kk in head_keys.items() if kk == "vocab"})
     layers = sorted({l for l, _ in heads})
@@ -362,8 +359,7 @@ def analyse_heads(model: Model, heads: list[tuple[int, int]], options: HeadOptio
         step(f"head {l}.{h}")
     del X_nodes, vocab_targets
 
-    positions = position_independence_heads(model, heads, categories=o.categories, seed=o.seed,
-                                            processing=processing)
+    positions = position_independence_heads(model, heads, categories=o.categories, seed=o.seed)
     step("position independence")
     return [HeadAnalysis(layer=l, head=h, fingerprint=model.fingerprint, processing=W.processing.to_dict(),
                          embedding_variant=variant, form=form, clusters=hc, neighbours=neighbours,

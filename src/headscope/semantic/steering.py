@@ -48,7 +48,7 @@ from ..core.loading import WEIGHTS_FILE, Model, file_sha256
 from ..maps.patterns import head_pattern, head_patterns
 from .options import SteerOptions
 from .prompts import prompts_for
-from ..core.weights import Block, Processing, Weights
+from ..core.weights import Block, Weights
 
 Tensor = torch.Tensor
 MARKER = "steering.json"
@@ -261,19 +261,18 @@ class Steered:
 
 
 def steer(model: Model, layer: int, head: int, alpha: float, options: SteerOptions = SteerOptions(), *,
-          tokens: Tensor | None = None, processing: Processing | None = None) -> Steered:
+          tokens: Tensor | None = None) -> Steered:
     """Scale eigenvalues of head (layer, head) by α and measure self-attention before and after.
 
     `options` (:class:`~headscope.semantic.options.SteerOptions`): which eigenvalues, whether
     the skew part is kept, the measurement prompts' categories and seed (used when `tokens`
-    [b p] is not given). Both measurements use `processing` (default: the seed studies'; it
-    must include fold_ln). :func:`save_steered` writes the steered weights as a checkpoint.
+    [b p] is not given). Both measurements use the model's bound processing (default: the
+    seed studies'; it must include fold_ln). :func:`save_steered` writes the steered weights as a checkpoint.
     """
     o = options.resolved()
     select = o.select if isinstance(o.select, str) else [int(i) for i in o.select]
     model.cfg.check_head(layer, head)
-    processing = Processing.default() if processing is None else processing
-    W = model.weights(processing)
+    W = model.weights()
     rb = steered_qk(W, layer, head, alpha, select=select, keep_skew=o.keep_skew)
     raw_block = unfold_into_raw(model.raw_block(layer), head, rb, qk_bias=model.cfg.qk_bias)
     if model.cfg.qk_bias:
@@ -289,7 +288,7 @@ def steer(model: Model, layer: int, head: int, alpha: float, options: SteerOptio
         rebuild_error=rb.rebuild_error, key_bias_error=rb.key_bias_error,
         self_attention_before=before["self_attention"], self_attention_after=after["self_attention"],
         self_rank_before=before["self_rank"], self_rank_after=after["self_rank"],
-        out=None, fingerprint=model.fingerprint, steered_fingerprint=None, processing=processing.to_dict(),
+        out=None, fingerprint=model.fingerprint, steered_fingerprint=None, processing=W.processing.to_dict(),
     )
     return Steered(result=res, raw_block=raw_block, weights=W_new)
 
@@ -378,15 +377,14 @@ def _score_summary(S: Tensor, groups: list[str]) -> dict:
 
 @torch.no_grad()
 def authors_steer(model: Model, layer: int, head: int, alphas=SEED_ALPHAS, *, tokens: dict[str, list[str]] | None = None,
-                  attn_mean: str = "authors", processing: Processing | None = None, top: int = AUTHORS_TOP
+                  attn_mean: str = "authors", top: int = AUTHORS_TOP
                   ) -> AuthorsSteer:
     """The authors' steering (module docstring) for each α in `alphas`, and the unsteered form."""
     from .. import shipped
     from .bilinear import attn_means_for, effective_embeddings
 
     model.cfg.check_head(layer, head)
-    processing = Processing.default() if processing is None else processing
-    W = model.weights(processing)
+    W = model.weights()
     groups_src = shipped.seed_steering_tokens() if tokens is None else tokens
     ids, strs, groups = [], [], []
     for name, words in groups_src.items():

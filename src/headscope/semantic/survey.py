@@ -54,7 +54,6 @@ from .._html_repr import HtmlRepr
 from .._json import finite_or_none
 from ..core.forward import run_with_cache
 from ..core.loading import Model
-from ..core.weights import Processing
 from .prompts import prompts_for
 
 Tensor = torch.Tensor
@@ -165,7 +164,7 @@ class SurveyResult(HtmlRepr):
 
 
 def survey(model: Model, layers: list[int] | None = None, *, categories=None, n_prompts: int | None = None,
-           length: int | None = None, seed: int = 0, processing: Processing | None = None,
+           length: int | None = None, seed: int = 0,
            preset: str = "headscope", include_bos_query: bool | None = None) -> SurveyResult:
     """Score every head of `layers` (default: all) on category prompts, ranked by semantic loss.
 
@@ -184,7 +183,7 @@ def survey(model: Model, layers: list[int] | None = None, *, categories=None, n_
     bos_query = pre["bos_query"] if include_bos_query is None else include_bos_query
     prompts, ids = prompts_for(model, categories, n_prompts=n_prompts, length=length, seed=seed,
                                cats_per_prompt=pre["cats_per_prompt"])
-    W = model.weights(processing)
+    W = model.weights()
     cache = run_with_cache(W, prompts.tokens, names=[f"blocks.{l}.attn.hook_pattern" for l in layers],
                            stop_at_layer=max(layers) + 1, batch_size=32)
     masks = target_masks(prompts.tokens, prompts.labels, prompts.related)
@@ -224,16 +223,14 @@ class PositionIndependence:
 
 
 def position_independence(model: Model, layer: int, head: int, *, categories=None, n_prompts: int = 16,
-                          length: int = 16, n_shuffles: int = 4, seed: int = 0,
-                          processing: Processing | None = None) -> PositionIndependence:
+                          length: int = 16, n_shuffles: int = 4, seed: int = 0) -> PositionIndependence:
     """How much of head (layer, head)'s score is token identity rather than position."""
     return position_independence_heads(model, [(layer, head)], categories=categories, n_prompts=n_prompts,
-                                       length=length, n_shuffles=n_shuffles, seed=seed, processing=processing)[0]
+                                       length=length, n_shuffles=n_shuffles, seed=seed)[0]
 
 
 def position_independence_heads(model: Model, heads: list[tuple[int, int]], *, categories=None, n_prompts: int = 16,
-                                length: int = 16, n_shuffles: int = 4, seed: int = 0,
-                                processing: Processing | None = None) -> list[PositionIndependence]:
+                                length: int = 16, n_shuffles: int = 4, seed: int = 0) -> list[PositionIndependence]:
     """:func:`position_independence` of several heads (in the order given) from one forward pass per
     order of the prompts, up to the deepest head's layer (a head's scores do not depend on later blocks)."""
     heads = [(int(l), int(h)) for l, h in heads]
@@ -243,7 +240,7 @@ def position_independence_heads(model: Model, heads: list[tuple[int, int]], *, c
         return []
     prompts, _ = prompts_for(model, categories, n_prompts=n_prompts, length=length, seed=seed)
     rng = np.random.default_rng([seed, 1])
-    W = model.weights(processing)
+    W = model.weights()
     b, p = prompts.tokens.shape
     perms = [np.arange(p)] + [np.concatenate([[0], 1 + rng.permutation(p - 1)]) for _ in range(n_shuffles)]
     scores = {hd: torch.empty(len(perms), b, p, p, dtype=torch.float64) for hd in heads}  # by original positions

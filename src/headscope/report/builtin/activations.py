@@ -31,7 +31,7 @@ class ActivationsStage(Stage):
     def compute(self, ctx: Context) -> dict:
         contextual = [n["neuron"] for n in ctx.results.get("neurons", {}).get("neurons", [])]   # [] if not applicable
         return activation_profile(ctx.model, ctx.inputs.samples, neurons=ctx.options.neurons, preferred=contextual,
-                                  n_neurons=ctx.options.n_neurons, processing=ctx.options.processing,
+                                  n_neurons=ctx.options.n_neurons,
                                   progress=ctx.progress.iter).to_dict()
 
     def render(self, data: dict, ctx) -> Rendered:

@@ -44,8 +44,7 @@ class AtlasStage(Stage):
         return {"n_tokens": o.atlas_tokens, "window": WINDOW, "seed": SEED, "top": TOP, "eigen_shown": EIGEN_SHOWN}
 
     def compute(self, ctx: Context) -> dict:
-        return atlas(ctx.model, n_tokens=ctx.options.atlas_tokens, kernels=False, survey=False,
-                     processing=ctx.options.processing, progress=ctx.progress).to_dict()
+        return atlas(ctx.model, n_tokens=ctx.options.atlas_tokens, kernels=False, survey=False, progress=ctx.progress).to_dict()
 
     def render(self, data: dict, ctx) -> Rendered:
         rows = merged_rows(data, ctx.results)

@@ -26,7 +26,7 @@ class AttentionStage(Stage):
 
     def compute(self, ctx: Context) -> dict:
         return attention_summary(ctx.model, ctx.inputs.samples, ctx.options.attention_layers,
-                                 max_positions=ctx.options.max_positions, processing=ctx.options.processing,
+                                 max_positions=ctx.options.max_positions,
                                  progress=ctx.progress.iter).to_dict()
 
     def render(self, data: dict, ctx) -> Rendered:

@@ -29,7 +29,7 @@ class CalibrationStage(Stage):
 
     def compute(self, ctx: Context) -> dict:
         ctx.progress.set_total(1)
-        cal = calibrate(ctx.model, ctx.inputs.calibration.text, query=SEED_QUERY, processing=ctx.options.processing)
+        cal = calibrate(ctx.model, ctx.inputs.calibration.text, query=SEED_QUERY)
         ctx.progress.update()
         return cal.to_dict()
 

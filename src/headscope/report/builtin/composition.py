@@ -87,7 +87,7 @@ class CompositionStage(Stage):
                                 f"{cost / 1e12:.1f}·10¹² multiply-adds (the report's default budget is "
                                 f"{REPORT_BUDGET / 1e12:g}·10¹²); `headscope composition MODEL` or "
                                 f"`headscope report … --stages composition` computes it")
-        return composition(ctx.model, processing=ctx.options.processing).to_dict()
+        return composition(ctx.model).to_dict()
 
     def render(self, data: dict, ctx) -> Rendered:
         view = CompositionView(data, links=True)

@@ -47,7 +47,7 @@ class DenominatorsStage(Stage):
             raise HeadscopeError("denominators: the calibration and sample texts are too short "
                                  f"(expected at least 2 windows of {window} tokens)")
         ctx.progress.set_total(1)
-        r = denominator_stability(model, texts, query=SEED_QUERY, processing=ctx.options.processing, window=window,
+        r = denominator_stability(model, texts, query=SEED_QUERY, window=window,
                                   n_min=max(2, min(32, window // 4)), stride=max(1, window // 16), delta=DELTA,
                                   n_traces=4)
         ctx.progress.update()

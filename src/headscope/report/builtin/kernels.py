@@ -49,10 +49,9 @@ class KernelsStage(Stage):
         texts = [(ctx.inputs.calibration.name, ctx.inputs.calibration.text)]
         texts += [(t.name, t.text) for t in ctx.inputs.samples]
         wins = windows(model, texts, max_windows=ctx.options.kernel_windows)
-        report = K.analyse_kernels(model, layer=0, query=SEED_QUERY, c="measured", windows=wins,
-                                   processing=ctx.options.processing)
+        report = K.analyse_kernels(model, layer=0, query=SEED_QUERY, c="measured", windows=wins)
         p.update()
-        heat = K.kernel_heatmap(model, SEED_QUERY, "measured", HEATMAP_POSITIONS, ctx.options.processing)  # = report.c
+        heat = K.kernel_heatmap(model, SEED_QUERY, "measured", HEATMAP_POSITIONS)  # = report.c
         p.update()
         d = report.to_dict()
         d["corpus"]["names"] = [name for name, _ in texts]

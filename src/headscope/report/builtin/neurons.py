@@ -40,7 +40,7 @@ class NeuronsStage(Stage):
         p = ctx.progress
         p.set_total(2)
         cal = Calibration.from_dict(ctx.results["calibration"], source="the calibration stage")
-        circuit, choice = build_circuit(model, cal, processing=ctx.options.processing)
+        circuit, choice = build_circuit(model, cal)
         scan = scan_neurons(circuit, choice, model.tokenizer, threshold=DEFAULT_THRESHOLD, top=TOP)
         p.update()
         shown = scan.neurons[: ctx.options.n_neurons]

@@ -45,7 +45,6 @@ class SemanticStage(Stage):
         keys = ctx.options.neighbour_keys
         options = HeadOptions(n_tokens=ctx.options.semantic_tokens, keys=keys, seed=0, with_spectral=False)
         analyses = analyse_heads(ctx.model, [(r["layer"], r["head"]) for r in rows], options,
-                                 processing=ctx.options.processing,
                                  progress=ctx.progress.step if ctx.progress else None)
         heads = []
         for r, a in zip(rows, analyses):

@@ -35,16 +35,16 @@ class SteeringStage(Stage):
         return {"alpha": ALPHA, "select": "negative", "prompt_length": PROMPT_LENGTH, "seed": 0}
 
     def compute(self, ctx: Context) -> dict:
-        model, processing = ctx.model, ctx.options.processing
+        model = ctx.model
         best = ctx.results["survey"]["rows"][0]
         layer, head = best["layer"], best["head"]
         p = ctx.progress
         p.set_total(2)
-        st = steer(model, layer, head, ALPHA, SteerOptions(select="negative"), processing=processing)
+        st = steer(model, layer, head, ALPHA, SteerOptions(select="negative"))
         p.update()
         prompts, _ = prompts_for(model, n_prompts=1, length=PROMPT_LENGTH, seed=0)
         tokens = prompts.tokens[:1]                                                 # [1 p]
-        W = model.weights(processing)
+        W = model.weights()
         before, after = head_patterns([W, st.weights], tokens, layer, head)                  # [1 q k] each
         p.update()
         labels = prompts.labels[0].tolist()

@@ -45,7 +45,7 @@ class SurveyStage(Stage):
 
     def compute(self, ctx: Context) -> dict:
         ctx.progress.set_total(1)
-        r = survey(ctx.model, n_prompts=64, length=16, seed=0, processing=ctx.options.processing)
+        r = survey(ctx.model, n_prompts=64, length=16, seed=0)
         ctx.progress.update()
         return r.to_dict()
 
