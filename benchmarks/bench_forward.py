@@ -46,7 +46,7 @@ def make_models(n_layers: int, seed: int = 0):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     from headscope.core.families import read_config
-    from headscope.core.loading import from_hf_state_dict
+    from headscope.core.checkpoint import from_hf_state_dict
 
     torch.manual_seed(seed)
     hf_cfg = GPT2Config(n_layer=n_layers, attn_implementation="eager")

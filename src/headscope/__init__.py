@@ -16,7 +16,9 @@ from ._version import __version__
 from .core.config import Config
 from .core.forward import Cache, all_names, run_with_cache
 from .core.entry import load
-from .core.loading import Model, from_hf_state_dict, save_checkpoint, to_hf_state_dict
+from .core.checkpoint import from_hf_state_dict
+from .core.model import Model
+from .core.writing import save_checkpoint, to_hf_state_dict
 from .core.tokenizer import bundled_gpt2_tokenizer, escape_token, to_str_tokens
 from .core.weights import Block, Processing, Weights, process
 

@@ -51,7 +51,7 @@ from .layer0.denominators import denominator_stability
 from .core.forward import run_with_cache
 from .layer0.kernels import analyse_kernels
 from .layer0.split import SEED_QUERY
-from .core.loading import Model
+from .core.model import Model
 from .layer0.neurons import (AUTHORS_LN2, DEFAULT_THRESHOLD, ln2_divisor, parse_variant, rank_neurons, readout,
                       scan_neurons, token_values)
 from .planted.build import MANIFEST, read_manifest

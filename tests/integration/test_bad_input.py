@@ -1121,11 +1121,11 @@ def test_text_longer_than_n_ctx_is_windowed(ctx: Ctx, capsys, monkeypatch):
 
 
 def test_weights_just_inside_the_bound_give_finite_figures(ctx: Ctx, capsys, monkeypatch):
-    """Every weight matrix scaled to 0.9 × the load bound (headscope.core.loading.max_weight): accepted, and every
+    """Every weight matrix scaled to 0.9 × the load bound (headscope.core.checkpoint.max_weight): accepted, and every
     analysis prints finite numbers (the bound is what keeps float32 from overflowing, README JSON notes)."""
     from headscope.core.config import read_hf_config
     from headscope.core.families import read_config
-    from headscope.core.loading import max_weight
+    from headscope.core.checkpoint import max_weight
 
     bound = max_weight(read_config(read_hf_config(ctx.tiny / "config.json"))[1])
 

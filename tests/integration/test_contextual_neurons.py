@@ -87,7 +87,7 @@ def ctx_dir(planted_dir, planted_model, planted_manifest, tmp_path_factory):
     if _has_clean_contextual_ov(planted_model, layer0):
         return planted_dir
     warnings.warn("planted contextual heads have random value columns; testing on a corrected copy")
-    from headscope.core.loading import save_checkpoint
+    from headscope.core.writing import save_checkpoint
     from headscope.planted import build_weights
 
     w, manifest = build_weights(seed=planted_manifest["seed"])

@@ -261,7 +261,7 @@ def test_in_memory_model_loads(family, tmp_path):
 @pytest.mark.parametrize("family", list(BUILD))
 def test_save_checkpoint_from_weights(offline, family, tmp_path):
     """save_checkpoint(raw Weights) writes the family's layout (OPT: W_pos with its 2 leading rows back)."""
-    from headscope.core.loading import save_checkpoint
+    from headscope.core.writing import save_checkpoint
 
     repo, _, d = offline[family]
     model = headscope.load(repo)

@@ -17,7 +17,7 @@ def tiny_nopos(tiny, tmp_path_factory):
     """The tiny model with W_pos = 0: the key and value splits are then exact and every
     kernel is uniform, so the calibrated circuit must reproduce the heads exactly."""
     import headscope
-    from headscope.core.loading import save_checkpoint
+    from headscope.core.writing import save_checkpoint
 
     raw = tiny.raw.map(lambda t: t.clone())
     raw.W_pos.zero_()

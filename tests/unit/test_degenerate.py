@@ -39,7 +39,7 @@ FAST = dict(progress=False, n_neurons=3, deep_dives=1, semantic_tokens=300, kern
 
 def _edit(model, tmp_path_factory, name: str, edit) -> headscope.Model:
     """A copy of `model` whose raw (unprocessed) weights `edit(raw)` changed in place, saved and loaded."""
-    from headscope.core.loading import save_checkpoint
+    from headscope.core.writing import save_checkpoint
 
     raw = model.raw.map(lambda t: t.clone())
     with torch.no_grad():

@@ -125,7 +125,7 @@ def test_the_graph_sees_imports_inside_functions_and_relative_ones(tmp_path):
 
 def test_the_graph_covers_this_package():
     graph = import_graph()
-    assert {"headscope.core.entry", "headscope.core.loading"} <= graph["headscope"]
+    assert {"headscope.core.entry", "headscope.core.model"} <= graph["headscope"]
     assert "headscope.core.families.gpt2" in graph["headscope.core.families"]
 
 

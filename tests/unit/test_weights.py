@@ -5,7 +5,8 @@ import torch
 
 import headscope
 from headscope import HeadscopeError, Processing
-from headscope.core.loading import from_hf_state_dict, to_hf_state_dict
+from headscope.core.checkpoint import from_hf_state_dict
+from headscope.core.writing import to_hf_state_dict
 from headscope.testing import read_safetensors
 
 

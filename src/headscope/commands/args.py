@@ -11,7 +11,7 @@ import torch
 from .._errors import HeadscopeError
 from .._json import dumps
 from ..core.entry import load
-from ..core.loading import Model
+from ..core.model import Model
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

@@ -8,7 +8,7 @@ from ..layer0.calibration import calibrate, load_calibration
 from ..layer0.contextual import HEAD_SETS, Circuit, HeadChoice, build_circuit
 from ..corpus import read_text_file
 from ..layer0.split import SEED_QUERY
-from ..core.loading import Model
+from ..core.model import Model
 
 
 def add_calibration_arguments(p) -> None:

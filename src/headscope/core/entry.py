@@ -2,7 +2,7 @@
 
 It dispatches, and holds nothing else: a path or hub id goes to
 :func:`headscope.core.loading.load_checkpoint`, a transformers model object to
-:func:`headscope.core.in_memory.from_transformers` (both return a :class:`~headscope.core.loading.Model`).
+:func:`headscope.core.in_memory.from_transformers` (both return a :class:`~headscope.core.model.Model`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import torch
 
 from .._errors import BadArgument, expected_got
 from .in_memory import from_transformers
-from .loading import Model, check_dtype, load_checkpoint
+from .loading import check_dtype, load_checkpoint
+from .model import Model
 
 
 def load(

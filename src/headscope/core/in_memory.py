@@ -35,7 +35,10 @@ import torch
 
 from .._errors import BadArgument, HeadscopeError, expected_got
 from .families import GPT2, Family, read_config
-from .loading import Model, _DictSource, check_device, state_dict_checkpoint
+from .checkpoint import state_dict_checkpoint
+from .loading import check_device
+from .model import Model
+from .sources import DictSource
 from .tokenizer import bundled_gpt2_tokenizer, check_tokenizer
 from .weights import Processing
 
@@ -73,7 +76,7 @@ def _sha256(kept: dict[str, torch.Tensor], family: Family = GPT2) -> str:
 
 def state_sha256(state: dict[str, torch.Tensor]) -> str:
     """sha256 of a GPT-2 state dict's weights: key, dtype, shape, bytes of each tensor in key order."""
-    return _sha256(_DictSource(state).state)
+    return _sha256(DictSource(state).state)
 
 
 def from_transformers(hf_model, *, device="cpu", dtype: torch.dtype = torch.float32, tokenizer=None) -> Model:

@@ -45,7 +45,7 @@ from .._json import dumps
 from ..corpus import check_window, iter_windows, read_json_file
 from ..core.forward import run_with_cache
 from .split import SEED_QUERY
-from ..core.loading import Model
+from ..core.model import Model
 from ..core.weights import Processing
 
 Tensor = torch.Tensor

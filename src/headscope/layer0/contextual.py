@@ -53,7 +53,7 @@ from .._json import finite_or_none
 from .calibration import Calibration
 from ..core.forward import run_with_cache
 from .split import Frame
-from ..core.loading import Model
+from ..core.model import Model
 from ..stats import LOG_FLOAT64_MAX, correlation, fraction_unexplained, median
 from ..core.weights import Weights
 

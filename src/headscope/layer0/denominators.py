@@ -55,7 +55,7 @@ from .._errors import HeadscopeError
 from ..corpus import windows
 from ..core.forward import run_with_cache
 from .split import SEED_QUERY
-from ..core.loading import Model
+from ..core.model import Model
 from ..stats import LOG_FLOAT64_MAX
 
 Tensor = torch.Tensor

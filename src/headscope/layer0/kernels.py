@@ -64,7 +64,7 @@ from . import split as layer0
 from .._errors import HeadscopeError
 from .._html_repr import HtmlRepr
 from .split import SEED_QUERY
-from ..core.loading import Model
+from ..core.model import Model
 from ..stats import quantile
 from ..core.weights import Weights
 

@@ -139,7 +139,7 @@ from ..layer0 import split as layer0
 from ..semantic import bilinear, clustering
 from .._errors import HeadscopeError
 from .._html_repr import HtmlRepr
-from ..core.loading import Model
+from ..core.model import Model
 from ..core.tokenizer import to_str_tokens
 
 Tensor = torch.Tensor

@@ -26,7 +26,7 @@ import torch
 
 from .._errors import NotApplicable
 from ..core.forward import run_with_cache
-from ..core.loading import Model
+from ..core.model import Model
 from ..shipped import Text
 from ..core.weights import Weights
 

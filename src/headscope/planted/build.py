@@ -45,7 +45,7 @@ def build_weights(seed: int = 0, n_layers: int = 2, cfg: Config | None = None) -
 
 def build(out: str | Path, seed: int = 0, n_layers: int = 2, cfg: Config | None = None) -> Path:
     """Write a planted HF GPT-2 checkpoint with ``planted.json`` to `out` (atomically)."""
-    from ..core.loading import save_checkpoint
+    from ..core.writing import save_checkpoint
 
     w, manifest = build_weights(seed=seed, n_layers=n_layers, cfg=cfg)
     text = json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n"

@@ -182,7 +182,7 @@ class _Encoder:
 
 def build(out: str | Path, seed: int = 0, n_layers: int = 3) -> Path:
     """Write the planted rotary checkpoint (Qwen2 layout, tokenizer.json, planted.json) to `out` atomically."""
-    from ..core.loading import save_checkpoint
+    from ..core.writing import save_checkpoint
 
     w, manifest, tok = build_weights(seed, n_layers)
     text = json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n"

@@ -30,7 +30,7 @@ from .._html_repr import HtmlRepr
 from .bilinear import BilinearForm
 from .clustering import Clustering
 from .options import PRESETS, ClusterOptions, HeadOptions  # noqa: F401  (PRESETS: re-exported)
-from ..core.loading import Model
+from ..core.model import Model
 from .prompts import prompts_for
 from .survey import PositionIndependence, position_independence_heads
 from ..core.tokenizer import escape_token, n_tokens

@@ -22,7 +22,7 @@ from jaxtyping import Int
 from .. import shipped
 from .._errors import HeadscopeError, NotApplicable
 from ..corpus import read_json_file
-from ..core.loading import Model
+from ..core.model import Model
 from ..core.tokenizer import word_ids
 
 Tensor = torch.Tensor

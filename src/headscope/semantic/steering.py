@@ -44,7 +44,8 @@ from .._errors import HeadscopeError
 from .._html_repr import HtmlRepr
 from .._json import dumps
 from .bilinear import bilinear_form, key_bias_vector, qk_factors, qk_matrix
-from ..core.loading import WEIGHTS_FILE, Model, file_sha256
+from ..core.model import Model
+from ..core.sources import WEIGHTS_FILE, file_sha256
 from ..maps.patterns import head_pattern, head_patterns
 from .options import SteerOptions
 from .prompts import prompts_for
@@ -73,8 +74,8 @@ class Rebuild:
 
 def _check_steerable(alpha: float, W_new: Tensor, cfg) -> None:
     """Refuse an α whose steered form overflows, or whose W_Q', W_K' (≈ √|W'| each) would pass the
-    bound a checkpoint must keep to load (:func:`headscope.loading.max_weight`)."""
-    from ..core.loading import max_weight
+    bound a checkpoint must keep to load (:func:`headscope.core.checkpoint.max_weight`)."""
+    from ..core.checkpoint import max_weight
 
     top = float(W_new.abs().max()) if W_new.numel() else 0.0
     bound = max_weight(cfg)

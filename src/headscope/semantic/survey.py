@@ -53,7 +53,7 @@ from .._errors import HeadscopeError
 from .._html_repr import HtmlRepr
 from .._json import finite_or_none
 from ..core.forward import run_with_cache
-from ..core.loading import Model
+from ..core.model import Model
 from .prompts import prompts_for
 
 Tensor = torch.Tensor

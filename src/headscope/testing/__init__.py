@@ -9,11 +9,11 @@ from pathlib import Path
 
 import torch
 
-from ..core.loading import _open_source
+from ..core.sources import open_source
 
 
 def read_safetensors(directory: Path) -> dict[str, torch.Tensor]:
     """Every stored tensor of a checkpoint directory (any layout), by stored key, in memory."""
-    source = _open_source(Path(directory))
+    source = open_source(Path(directory))
     with source.open() as get:
         return {k: get(k) for k in source.infos}

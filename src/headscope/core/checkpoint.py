@@ -1,0 +1,324 @@
+"""A checkpoint's validated weight files, read on demand into raw or processed weights.
+
+What the stored tensors mean — key names, prefix, buffers, the tied or untied unembedding,
+transposes and reshapes into :class:`Block` — is the model family's, read from config.json's
+``model_type`` (:mod:`headscope.core.families`; GPT-2: :mod:`headscope.core.families.gpt2`).
+Refused here, each with one line: non-float weights (integers and bools are never cast), a
+tensor stored both with and without the prefix, tensors of layers beyond ``n_layer`` or of no
+weight of the family, missing tensors, wrong shapes, NaN or Inf. Weights may be float16,
+bfloat16, float32 or float64 (stated casts: to float32 for processing, to ``dtype`` for the
+result).
+
+Memory
+------
+Loading reads the headers, streams once through the data to check it is finite (64 MB at a
+time, memory-mapped, released as it goes) and keeps no weights. :meth:`Checkpoint.processed`
+builds processed weights block by block straight from the files: a block's raw tensors are
+copied out of the memory map, processed, and released with the map, so raw and processed
+weights never coexist in full; the raw weights are built only when asked for, and a tied W_U
+is a view ``W_E.T``, not a second copy.
+
+Fingerprint
+-----------
+:meth:`Checkpoint.fingerprint` identifies the weight files: the sha256 of the one weight file
+(``model.safetensors``, or ``pytorch_model.bin``); for sharded safetensors, the sha256 of the
+text ``"<sha256 of shard>  <shard file name>\\n"`` for every shard in name order (the lines
+``sha256sum model-*.safetensors`` prints).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import math
+from pathlib import Path
+
+import torch
+
+from .._errors import HeadscopeError, expected_got
+from .config import Config
+from .families import GPT2, Family
+from .sources import FLOAT_DTYPES, DictSource, Source, file_sha256, open_source
+from .weights import Block, Processing, Weights, process_block, process_embed, process_unembed
+
+_READ_BATCH_BYTES = 1 << 26   # the value check maps at most this much of the files at a time
+
+
+def _max_abs(t: torch.Tensor, chunk: int = 1 << 22) -> float:
+    """max |t| in bounded temporaries; NaN or inf if any entry is not finite (max propagates NaN)."""
+    m = 0.0
+    for c in t.reshape(-1).split(chunk):
+        v = float(c.abs().amax()) if c.numel() else 0.0
+        if not math.isfinite(v):
+            return v
+        m = max(m, v)
+    return m
+
+
+def max_weight(cfg: Config) -> float:
+    """The largest |w| headscope accepts in a checkpoint of shape `cfg` (README, JSON notes).
+
+    Two chains of weights must stay inside float32 (F = FLT_MAX, d = d_model, with a
+    normalised residual x̂, |x̂_i| ≤ √d, and every |w| ≤ b):
+
+    - the attention score ``(x̂ γ W_Q)·(x̂ γ W_K)``, four weights summed over at most d⁴
+      terms: b ≤ F^(1/4) / (2d);
+    - the residual stream, which a LayerNorm squares and sums over d: each layer adds at
+      most (d + d_mlp)·d^1.5·b³ (x̂ γ W_V W_O and x̂ γ W_in W_out), so with L layers
+      2·L·(d + d_mlp)·d^1.5·b³ ≤ √(F/d).
+
+    The bound is the smaller of the two (the factors 2 leave room for biases, embeddings
+    and rounding). GPT-2 small: about 700; real checkpoints stay far below it.
+    """
+    F, d = float(torch.finfo(torch.float32).max), cfg.d_model
+    score = F ** 0.25 / (2 * d)
+    residual = (math.sqrt(F / d) / (2 * cfg.n_layers * (d + cfg.d_mlp) * d ** 1.5)) ** (1 / 3)
+    return min(score, residual)
+
+
+@functools.lru_cache(maxsize=1)
+def _malloc_trim():
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc: nothing to do
+        return None
+
+
+def _return_free_memory() -> None:
+    """Hand freed heap pages back to the OS (glibc's ``malloc_trim``).
+
+    A block's temporaries are freed chunks of a few MB scattered between the tensors that
+    are kept; glibc keeps them mapped, which would add ~20 % to the resident size of the
+    weights built block by block.
+    """
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+def _fresh(t: torch.Tensor, dtype: torch.dtype, device=None) -> torch.Tensor:
+    """A new contiguous tensor holding `t` in `dtype` (never a view of a memory map)."""
+    return torch.empty(t.shape, dtype=dtype, device=device).copy_(t)
+
+
+class Checkpoint:
+    """The validated weight files of a checkpoint; tensors are read on demand.
+
+    ``names`` maps each canonical (unprefixed) name to its stored key; ``untied`` says
+    whether the family's unembedding (GPT-2: ``lm_head.weight``) is a separate tensor.
+    What the names mean is the `family`'s (:mod:`headscope.core.families`).
+    """
+
+    def __init__(self, source: Source, cfg: Config, *, family: Family = GPT2, tie_word_embeddings: bool = True,
+                 where: str = "checkpoint"):
+        self.source, self.cfg, self.family, self.where = source, cfg, family, where
+        self.names: dict[str, str] = {}
+        unembed, buffers = family.unembed, family.buffers
+        for key in sorted(source.infos):
+            name = family.canonical(key)
+            layer, leaf = family.layer_leaf(name)
+            known = (name in family.top.values() or leaf in family.leaves or leaf in buffers
+                     or name in family.top_buffers or (name == unembed and key == name))
+            if not known:
+                raise HeadscopeError(f"{where} holds an unexpected tensor {key!r} (not a weight of {family.hf_class})")
+            if layer is not None and layer >= cfg.n_layers:
+                raise HeadscopeError(f"{where} holds {key!r} for layer {layer}, but config.json has n_layer "
+                                     f"{cfg.n_layers} (layers 0..{cfg.n_layers - 1})")
+            if name in self.names:
+                raise HeadscopeError(f"{where} holds both {self.names[name]!r} and {key!r} (one tensor stored twice)")
+            self.names[name] = key
+            dtype = source.infos[key][0]
+            if leaf not in buffers and name not in family.top_buffers and dtype not in FLOAT_DTYPES:
+                raise HeadscopeError(f"{where}: tensor {key!r} has dtype {dtype}; headscope reads floating-point "
+                                     f"weights only ({', '.join(FLOAT_DTYPES)}) and never casts {dtype} to float")
+        self.shapes = family.shapes(cfg)
+        for name, shape in self.shapes.items():
+            if name not in self.names:
+                raise HeadscopeError(f"checkpoint is missing tensor {name!r}")
+            got = source.infos[self.names[name]][1]
+            if got != shape:
+                raise HeadscopeError(expected_got(f"shape of {name}", list(shape), list(got)))
+        self.untied = unembed in self.names
+        if self.untied:
+            shape, got = (cfg.d_vocab, cfg.d_model), source.infos[unembed][1]
+            if got != shape:
+                raise HeadscopeError(expected_got(f"shape of {unembed}", list(shape), list(got)))
+            self.shapes[unembed] = shape
+        elif not tie_word_embeddings:
+            raise HeadscopeError(f"{where}: config.json sets tie_word_embeddings false but there is no {unembed}")
+
+    @classmethod
+    def open(cls, directory: Path, cfg: Config, *, family: Family = GPT2, tie_word_embeddings: bool = True
+             ) -> "Checkpoint":
+        return cls(open_source(directory), cfg, family=family, tie_word_embeddings=tie_word_embeddings,
+                   where=str(directory))
+
+    # -- facts --------------------------------------------------------------------------
+
+    @property
+    def layout(self) -> str:
+        return self.source.layout
+
+    @property
+    def n_parameters(self) -> int:
+        return sum(math.prod(s) for s in self.shapes.values())   # lm_head is in shapes only when untied
+
+    @property
+    def working_dtype(self) -> torch.dtype:
+        """float64 when every weight is stored in float64, else float32."""
+        dtypes = {self.source.infos[self.names[n]][0] for n in self.shapes}
+        return torch.float64 if dtypes == {"float64"} else torch.float32
+
+    def fingerprint(self) -> str:
+        """sha256 of the weight file; for shards, of their ``sha256sum`` lines in name order
+        (computed once: every :meth:`Model.bound` copy shares this checkpoint)."""
+        if getattr(self, "_fingerprint", None) is None:
+            self._fingerprint = self._hash_files()
+        return self._fingerprint
+
+    def _hash_files(self) -> str:
+        files = self.source.files
+        if not files:
+            raise HeadscopeError("weights held in memory have no file fingerprint")
+        if len(files) == 1:
+            return file_sha256(files[0])
+        lines = "".join(f"{file_sha256(p)}  {p.name}\n" for p in sorted(files, key=lambda p: p.name))
+        return hashlib.sha256(lines.encode("utf-8")).hexdigest()
+
+    def check_values(self) -> None:
+        """Stream once through the weights: every value finite; an lm_head equal to wte is a tie.
+
+        Reads at most ``_READ_BATCH_BYTES`` of mapped file per open, so the pages it
+        touches are released as it goes.
+        """
+        batch, size = [], 0
+        bound = max_weight(self.cfg)
+        itemsize = {n: torch.empty((), dtype=dt).element_size() for n, dt in FLOAT_DTYPES.items()}
+        groups = []
+        for name, shape in self.shapes.items():
+            nb = math.prod(shape) * itemsize[self.source.infos[self.names[name]][0]]
+            if batch and size + nb > _READ_BATCH_BYTES:
+                groups.append(batch)
+                batch, size = [], 0
+            batch.append(name)
+            size += nb
+        groups.append(batch)
+        for group in groups:
+            with self.source.open() as get:
+                for name in group:
+                    t = get(self.names[name])
+                    m = _max_abs(t)
+                    if not math.isfinite(m):
+                        raise HeadscopeError(f"weight {self.names[name]} contains NaN or Inf values")
+                    if m > bound:
+                        raise HeadscopeError(
+                            f"weight {self.names[name]} holds a value of magnitude {m:.3g}, over the bound "
+                            f"{bound:.3g} within which float32 analyses of a model of this shape cannot overflow "
+                            "(README, JSON notes: finite weights, finite figures)")
+                    del t
+        if self.untied:
+            with self.source.open() as get:
+                a, b = get(self.names[self.family.unembed]), get(self.names[self.family.top["W_E"]])
+                rows = max(1, (1 << 22) // self.cfg.d_model)
+                same = a.dtype == b.dtype and all(torch.equal(a[i:i + rows], b[i:i + rows])
+                                                  for i in range(0, self.cfg.d_vocab, rows))
+                del a, b
+            if same:
+                self.untied = False
+                del self.shapes[self.family.unembed]
+
+    # -- reading ------------------------------------------------------------------------
+
+    def read(self, names: list[str], dtype: torch.dtype, device=None, *, share: bool = False
+             ) -> dict[str, torch.Tensor]:
+        """Fresh copies of the canonical tensors `names` in `dtype` (the files are released after).
+
+        With `share`, a tensor held in memory (a state dict, not a file) that already has
+        `dtype` and `device` is returned itself, not copied: for read-only use.
+        """
+        where = torch.device("cpu") if device is None else torch.device(device)
+        with self.source.open() as get:
+            out = {}
+            for n in names:
+                t = get(self.names[n])
+                keep = share and self.source.in_memory and t.dtype == dtype and t.device == where
+                out[n] = t if keep else _fresh(t, dtype, device)
+                del t
+        return out
+
+    def raw_block(self, layer: int, dtype: torch.dtype, device=None, *, share: bool = False) -> Block:
+        f = self.family
+        names = {k: f.block_name(layer, k) for k in f.leaves}
+        t = self.read(list(names.values()), dtype, device, share=share)
+        return f.block_from_hf({k: t[n] for k, n in names.items()}, self.cfg)
+
+    def _top(self, dtype, device=None, *, share: bool = False) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """The tensors outside the blocks by Weights field (W_E, W_pos, ln_final_w, ln_final_b), and W_U."""
+        f = self.family
+        stored = self.read(list(f.top.values()) + ([f.unembed] if self.untied else []), dtype, device, share=share)
+        top = {field: stored[name] for field, name in f.top.items()}
+        W_U = (stored[f.unembed] if self.untied else top["W_E"]).T   # [d_vocab d] → [d d_vocab]
+        del stored
+        if f.top_from_hf is not None:
+            top = {field: f.top_from_hf(field, t, self.cfg) for field, t in top.items()}
+        if "ln_final_b" not in top:                                  # RMSNorm: no bias stored
+            top["ln_final_b"] = torch.zeros_like(top["ln_final_w"])
+        top.setdefault("W_pos", None)                                # rotary: no position table
+        return top, W_U
+
+    def raw(self, dtype: torch.dtype, device=None) -> Weights:
+        """Unprocessed weights in `dtype` on `device`; a tied W_U is the view ``W_E.T``.
+
+        Tensors of a state dict in memory are shared when no cast or move is needed."""
+        top, W_U = self._top(dtype, device, share=True)
+        blocks = []
+        for l in range(self.cfg.n_layers):
+            blocks.append(self.raw_block(l, dtype, device, share=True))
+            _return_free_memory()
+        return Weights(cfg=self.cfg, W_E=top["W_E"], W_pos=top["W_pos"], blocks=blocks,
+                       ln_final_w=top["ln_final_w"], ln_final_b=top["ln_final_b"], W_U=W_U,
+                       b_U=torch.zeros(self.cfg.d_vocab, dtype=dtype, device=device))
+
+    def processed(self, processing: Processing, dtype: torch.dtype, device=None) -> Weights:
+        """Processed weights, built block by block on the CPU in float32 (float64 for a float64
+        model), each block cast to `dtype` and moved to `device` as soon as it is done."""
+        work = torch.float64 if dtype == torch.float64 else torch.float32
+        move = lambda t: t.to(device=device, dtype=dtype)  # noqa: E731 - no copy when nothing changes
+        top, W_U = self._top(work)
+        # W_U first: a tied W_U reads the raw W_E, which is then centred in place (no second copy)
+        W_U, b_U, ln_w, ln_b = process_unembed(W_U, torch.zeros(self.cfg.d_vocab, dtype=work),
+                                               top["ln_final_w"], top["ln_final_b"], processing)
+        if not W_U.is_contiguous() or W_U.data_ptr() == top["W_E"].data_ptr():
+            W_U = W_U.clone(memory_format=torch.contiguous_format)   # processing left W_U alone: a dense raw copy
+        W_E, W_pos = process_embed(top["W_E"], top.get("W_pos"), processing, inplace=True)
+        del top
+        W_E, W_U, b_U, ln_w, ln_b = map(move, (W_E, W_U, b_U, ln_w, ln_b))
+        W_pos = move(W_pos) if W_pos is not None else None          # rotary models have no W_pos
+        blocks = []
+        for l in range(self.cfg.n_layers):
+            b = process_block(self.raw_block(l, work), processing)
+            blocks.append(Block(**{k: move(getattr(b, k)) for k in b.shapes(self.cfg)}))
+            del b
+            _return_free_memory()
+        return Weights(cfg=self.cfg, W_E=W_E, W_pos=W_pos, blocks=blocks, ln_final_w=ln_w, ln_final_b=ln_b,
+                       W_U=W_U, b_U=b_U, processing=processing)
+
+
+def from_hf_state_dict(state: dict[str, torch.Tensor], cfg: Config) -> Weights:
+    """HF GPT-2 state dict → canonical :class:`Weights`, every key, dtype and shape checked.
+
+    Weights come out in float32 (float64 if the state dict's are float64); a stored
+    ``lm_head.weight`` is the unembedding (W_U = lm_head.weightᵀ), else W_U is the view
+    ``W_E.T``.
+    """
+    ckpt = state_dict_checkpoint(state, cfg)
+    return ckpt.raw(ckpt.working_dtype)
+
+
+def state_dict_checkpoint(state: dict[str, torch.Tensor], cfg: Config, *, family: Family = GPT2,
+                          tie_word_embeddings: bool = True, where: str = "state dict") -> "Checkpoint":
+    """A :class:`Checkpoint` over a state dict in memory (GPT-2: ``transformer.`` prefix optional;
+    a ``lm_head.weight`` equal to ``wte.weight`` is the tied unembedding, not a second one)."""
+    return Checkpoint(DictSource(state, family), cfg, family=family, tie_word_embeddings=tie_word_embeddings,
+                      where=where)
