@@ -148,7 +148,7 @@ def _in(module: str, layer: tuple[str, ...]) -> bool:
      "the model core imports no analysis, report or command"),
     (ANALYSES, PRESENTATION, "the analyses import no report, command or CLI code"),
     (("headscope._atomic", "headscope._json", "headscope._errors", "headscope._memory", "headscope.corpus",
-      "headscope.shipped", "headscope.stats", "headscope._version"),
+      "headscope.shipped", "headscope.stats", "headscope.lowrank", "headscope._version"),
      ("headscope.core",) + ANALYSES + PRESENTATION + ("headscope.planted", "headscope.testing"),
      "the shared base imports nothing above it"),
 ])

@@ -134,7 +134,7 @@ import torch
 from jaxtyping import Float
 
 from . import composition
-from .lowrank import column_factor, small_matrices
+from ..lowrank import small_matrices, sym_eigenvalues, sym_skew_cores
 from ..layer0 import split as layer0
 from ..semantic import bilinear, clustering
 from .._errors import HeadscopeError
@@ -212,19 +212,10 @@ UNIT = {c.key for c in COLUMNS if c.scale == "unit"}                            
 # -- the metrics of one head (small matrices only; see the module docstring) ----------------
 
 
-def _pair_forms(e: int, dtype=torch.float64) -> tuple[Tensor, Tensor]:
-    """M_S = (E + Eᵀ)/2 and M_A = (E − Eᵀ)/2 for E = [[0, I], [0, 0]] (2e × 2e)."""
-    E = torch.zeros(2 * e, 2 * e, dtype=dtype)
-    E[:e, e:] = torch.eye(e, dtype=dtype)
-    return (E + E.T) / 2, (E - E.T) / 2
-
-
 def form_norms(q: Float[Tensor, "... n e"], k: Float[Tensor, "... n e"]) -> tuple[Tensor, Tensor]:
-    """(‖sym(q kᵀ)‖_F, ‖skew(q kᵀ)‖_F) from the 2e × 2e factor of [q k] (n × n never formed)."""
-    R = column_factor(torch.cat([q, k], dim=-1))                                   # [... 2e 2e]
-    M_S, M_A = _pair_forms(q.shape[-1])
-    Rt = R.transpose(-1, -2)
-    return (R @ M_S @ Rt).flatten(-2).norm(dim=-1), (R @ M_A @ Rt).flatten(-2).norm(dim=-1)
+    """(‖sym(q kᵀ)‖_F, ‖skew(q kᵀ)‖_F) from the 2e × 2e cores of [q k] (n × n never formed)."""
+    S, A = sym_skew_cores(q, k)                                                    # [... 2e 2e] each
+    return S.flatten(-2).norm(dim=-1), A.flatten(-2).norm(dim=-1)
 
 
 def symmetry_ratio(sym: float, skew: float) -> float | None:
@@ -237,14 +228,10 @@ def symmetric_eigenvalues(W_Q: Float[Tensor, "... d e"], W_K: Float[Tensor, "...
                           ) -> Float[Tensor, "... r"]:
     """The (at most 2e) eigenvalues of sym(W_Q W_Kᵀ) that can be nonzero, sorted by |λ| descending.
 
-    Through R M_S Rᵀ with [W_Q W_K] = Q R (module docstring); the other d − 2e
-    eigenvalues are exactly zero.
+    Through R M_S Rᵀ with [W_Q W_K] = Q R (:func:`headscope.lowrank.sym_eigenvalues`); the
+    other d − 2e eigenvalues are exactly zero.
     """
-    R = column_factor(torch.cat([W_Q, W_K], dim=-1))                               # [... 2e 2e]
-    M_S, _ = _pair_forms(W_Q.shape[-1])
-    A = R @ M_S @ R.transpose(-1, -2)
-    with small_matrices():
-        lam = torch.linalg.eigvalsh((A + A.transpose(-1, -2)) / 2)                 # [... 2e]
+    lam = sym_eigenvalues(W_Q, W_K)                                                # [... 2e]
     order = torch.argsort(lam.abs(), dim=-1, descending=True, stable=True)
     return torch.gather(lam, -1, order)
 
@@ -304,12 +291,9 @@ def copying_score(eigenvalues: Tensor, scale: float = 0.0, rel_tol: float = REL_
 
 
 def weighted_eigenvalues(q: Float[Tensor, "... n e"], k: Float[Tensor, "... n e"]) -> Float[Tensor, "... r"]:
-    """The (at most 2e) nonzero eigenvalues of sym(q kᵀ) [n n], from R M_S Rᵀ with [q k] = Q R (float64)."""
-    R = column_factor(torch.cat([q, k], dim=-1))                                   # [... 2e 2e]
-    M_S, _ = _pair_forms(q.shape[-1])
-    A = R @ M_S @ R.transpose(-1, -2)
-    with small_matrices():
-        return torch.linalg.eigvalsh((A + A.transpose(-1, -2)) / 2)
+    """The (at most 2e) nonzero eigenvalues of sym(q kᵀ) [n n], ascending, from R M_S Rᵀ with
+    [q k] = Q R (float64; :func:`headscope.lowrank.sym_eigenvalues`)."""
+    return sym_eigenvalues(q, k)
 
 
 def negative_mass(lam: Float[Tensor, "r"], rel_tol: float = REL_TOL) -> float | None:

@@ -35,7 +35,7 @@ import torch
 from jaxtyping import Float
 
 from .._html_repr import HtmlRepr
-from .lowrank import column_factor, small_matrices
+from ..lowrank import column_factor, small_matrices
 from ..core.weights import Weights
 
 Tensor = torch.Tensor

@@ -46,6 +46,7 @@ from .._errors import HeadscopeError
 from .._memory import rows_that_fit
 from ..core.forward import mlp, normalize, run_with_cache
 from ..core.weights import Weights
+from ..lowrank import span_basis
 
 Tensor = torch.Tensor
 VARIANTS = ("full", "mlp")
@@ -200,15 +201,6 @@ def qk_factors(weights: Weights, layer: int, head: int, *, centred: bool | None 
     return U, V
 
 
-def span_basis(U: Float[Tensor, "d e"], V: Float[Tensor, "d e"]) -> Float[Tensor, "d r"]:
-    """An orthonormal B [d r], r = min(d, 2e), whose span contains the columns of U and V.
-
-    Householder QR: B is orthonormal even when [U V] is rank-deficient (U = V for a symmetric
-    head), its span then holding U, V and directions the forms vanish on.
-    """
-    return torch.linalg.qr(torch.cat([U, V], dim=1))[0]                               # [d r]
-
-
 def key_bias_vector(weights: Weights, layer: int, head: int) -> Float[Tensor, "d_model"]:
     """v = P W_K b_Q: the key-only score term x̂_s · v (not part of the bilinear form; P = I under RMSNorm)."""
     b = weights.blocks[layer]
@@ -257,7 +249,7 @@ def bilinear_form(W: Float[Tensor, "d d"], layer: int, head: int, *, top: int = 
     """Decompose W_QK; eigenvalues with |λ| ≤ rel_tol·max|λ| count as zero.
 
     With ``factors=(U, V)`` (``W = U Vᵀ``, :func:`qk_factors`), S and A are decomposed in
-    an orthonormal basis B of span(U, V) (:func:`span_basis`, r ≤ 2·d_head columns):
+    an orthonormal basis B of span(U, V) (:func:`headscope.lowrank.span_basis`, r ≤ 2·d_head columns):
     S = B (BᵀSB) Bᵀ and A = B (BᵀAB) Bᵀ exactly, so the non-zero eigenpairs of S are
     (λ, B y) for the eigenpairs (λ, y) of the r × r matrix BᵀSB, and the singular values of
     A those of BᵀAB (padded with the zeros outside span B). That costs O(d²·d_head)

@@ -1,0 +1,61 @@
+"""The small-factor primitives (`headscope.lowrank`) against the n × n forms they stand for.
+
+Dimensions all distinct (n 11, e 3); one rank-deficient case (V = U, an exactly symmetric
+form) where the span has fewer than 2e directions.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from headscope.lowrank import pair_forms, span_basis, sym_eigenvalues, sym_skew_cores
+from headscope.semantic.bilinear import bilinear_form
+
+N, E = 11, 3
+
+
+def _uv(seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(N, E, generator=g, dtype=torch.float64), torch.randn(N, E, generator=g, dtype=torch.float64)
+
+
+def test_pair_forms_split_the_block_shift():
+    M_S, M_A = pair_forms(E)
+    E_ = torch.zeros(2 * E, 2 * E, dtype=torch.float64)
+    E_[:E, E:] = torch.eye(E, dtype=torch.float64)
+    torch.testing.assert_close(M_S + M_A, E_, rtol=0, atol=0)
+    torch.testing.assert_close(M_S, M_S.T, rtol=0, atol=0)
+    torch.testing.assert_close(M_A, -M_A.T, rtol=0, atol=0)
+
+
+def test_cores_have_the_norms_and_eigenvalues_of_the_n_by_n_parts():
+    U, V = _uv()
+    W = U @ V.T                                                                   # [n n]
+    S, A = (W + W.T) / 2, (W - W.T) / 2
+    core_S, core_A = sym_skew_cores(U, V)                                         # [2e 2e] each
+    assert core_S.shape == (2 * E, 2 * E)
+    torch.testing.assert_close(core_S.norm(), S.norm(), rtol=1e-12, atol=0)
+    torch.testing.assert_close(core_A.norm(), A.norm(), rtol=1e-12, atol=0)
+    full = torch.linalg.eigvalsh(S)
+    nonzero = full[full.abs() > 1e-9 * full.abs().max()]
+    torch.testing.assert_close(sym_eigenvalues(U, V), torch.sort(nonzero).values, rtol=1e-10, atol=1e-12)
+
+
+def test_span_basis_is_orthonormal_and_holds_both_factors_even_when_rank_deficient():
+    U, V = _uv(1)
+    for a, b in [(U, V), (U, U)]:
+        B = span_basis(a, b)                                                      # [n 2e]
+        assert B.shape == (N, 2 * E)
+        torch.testing.assert_close(B.T @ B, torch.eye(2 * E, dtype=torch.float64), rtol=0, atol=1e-12)
+        for X in (a, b):
+            torch.testing.assert_close(B @ (B.T @ X), X, rtol=0, atol=1e-12)
+
+
+def test_bilinear_form_in_the_span_equals_the_full_decomposition():
+    U, V = _uv(2)
+    W = U @ V.T
+    full, small = bilinear_form(W, 0, 0, top=4), bilinear_form(W, 0, 0, top=4, factors=(U, V))
+    torch.testing.assert_close(small.eigenvalues, full.eigenvalues, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(small.sigma_skew, full.sigma_skew, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(small.sym, full.sym, rtol=1e-10, atol=1e-12)
+    assert small.n_negative == full.n_negative and small.n_positive == full.n_positive
