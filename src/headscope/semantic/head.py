@@ -300,71 +300,98 @@ def analyse_heads(model: Model, heads: list[tuple[int, int]], options: HeadOptio
     for ``keys="nodes"``), not the graph's targets.
     """
     o = options.resolved()
-    k, variant, authors = o.k, o.variant, o.authors
     heads = [(int(l), int(h)) for l, h in heads]
     for l, h in heads:
         model.cfg.check_head(l, h)
     if not heads:
         return []
-    cfg = model.cfg
     W = model.weights()
-    head_keys = {hd: resolve_keys(cfg, hd[0], o.keys, variant) for hd in heads}
-    vocab_layers = sorted({l for (l, _), kk in head_keys.items() if kk == "vocab"})
+    head_keys = {hd: resolve_keys(model.cfg, hd[0], o.keys, o.variant) for hd in heads}
+    steps = _Steps(3 + any(kk == "vocab" for kk in head_keys.values()) + len(heads), progress)
+    shared = _shared_work(model, W, heads, head_keys, o, steps)
+    parts = []
+    for l, h in heads:
+        parts.append(_one_head(model, W, l, h, o, shared))
+        steps(f"head {l}.{h}")
+    del shared                                          # the node and vocabulary embeddings
+    positions = position_independence_heads(model, heads, categories=o.categories, seed=o.seed)
+    steps("position independence")
+    return [HeadAnalysis(layer=l, head=h, fingerprint=model.fingerprint, processing=W.processing.to_dict(),
+                         embedding_variant=o.variant, form=form, clusters=hc, neighbours=neighbours,
+                         self_scores=self_scores, position=pos)
+            for (l, h), (form, hc, neighbours, self_scores), pos in zip(heads, parts, positions)]
+
+
+class _Steps:
+    """``progress(done, total, what)`` after each step of :func:`analyse_heads`, if given."""
+
+    def __init__(self, total: int, progress=None):
+        self.total, self.done, self.progress = total, 0, progress
+
+    def __call__(self, what: str) -> None:
+        self.done += 1
+        if self.progress is not None:
+            self.progress(self.done, self.total, what)
+
+
+@dataclasses.dataclass
+class _Shared:
+    """What the heads of one :func:`analyse_heads` call share (computed once)."""
+
+    cat_ids: dict[str, list[int]]          # category → its words' token ids
+    n_freq: int                            # how many of the nodes are the frequent tokens
+    nodes: list[int]                       # the graph's nodes (token ids)
+    frequency: str                         # the frequency source's name
+    X_nodes: dict[int, Tensor]             # layer → the nodes' effective embeddings [n d]
+    examples: list[int]                    # example tokens: the first word of each category
+    head_keys: dict[tuple[int, int], str]  # head → "vocab" or "nodes"
+    vocab_targets: dict[tuple[int, int], tuple[Tensor, ...]]   # vocabulary-keyed heads' top keys
+
+
+def _shared_work(model: Model, W: Weights, heads: list[tuple[int, int]], head_keys: dict, o: HeadOptions,
+                 steps: _Steps) -> _Shared:
+    """The category prompts and mean attention outputs (up to the deepest head), the graph's nodes
+    and their effective embeddings (one pass up the residual stream), and the whole-vocabulary
+    pass of the vocabulary-keyed heads (up to the deepest of them)."""
     layers = sorted({l for l, _ in heads})
-    total = 3 + bool(vocab_layers) + len(heads)
-    done = 0
-
-    def step(what: str) -> None:
-        nonlocal done
-        done += 1
-        if progress is not None:
-            progress(done, total, what)
-
+    vocab_layers = sorted({l for (l, _), kk in head_keys.items() if kk == "vocab"})
     prompts, cat_ids = prompts_for(model, o.categories, n_prompts=32, length=16, seed=o.seed)
-    attn_means = bilinear.attn_means_for(W, max(max(layers), 1 if variant == "mlp" else 0), o.attn_mean,
+    attn_means = bilinear.attn_means_for(W, max(max(layers), 1 if o.variant == "mlp" else 0), o.attn_mean,
                                          prompts.tokens)
-    step("mean attention outputs")
-    freq, nodes, freq_name = _nodes(model, o.n_tokens, o.corpus, cat_ids, o.frequency, authors)
-    X_nodes = dict(_embeddings_at(W, layers, torch.tensor(nodes), variant, attn_means))        # layer → [n d]
-    step("effective embeddings of the nodes")
-
-    # neighbours and self-score explanations of example tokens (first word of each category)
+    steps("mean attention outputs")
+    freq, nodes, freq_name = _nodes(model, o.n_tokens, o.corpus, cat_ids, o.frequency, o.authors)
+    X_nodes = dict(_embeddings_at(W, layers, torch.tensor(nodes), o.variant, attn_means))      # layer → [n d]
+    steps("effective embeddings of the nodes")
     examples = [ids[0] for ids in cat_ids.values()][:o.n_examples]
-    node_index = {t: i for i, t in enumerate(nodes)}
     vocab_targets: dict[tuple[int, int], tuple[Tensor, ...]] = {}
     if vocab_layers:
-        vocab = torch.arange(n_tokens(model.tokenizer, cfg.d_vocab))     # token ids: no padding rows
-        vocab_targets = _vocab_targets(W, heads, head_keys, vocab_layers, examples, k, variant, attn_means, authors,
-                                       vocab)
-        step("effective embeddings of the vocabulary")
+        vocab = torch.arange(n_tokens(model.tokenizer, model.cfg.d_vocab))     # token ids: no padding rows
+        vocab_targets = _vocab_targets(W, heads, head_keys, vocab_layers, examples, o.k, o.variant, attn_means,
+                                       o.authors, vocab)
+        steps("effective embeddings of the vocabulary")
+    return _Shared(cat_ids=cat_ids, n_freq=len(freq), nodes=nodes, frequency=freq_name, X_nodes=X_nodes,
+                   examples=examples, head_keys=head_keys, vocab_targets=vocab_targets)
 
-    out_parts = []
-    for l, h in heads:
-        fold = W.reads_centred
-        form = bilinear.bilinear_form(bilinear.qk_matrix(W, l, h, centred=fold), l, h,
-                                      factors=bilinear.qk_factors(W, l, h, centred=fold))
-        hc = _graph_clusters(model, W, l, h, X_nodes[l], nodes, len(freq), cat_ids, o, keys=head_keys[(l, h)],
-                             frequency=freq_name)
-        X_n = hc.embeddings
-        strs = model.to_str_tokens(nodes)
-        scale = cfg.attn_scale(l)
-        if authors:                         # each example's own top keys (module docstring of analyse_heads)
-            neighbours, self_scores = _authors_examples(model, W, l, h, form, X_n, nodes, node_index, examples, k,
-                                                        head_keys[(l, h)], vocab_targets.get((l, h)))
-        else:
-            neighbours, self_scores = _graph_examples(model, form, hc, X_n, nodes, strs, examples, scale,
-                                                      vocab_targets.get((l, h)) if head_keys[(l, h)] == "vocab"
-                                                      else None)
-        out_parts.append((l, h, form, hc, neighbours, self_scores))
-        step(f"head {l}.{h}")
-    del X_nodes, vocab_targets
 
-    positions = position_independence_heads(model, heads, categories=o.categories, seed=o.seed)
-    step("position independence")
-    return [HeadAnalysis(layer=l, head=h, fingerprint=model.fingerprint, processing=W.processing.to_dict(),
-                         embedding_variant=variant, form=form, clusters=hc, neighbours=neighbours,
-                         self_scores=self_scores, position=pos)
-            for (l, h, form, hc, neighbours, self_scores), pos in zip(out_parts, positions)]
+def _one_head(model: Model, W: Weights, l: int, h: int, o: HeadOptions, s: _Shared) -> tuple:
+    """(QK form, clusters, example neighbours, self-score explanations) of head (l, h) from the
+    shared work: the authors' branch ranks each example's own top keys, headscope's reads the
+    graph's targets (the docstring of :func:`analyse_heads`)."""
+    fold = W.reads_centred
+    form = bilinear.bilinear_form(bilinear.qk_matrix(W, l, h, centred=fold), l, h,
+                                  factors=bilinear.qk_factors(W, l, h, centred=fold))
+    keys = s.head_keys[(l, h)]
+    hc = _graph_clusters(model, W, l, h, s.X_nodes[l], s.nodes, s.n_freq, s.cat_ids, o, keys=keys,
+                         frequency=s.frequency)
+    if o.authors:
+        node_index = {t: i for i, t in enumerate(s.nodes)}
+        neighbours, self_scores = _authors_examples(model, W, l, h, form, hc.embeddings, s.nodes, node_index,
+                                                    s.examples, o.k, keys, s.vocab_targets.get((l, h)))
+    else:
+        neighbours, self_scores = _graph_examples(model, form, hc, hc.embeddings, s.nodes,
+                                                  model.to_str_tokens(s.nodes), s.examples, model.cfg.attn_scale(l),
+                                                  s.vocab_targets.get((l, h)) if keys == "vocab" else None)
+    return form, hc, neighbours, self_scores
 
 
 def _vocab_targets(W, heads, head_keys, vocab_layers, examples, k, variant, attn_means, authors, vocab
