@@ -43,7 +43,7 @@ import torch
 from . import shipped
 from .semantic import bilinear
 from ._errors import HeadscopeError, NotApplicable
-from ._html_repr import HtmlRepr
+from ._html_repr import HtmlRepr, render_text
 from .layer0.calibration import MIN_SAMPLES, STRIDE, calibrate, check_samples
 from .layer0.contextual import HEAD_SETS, build_circuit, circuit_fidelity
 from .corpus import windows
@@ -112,33 +112,8 @@ class ReproduceResult(HtmlRepr):
                 "rows": [r.to_dict() for r in self.rows], "notes": self.notes, "details": self.details}
 
     def render(self) -> str:
-        w = max(len(r.id) for r in self.rows)
-        lines = [f"headscope reproduce: {self.source} (sha256 {self.fingerprint[:12]}…), "
-                 f"published column: {self.reference}", ""]
-        lines.append(f"{'claim':<{w}}  {'published':<28}  {'measured':<34}  {'tolerance':<24}  result")
-        for r in self.rows:
-            verdict = {True: "PASS", False: "FAIL", None: "n/a"}[r.passed]
-            lines.append(f"{r.id:<{w}}  {_short(r.published, 28):<28}  {_short(r.measured, 34):<34}  "
-                         f"{_short(r.tolerance, 24):<24}  {verdict}")
-            if r.note:
-                lines.append(f"{'':<{w}}  ↳ {r.note}")
-        n_pass = sum(r.passed is True for r in self.rows)
-        n_fail = sum(r.passed is False for r in self.rows)
-        lines += ["", f"{n_pass} pass, {n_fail} fail, {len(self.rows) - n_pass - n_fail} without a verdict"]
-        lines += [f"note: {n}" for n in self.notes]
-        return "\n".join(lines)
-
-
-def _short(x, width: int = 30) -> str:
-    if x is None:
-        s = "—"
-    elif isinstance(x, float):
-        s = f"{x:.4g}"
-    elif isinstance(x, (list, tuple)):
-        s = ", ".join(_short(v, width) for v in x) if len(x) <= 8 else f"{len(x)} items"
-    else:
-        s = str(x)
-    return s if len(s) <= width else s[: width - 1] + "…"
+        """The claims table as text (headscope.report.views.reproduce.text)."""
+        return render_text(self)
 
 
 # -- the reference: seed figures or a planted manifest -------------------------------------------

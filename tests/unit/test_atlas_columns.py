@@ -6,7 +6,7 @@ import dataclasses
 import re
 
 from headscope.maps.atlas import COLUMNS, METRICS, SIGNED, UNIT, Atlas, HeadRow
-from headscope.report.builtin.atlas import AtlasView
+from headscope.report.views.atlas import AtlasView
 
 
 def _row(layer: int, head: int, **values) -> HeadRow:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from .._errors import HeadscopeError
 from ..maps.atlas import DEFAULT_TOKENS, atlas
+from ..report.views import atlas as V
 from . import revisions as _revisions
 from .args import emit, load_model
 
@@ -54,7 +55,7 @@ def run(args) -> int:
     layers = None if args.layers is None else [model.cfg.check_layer(l) for l in args.layers]
     res = atlas(model, layers, n_tokens=args.tokens, corpus=args.corpus, kernels=not args.no_kernels,
                 survey=args.survey, logit_diff=None if args.logit_diff is None else tuple(args.logit_diff))
-    emit(args, res, res.render())
+    emit(args, res, V.text(res.to_dict()))
     return 0
 
 

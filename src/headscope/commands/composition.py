@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from .._errors import HeadscopeError
 from ..maps.composition import EDGES, composition
+from ..report.views import composition as V
 from .args import emit, load_model
 
 
@@ -25,5 +26,5 @@ def run(args) -> int:
         raise HeadscopeError(f"--edges: expected ≥ 1, got {args.edges}")
     model = load_model(args)
     res = composition(model, k=args.edges)
-    emit(args, res, res.render())
+    emit(args, res, V.text(res.to_dict()))
     return 0

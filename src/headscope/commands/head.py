@@ -23,6 +23,7 @@ position, no BOS. --tokens, --k, --frequency and --attn-mean override the preset
 from __future__ import annotations
 
 from .._errors import HeadscopeError
+from ..report.views import head as V
 from ..semantic.head import analyse_head
 from ..semantic.options import HeadOptions
 from .args import emit, load_model, parse_float, parse_head
@@ -62,5 +63,5 @@ def run(args) -> int:
                           frequency=args.frequency, attn_mean=args.attn_mean, keys=args.keys,
                           categories=args.categories, corpus=args.corpus, resolution=resolution, seed=args.seed)
     res = analyse_head(model, layer, head, options)
-    emit(args, res, res.render())
+    emit(args, res, V.text(res.to_dict()))
     return 0

@@ -13,14 +13,13 @@ texts each, named "FILE [window i/n]".
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from .._atomic import atomic_write_text, check_output_file, starts_with
 from ..corpus import read_text_file, windows
-from ..layer0.neurons import NeuronTrace, neuron_trace
-from ..report import figures as F
+from ..layer0.neurons import neuron_trace
 from ..report import html as H
+from ..report.views import neuron as V
 from .args import emit, load_model
 from .circuit_args import add_calibration_arguments, circuit_from_args
 
@@ -31,24 +30,6 @@ def add_arguments(p):
     p.add_argument("--text", nargs="+", required=True, metavar="FILE", help="UTF-8 text files")
     add_calibration_arguments(p)
     p.add_argument("--out", metavar="HTML", help="write a token heatmap (HTML)")
-
-
-def render_html(trace: NeuronTrace, names: list[str]) -> str:
-    """A standalone page: true and predicted pre-activation of every text as token heatmaps."""
-    vals = [abs(v) for t in trace.texts for v in t["true"][1:] + t["predicted"][1:] if math.isfinite(v)]
-    vmax = max(vals, default=1.0) or 1.0
-    corr = "—" if trace.correlation is None else f"{trace.correlation:.3f}"
-    parts = [H.Safe("<p>") + H.h(f"Heads {', '.join(map(str, trace.heads))}, query {trace.query!r}; correlation "
-                                 f"of the true pre-activation and the circuit's prediction {corr} (BOS excluded). "
-                                 f"Blue negative, red positive, common scale ±{vmax:.3g}; hover for the value.")
-             + H.Safe("</p>")]
-    for name, t in zip(names, trace.texts):
-        r = "—" if t["correlation"] is None else f"{t['correlation']:.3f}"
-        for key, label in (("true", "true pre-activation"), ("predicted", "circuit prediction")):
-            parts.append(H.Safe("<h2>") + H.h(f"{name} (r = {r}): {label}") + H.Safe("</h2>"))
-            parts.append(F.token_heatmap(t["tokens"], [None] + t[key][1:], vmax=vmax,
-                                         value_name=f"n{trace.neuron} {key}"))
-    return H.page(f"MLP0 neuron {trace.neuron}", H.join(parts), path="neuron.html", output="neuron")
 
 
 #: recognises an earlier page of this command, which a rerun may replace (the output rule)
@@ -71,12 +52,8 @@ def run(args) -> int:
     trace = neuron_trace(circuit, args.neuron, model.tokenizer, texts)
     for name, t in zip(names, trace.texts):
         t["name"] = name
+    d = trace.to_dict()
     if args.out:
-        atomic_write_text(Path(args.out), render_html(trace, names), owned=OWNED)
-    lines = [f"neuron {trace.neuron}: correlation "
-             f"{'—' if trace.correlation is None else f'{trace.correlation:.3f}'} (heads {trace.heads})"]
-    lines += [f"  {f}: r = {'—' if t['correlation'] is None else format(t['correlation'], '.3f')}, "
-              f"mean true {sum(t['true'][1:]) / max(len(t['true']) - 1, 1):.3f}"
-              for f, t in zip(names, trace.texts)]
-    emit(args, trace, "\n".join(lines))
+        atomic_write_text(Path(args.out), V.page(d), owned=OWNED)
+    emit(args, trace, V.text(d))
     return 0

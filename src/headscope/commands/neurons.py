@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from .._errors import HeadscopeError
 from ..layer0.neurons import check_k, parse_variant, rank_neurons, scan_neurons
+from ..report.views import neurons as V
 from .args import emit, load_model, parse_float
 from .circuit_args import add_calibration_arguments, circuit_from_args
 
@@ -50,25 +51,6 @@ def add_arguments(p):
     p.add_argument("--rank", default="max", choices=["max", "robust"],
                    help="max: the seed's max token contribution (default); robust: also a null-calibrated k-th largest score")
     p.add_argument("--k", type=int, default=10, help="the robust score reads the k-th largest token score (default 10)")
-
-
-def render(scan, shown: int = 10) -> str:
-    lines = [f"heads {scan.heads} ({scan.head_choice.reason})",
-             f"position {scan.position}  query {scan.query!r}  threshold {scan.threshold:g}: "
-             f"{len(scan.neurons)} of {len(scan.max_all)} neurons"]
-    for nr in scan.neurons:
-        lines.append(f"{nr['neuron']:>6} {nr.get('score', nr['max_contribution']):8.2f}  top {nr['top_tokens'][:shown]!r}")
-        lines.append(f"{'':>15}  bottom {nr['bottom_tokens'][:shown]!r}")
-    return "\n".join(lines)
-
-
-def render_ranking(ranking, shown: int = 20) -> str:
-    lines = [f"robust ranking ({ranking.k}-th largest token score over the null of {ranking.n_random} "
-             f"random readouts of the same norm):"]
-    for j in ranking.order_robust[:shown]:
-        lines.append(f"{j:>6}  robust {ranking.robust[j]:7.2f}  max {ranking.max[j]:8.2f}  "
-                     f"{ranking.k}-th {ranking.kth[j]:8.2f}")
-    return "\n".join(lines)
 
 
 def run(args) -> int:
@@ -88,7 +70,7 @@ def run(args) -> int:
         ranking = rank_neurons(circuit, choice, model.tokenizer, variant=variant, k=args.k)
         d = scan.to_dict()
         d["ranking"] = ranking.to_dict(top=max(args.top, 50))
-        emit(args, d, render(scan) + "\n" + render_ranking(ranking))
+        emit(args, d, V.text(d) + "\n" + V.ranking_text(d["ranking"]))
         return 0
-    emit(args, scan, render(scan))
+    emit(args, scan, V.text(scan.to_dict()))
     return 0

@@ -33,6 +33,7 @@ from pathlib import Path
 from .._atomic import atomic_write_text, check_output_file, json_object_with
 from .._errors import HeadscopeError
 from .._json import dumps
+from ..report.views import reproduce as V
 from ..reproduce import reproduce
 from . import revisions as _revisions
 from .args import emit, load_model
@@ -84,5 +85,5 @@ def run(args) -> int:
     res = reproduce(model, details=not args.no_details, heads=args.heads, variant=variant)
     if args.out:
         atomic_write_text(Path(args.out), dumps(res.to_dict()), owned=OWNED)
-    emit(args, res, res.render())
+    emit(args, res, V.text(res.to_dict()))
     return 0 if res.ok else 1

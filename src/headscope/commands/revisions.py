@@ -17,7 +17,7 @@ from .._errors import HeadscopeError
 from .._json import dumps
 from ..core.entry import load
 from ..maps.revisions import COMBINED, FIGURE, MARKER, Analysis, check_revisions_dir, parse_revisions, run_revisions
-from ..report.revisions_figure import revisions_figure
+from ..report.views import revisions as V
 from .args import DTYPES, emit
 
 
@@ -73,9 +73,10 @@ def run(args, revisions: list[str], analysis: Analysis) -> int:
                             device=str(args.device), progress=progress)     # opens odir
         d = res.to_dict()
         odir.write(COMBINED, dumps(d))
-        odir.write(FIGURE, str(revisions_figure(d)) + "\n")
+        odir.write(FIGURE, str(V.figure(d)) + "\n")
         odir.remove_stale({MARKER, COMBINED, FIGURE} | {r.file for r in res.rows})
     finally:
         odir.close()
-    emit(args, res, res.render() + f"\nwrote {Path(args.revisions_out) / COMBINED} and {FIGURE}")
+    status = {r.revision: r.computed for r in res.rows}      # computed in this run, or reused
+    emit(args, res, V.text(res.to_dict(), status) + f"\nwrote {Path(args.revisions_out) / COMBINED} and {FIGURE}")
     return 0 if res.ok else 1

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from .._atomic import refuse_foreign_dir
 from .._errors import HeadscopeError
+from ..report.views import steering as V
 from ..semantic.options import SteerOptions
 from ..semantic.steering import MARKER, SELECTS, authors_steer, save_steered, steer
 from .args import emit, load_model, parse_float, parse_head
@@ -69,8 +70,10 @@ def run(args) -> int:
     if args.preset == "seed":
         authors = authors_steer(model, layer, head, (alpha,))
     res = save_steered(model, steered, args.out)
+    d = res.to_dict()
     if args.preset == "seed":
-        emit(args, {**res.to_dict(), "authors": authors.to_dict()}, res.render() + "\n" + authors.render())
+        a = authors.to_dict()
+        emit(args, {**d, "authors": a}, V.text(d) + "\n" + V.authors_text(a))
         return 0
-    emit(args, res, res.render())
+    emit(args, res, V.text(d))
     return 0

@@ -21,6 +21,7 @@ pairs of the categories file) is not counted as wrong.
 from __future__ import annotations
 
 from .._errors import HeadscopeError
+from ..report.views import survey as V
 from ..semantic.survey import survey
 from .args import emit, load_model
 
@@ -49,9 +50,6 @@ def run(args) -> int:
     bos = None if args.bos_query is None else args.bos_query == "include"
     res = survey(model, layers, categories=args.categories, n_prompts=args.prompts, length=args.length,
                  seed=args.seed, preset=args.preset, include_bos_query=bos)
-    p = res.prompts
-    head = (f"prompts: preset {p['preset']}, {p['n_prompts']} × {p['length']} words, {len(res.categories)} categories, "
-            f"BOS query {'in' if p['bos_query_in_loss'] else 'not in'} the loss"
-            + (f", related (not counted wrong): {', '.join('/'.join(r) for r in p['related'])}" if p["related"] else ""))
-    emit(args, res, head + "\n" + res.render(args.top))
+    d = res.to_dict()
+    emit(args, res, V.prompts_text(d) + "\n" + V.text(d, args.top))
     return 0

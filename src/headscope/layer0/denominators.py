@@ -52,6 +52,7 @@ import torch
 
 from . import split as layer0
 from .._errors import HeadscopeError
+from .._html_repr import HtmlRepr
 from ..corpus import windows
 from ..core.forward import run_with_cache
 from .split import SEED_QUERY
@@ -62,7 +63,7 @@ Tensor = torch.Tensor
 
 
 @dataclasses.dataclass
-class DenominatorStability:
+class DenominatorStability(HtmlRepr):
     """Measured vs predicted spread of every layer-0 head's denominator."""
 
     heads: list[int]

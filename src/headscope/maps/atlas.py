@@ -138,7 +138,7 @@ from ..lowrank import small_matrices, sym_eigenvalues, sym_skew_cores
 from ..layer0 import split as layer0
 from ..semantic import bilinear, clustering
 from .._errors import HeadscopeError
-from .._html_repr import HtmlRepr
+from .._html_repr import HtmlRepr, render_text
 from ..core.model import Model
 from ..core.tokenizer import to_str_tokens
 
@@ -441,29 +441,8 @@ class Atlas(HtmlRepr):
                 "rows": [r.to_dict() for r in self.rows], "notes": self.notes}
 
     def render(self) -> str:
-        def f(x, w=8, p=3):
-            return f"{'n/a':>{w}}" if x is None else f"{x:>{w}.{p}f}"
-        def cell(c: Column, r: HeadRow) -> str:
-            v = getattr(r, c.key)
-            return f"{(v or '—'):<15}" if not c.metric else f(v)
-
-        columns = COLUMNS + (OPTIONAL_COLUMNS if self.spec.get("logit_diff") else ())
-        lines = [f"{'head':>6}  " + "  ".join(f"{c.short:>8}" if c.metric else f"{c.short:<15}" for c in columns)]
-        for r in self.rows:
-            lines.append(f"{r.layer:>3}.{r.head:<2}  " + "  ".join(cell(c, r) for c in columns))
-        for l in self.layers:
-            rows = [r for r in self.rows if r.layer == l and r.qk_self is not None]
-            if rows:
-                low = min(rows, key=lambda r: r.qk_self)
-                lines.append(f"layer {l}: most negative self score {low.name} ({low.qk_self:.3f})")
-        for col in ("ov_copying_effective", "ov_copying_framework"):
-            cop = [r for r in self.rows if getattr(r, col) is not None]
-            if cop:
-                hi, lo = max(cop, key=lambda r: getattr(r, col)), min(cop, key=lambda r: getattr(r, col))
-                lines.append(f"{col}: largest {hi.name} ({getattr(hi, col):.3f}); most negative {lo.name} "
-                             f"({getattr(lo, col):.3f})")
-        lines += [f"note: {n}" for n in self.notes]
-        return "\n".join(lines)
+        """One line per head, then the extremes, as text (headscope.report.views.atlas.text)."""
+        return render_text(self)
 
 
 # -- the atlas ----------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ import dataclasses
 import torch
 from jaxtyping import Float
 
-from .._html_repr import HtmlRepr
+from .._html_repr import HtmlRepr, render_text
 from ..lowrank import column_factor, small_matrices
 from ..core.weights import Weights
 
@@ -145,13 +145,8 @@ class Composition(HtmlRepr):
                 "edges": {m: [e.to_dict() for e in v] for m, v in self.edges.items()}}
 
     def render(self) -> str:
-        lines = [f"composition scores ({self.n_layers} layers × {self.n_heads} heads; "
-                 f"random-pair baseline ≈ {self.baseline:.3f})"]
-        for m in MODES:
-            lines.append(f"{m}-composition, strongest edges:")
-            lines += [f"  L{e.source[0]}H{e.source[1]} → L{e.target[0]}H{e.target[1]}  {e.score:.4f}"
-                      for e in self.edges[m]]
-        return "\n".join(lines)
+        """The strongest edges of each mode as text (headscope.report.views.composition.text)."""
+        return render_text(self)
 
 
 def strongest_edges(scores: Tensor, mode: str, k: int = EDGES) -> list[Edge]:

@@ -34,10 +34,10 @@ from typing import Callable, Sequence
 
 from .._atomic import MANIFEST, OutputDir, read_small_file
 from .._errors import HeadscopeError
-from .._html_repr import HtmlRepr
+from .._html_repr import HtmlRepr, render_text
 from .._json import dumps
 from .._version import __version__
-from .atlas import COLUMN, METRICS, SIGNED
+from .atlas import METRICS
 
 #: the marker file of a revisions output directory (listed in its manifest)
 MARKER = ".headscope-revisions"
@@ -167,43 +167,8 @@ class RevisionsResult(HtmlRepr):
                 "options": self.options, "revisions": [r.to_dict() for r in self.rows]}
 
     def render(self) -> str:
-        return render_table(self.to_dict(), status={r.revision: r.computed for r in self.rows})
-
-
-def _num(x, w: int = 8) -> str:
-    return f"{'—':>{w}}" if not isinstance(x, (int, float)) else f"{x:>{w}.3f}"
-
-
-def render_table(d: dict, status: dict[str, bool] | None = None) -> str:
-    """The text table of a ``revisions.json`` dict: one line per revision."""
-    revs = d["revisions"]
-    w = max([len("revision")] + [len(r["revision"]) for r in revs])
-    st = (lambda r: "") if status is None else (lambda r: "  computed" if status.get(r["revision"]) else "  reused")
-    lines = [f"headscope {d['command']} --revisions: {d['model']}, {len(revs)} revision(s)"]
-    if d["command"] == "atlas":
-        # metrics with a value in some revision (semantic_loss only with --survey), in the atlas's order
-        keys = [k for k in (revs[0]["summary"] if revs else {})
-                if any(r["summary"][k]["max"] is not None for r in revs)]
-        for stat, shown, note in (("max", keys, "max over heads (value, head)"),
-                                  ("min", [k for k in keys if k in SIGNED],
-                                   "min over heads: the most negative self score (self-suppression) and OV "
-                                   "copying (copy suppression)")):
-            lines.append(note + ":")
-            lines.append(f"{'revision':<{w}}  {'step':>8}  "
-                         + "  ".join(f"{(COLUMN[k].short if k in COLUMN else k)[:14]:>14}" for k in shown))
-            for r in revs:
-                cells = [f"{_num(s[stat], 7)} {s['arg' + stat] or '—':<6}" for s in (r["summary"][k] for k in shown)]
-                lines.append(f"{r['revision']:<{w}}  {'—' if r['step'] is None else r['step']:>8}  "
-                             + "  ".join(cells) + (st(r) if stat == "max" else ""))
-    else:
-        lines.append(f"{'revision':<{w}}  {'step':>8}  {'pass':>4}  {'fail':>4}  failing claims")
-        for r in revs:
-            s = r["summary"]
-            failing = [k for k, c in s["claims"].items() if c["passed"] is False]
-            lines.append(f"{r['revision']:<{w}}  {'—' if r['step'] is None else r['step']:>8}  {s['n_pass']:>4}  "
-                         f"{s['n_fail']:>4}  {', '.join(failing[:6]) or '—'}"
-                         + (f", … (+{len(failing) - 6})" if len(failing) > 6 else "") + st(r))
-    return "\n".join(l.rstrip() for l in lines)
+        """The table, one line per revision (headscope.report.views.revisions.text)."""
+        return render_text(self)
 
 
 # -- the output directory -------------------------------------------------------------------

@@ -21,7 +21,7 @@ Write one class in ``headscope/report/builtin/<name>.py`` and import that module
     from headscope.report import figures as F, html as H
     from headscope.report.stages import PageSection, Rendered, Stage, register_stage
     from headscope.layer0 import SEED_QUERY
-    from headscope.report.builtin.paths import head_page
+    from headscope.report.paths import head_page
 
     @register_stage
     class KernelsStage(Stage):
@@ -57,8 +57,8 @@ and goes on; fields that may legitimately be ``null`` are listed in ``nullable``
 
 Sections for the same page path from different stages are merged into one page, so
 a kernels stage adds to the attention stage's ``heads/L0H3.html`` and a contextual-neuron
-stage to ``neurons/n123.html`` (:func:`.builtin.paths.head_page`,
-:func:`.builtin.paths.neuron_page`). Pass plain ``str`` for any text (escaped
+stage to ``neurons/n123.html`` (:func:`.paths.head_page`,
+:func:`.paths.neuron_page`). Pass plain ``str`` for any text (escaped
 automatically); only markup built by :mod:`.html`/:mod:`.figures` is :class:`.html.Safe`.
 Use ``ctx.progress.iter(items)`` (or ``set_total``/``update``) for the stage's progress bar.
 Stages can also be passed directly: ``build_report(model, out, stages=[MyStage()])``.

@@ -26,14 +26,14 @@ import dataclasses
 import torch
 
 from . import bilinear, clustering
-from .._html_repr import HtmlRepr
+from .._html_repr import HtmlRepr, render_text
 from .bilinear import BilinearForm
 from .clustering import Clustering
 from .options import PRESETS, ClusterOptions, HeadOptions  # noqa: F401  (PRESETS: re-exported)
 from ..core.model import Model
 from .prompts import prompts_for
 from .survey import PositionIndependence, position_independence_heads
-from ..core.tokenizer import escape_token, n_tokens
+from ..core.tokenizer import n_tokens
 from ..core.weights import Weights
 
 Tensor = torch.Tensor
@@ -131,28 +131,11 @@ class HeadAnalysis(HtmlRepr):
         }
 
     def render(self) -> str:
-        f, lei = self.form, self.clusters.leiden
-        lines = [
-            f"head {self.layer}.{self.head}  ({self.embedding_variant} effective embeddings; processing "
-            + ",".join(k for k, v in self.processing.items() if v) + ")",
-            "eigenvalues (top 8 by |λ|): " + " ".join(f"{x:+.3g}" for x in f.eigenvalues[:8].tolist()),
-            f"negative eigenvalues: {f.n_negative_top} of the top {f.top}, {f.n_negative} overall; "
-            f"positive: {f.n_positive}",
-            f"σ_sym {float(f.sigma_sym[0]):.4g}   σ_skew {float(f.sigma_skew[0]):.4g}",
-            f"token-identity share of score variance: {_fmt(self.position.identity_fraction)}",
-            f"Leiden: {lei.n_clusters} clusters, modularity {_fmt(lei.modularity)}"
-            + (f", ARI vs categories {lei.ari:.3f}" if lei.ari is not None else ""),
-        ]
-        for c in lei.clusters[:12]:
-            lines.append(f"  [{c.size:>3}] " + " ".join(escape_token(t) for t in c.tokens[:12]))
-        return "\n".join(lines)
+        """The form, its eigenvalues and the Leiden clusters as text (headscope.report.views.head.text)."""
+        return render_text(self)
 
 
 AUTHORS_MAX_COMM_SIZE = 512
-
-
-def _fmt(x: float | None) -> str:
-    return "— (undefined)" if x is None else f"{x:.3f}"
 
 
 #: Flops that ``keys="auto"`` allows for the whole-vocabulary effective embeddings of one deep

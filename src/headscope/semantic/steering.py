@@ -41,7 +41,7 @@ from jaxtyping import Float
 
 from .._atomic import refuse_foreign_dir
 from .._errors import HeadscopeError
-from .._html_repr import HtmlRepr
+from .._html_repr import HtmlRepr, render_text
 from .._json import dumps
 from .bilinear import bilinear_form, key_bias_vector, qk_factors, qk_matrix
 from ..core.model import Model
@@ -243,13 +243,8 @@ class SteerResult(HtmlRepr):
         return dataclasses.asdict(self)
 
     def render(self) -> str:
-        return "\n".join([
-            f"head {self.layer}.{self.head}: {self.n_selected} eigenvalues ({self.select}) scaled by α = {self.alpha:g}",
-            f"rebuilt rank {self.rank}, rebuild error {self.rebuild_error:.2e}, key-bias error {self.key_bias_error:.2e}",
-            f"self-attention  {self.self_attention_before:.4f} → {self.self_attention_after:.4f}",
-            f"rank of self    {self.self_rank_before:.2f} → {self.self_rank_after:.2f}",
-            f"wrote {self.out}" if self.out else "(no checkpoint written)",
-        ])
+        """The measurements as text (headscope.report.views.steering.text)."""
+        return render_text(self)
 
 
 @dataclasses.dataclass
@@ -331,14 +326,8 @@ class AuthorsSteer:
         return dataclasses.asdict(self)
 
     def render(self) -> str:
-        lines = [f"the authors' steering of head {self.layer}.{self.head}: top {self.top} eigenpairs by |λ| "
-                 f"({self.n_negative_top} negative), skew part added back, raw scores of {len(self.tokens)} tokens "
-                 f"(truncation error at α = 1: {self.truncation_error:.2e})",
-                 f"{'α':>9}  {'self':>9}  {'same group':>10}  {'other':>9}  {'rank of self':>12}"]
-        for r in self.summary:
-            lines.append(f"{r['alpha']:>9}  {r['self_mean']:9.3f}  {r['same_group_mean']:10.3f}  "
-                         f"{r['other_group_mean']:9.3f}  {r['self_rank_mean']:12.2f}")
-        return "\n".join(lines)
+        """Per α, the scores' summary as text (headscope.report.views.steering.authors_text)."""
+        return render_text(self)
 
 
 def _authors_eigen(Wqk: Tensor, top: int) -> tuple[Tensor, Tensor, Tensor]:

@@ -50,7 +50,7 @@ import torch
 from jaxtyping import Float
 
 from .._errors import HeadscopeError
-from .._html_repr import HtmlRepr
+from .._html_repr import HtmlRepr, render_text
 from .._json import finite_or_none
 from ..core.forward import run_with_cache
 from ..core.model import Model
@@ -154,13 +154,8 @@ class SurveyResult(HtmlRepr):
                 "processing": self.processing, "prompts": self.prompts, "categories": self.categories}
 
     def render(self, top: int | None = None) -> str:
-        lines = [f"{'rank':>4}  {'head':>5}  {'loss':>7}  {'self':>6}  {'copy':>6}  {'same_cat':>8}  {'bos_fb':>6}"]
-        def f(x, w):
-            return f"{'—':>{w}}" if x is None else f"{x:{w}.3f}"
-        for r in self.rows[:top]:
-            lines.append(f"{r.rank:>4}  {r.layer:>2}.{r.head:<2}  {r.semantic_loss:7.3f}  {r.self_attention:6.3f}  "
-                         f"{f(r.copy_attention, 6)}  {f(r.same_category, 8)}  {f(r.bos_fallback, 6)}")
-        return "\n".join(lines)
+        """The ranking as text, the best `top` heads (headscope.report.views.survey.text)."""
+        return render_text(self, top)
 
 
 def survey(model: Model, layers: list[int] | None = None, *, categories=None, n_prompts: int | None = None,

@@ -12,7 +12,7 @@ from ...maps.activations import activation_profile
 from .. import figures as F
 from .. import html as H
 from ..stages import Context, PageSection, Rendered, Stage, register_stage
-from .paths import neuron_page
+from ..paths import neuron_page
 
 
 @register_stage

@@ -11,7 +11,7 @@ from ...maps.patterns import attention_summary
 from .. import figures as F
 from .. import html as H
 from ..stages import Context, PageSection, Rendered, Stage, register_stage
-from .paths import head_page
+from ..paths import head_page
 
 
 @register_stage

@@ -19,10 +19,9 @@ from __future__ import annotations
 
 from ...semantic.head import VOCAB_KEYS_BUDGET, analyse_heads
 from ...semantic.options import HeadOptions
-from .. import figures as F
-from .. import html as H
 from ..stages import Context, PageSection, Rendered, Stage, register_stage
-from .paths import head_page
+from ..views import head as V
+from ..paths import head_page
 
 
 @register_stage
@@ -59,65 +58,7 @@ class SemanticStage(Stage):
         return {"heads": heads, "neighbour_keys": {"option": keys, "budget_flops": VOCAB_KEYS_BUDGET, "rule": rule}}
 
     def render(self, data: dict, ctx) -> Rendered:
-        rows, figs, pages = [], [], []
-        for d in data["heads"]:
-            name = f"L{d['layer']}H{d['head']}"
-            top = bilinear_top(d)
-            rows.append((H.link(head_page(d["layer"], d["head"]), name), d["rank"], d["semantic_loss"],
-                         d[f"n_negative_top{top}"], d["sigma_sym"][0], d["sigma_skew"][0],
-                         d["position"]["identity_fraction"], d["leiden"]["n_clusters"], d["leiden"]["ari"]))
-            figs.append(self._spectrum(d, 420, 280))
-            pages.append(PageSection(path=head_page(d["layer"], d["head"]), title=f"Head {d['layer']}.{d['head']}",
-                                     group="Attention heads", order=(d["layer"], d["head"]), body=self._page(d),
-                                     summary=f"semantic rank {d['rank']} · {d[f'n_negative_top{top}']} negative λ"))
-        table = H.table(["head", "survey rank", "semantic loss", "negative λ in top 64", "σ_sym (top)",
-                         "σ_skew (top)", "token-identity share", "Leiden clusters", "ARI vs categories"], rows,
-                        numeric=(1, 2, 3, 4, 5, 6, 7, 8),
-                        caption="Deep dives of the best-ranked survey heads (full effective embeddings).")
-        summary = []
-        if data["heads"]:
-            d = data["heads"][0]
-            summary.append(("negative eigenvalues of the top head's S (top 64)",
-                            f"{d[f'n_negative_top{bilinear_top(d)}']} (L{d['layer']}H{d['head']})"))
-        return Rendered(index=[table, H.grid(figs)], summary=summary, pages=pages)
-
-    def _spectrum(self, d, width=520, height=300) -> H.Safe:
-        name = f"L{d['layer']}H{d['head']}"
-        return H.figure(F.spectrum_plot({"eigenvalue λ of S": d["eigenvalues"]}, top=64, width=width, height=height,
-                                        title=f"{name}: eigenvalues of S (by |λ|)", ylabel="λ"),
-                        f"Eigenvalues of the symmetric part S of {name}'s QK form, largest |λ| first; negative "
-                        "eigenvalues make a token avoid itself.")
-
-    def _page(self, d) -> H.Safe:
-        name = f"L{d['layer']}H{d['head']}"
-        top = bilinear_top(d)
-        kv = H.kv_table([("survey rank", d["rank"]), ("semantic loss", d["semantic_loss"]),
-                         (f"negative eigenvalues among the top {top}", d[f"n_negative_top{top}"]),
-                         ("negative / positive eigenvalues (all)", f"{d['n_negative']} / {d['n_positive']}"),
-                         ("top σ of S / of A", f"{d['sigma_sym'][0]:.4g} / {d['sigma_skew'][0]:.4g}"),
-                         ("skew / symmetric ratio", d["skew_to_sym_ratio"]),
-                         ("token-identity share of score variance", d["position"]["identity_fraction"]),
-                         ("Leiden modularity", d["leiden"]["modularity"]), ("ARI vs categories", d["leiden"]["ari"])],
-                        caption=f"Bilinear form over {d['embedding_variant']} effective embeddings.")
-        sig = H.figure(F.spectrum_plot({"σ(S), symmetric": d["sigma_sym"], "σ(A), skew": d["sigma_skew"]},
-                                       title=f"{name}: singular values, sym vs skew", ylabel="σ"),
-                       "Top singular values of the symmetric part S and the skew part A of W_QK.")
-        clusters = H.table(["size", "majority category", "purity", "tokens"],
-                           [(c["size"], c["category"], c["purity"], _tokens(c["tokens"][:24])) for c in d["clusters"][:20]],
-                           numeric=(0, 2), caption=f"Leiden clusters of the token graph ({d['leiden']['n_clusters']} "
-                                                   f"clusters; first 20, first 24 tokens each).")
-        neigh = H.table(["token", "top attention targets"],
-                        [(H.token_repr(n.get("token", "")), _tokens(n.get("targets", [])[:10])) for n in d["neighbours"][:10]],
-                        caption="Where example tokens attend ("
-                                + ("whole vocabulary" if d["graph"]["keys"] == "vocab" else "the graph's nodes")
-                                + " as keys).")
-        return H.section("Semantic deep dive", H.join([kv, H.grid([self._spectrum(d), sig]), clusters, neigh]))
-
-
-def bilinear_top(d: dict) -> int:
-    """The `top` of a saved bilinear form: the NN of its ``n_negative_topNN`` key."""
-    return int(next(k for k in d if k.startswith("n_negative_top"))[len("n_negative_top"):])
-
-
-def _tokens(toks) -> H.Safe:
-    return H.join([H.token_repr(t) + H.Safe(" ") for t in toks])
+        pages = [PageSection(path=head_page(d["layer"], d["head"]), title=f"Head {d['layer']}.{d['head']}",
+                             group="Attention heads", order=(d["layer"], d["head"]), body=V.head_section(d),
+                             summary=V.glance(d)) for d in data["heads"]]
+        return Rendered(index=[V.heads_html(data["heads"])], summary=V.heads_summary(data["heads"]), pages=pages)

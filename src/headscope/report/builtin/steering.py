@@ -14,9 +14,8 @@ from ...maps.patterns import head_patterns, lower_rows
 from ...semantic.options import SteerOptions
 from ...semantic.steering import pattern_self_stats, steer
 from ...semantic.prompts import prompts_for
-from .. import figures as F
-from .. import html as H
 from ..stages import Context, Rendered, Stage, register_stage
+from ..views import steering as V
 from .survey import head_label
 
 ALPHA = 0.0
@@ -58,25 +57,5 @@ class SteeringStage(Stage):
         }
 
     def render(self, data: dict, ctx) -> Rendered:
-        name = f"L{data['layer']}H{data['head']}"
-        toks = data["prompt"]["tokens"]
-        figs = [H.figure(F.heatmap(data[f"pattern_{k}"], row_labels=toks, col_labels=toks, signed=False,
-                                   vmin=0.0, vmax=1.0, title=f"{name} {label}", max_width=470),
-                         f"Attention pattern of {name} on a category prompt {label} "
-                         f"(rows: query, columns: key; blank: masked).")
-                for k, label in (("before", "before steering"), ("after", f"after α = {data['alpha']:g}"))]
-        bars = H.figure(F.bar_plot([data["self_attention_before"], data["self_attention_after"]],
-                                   ["before", f"α = {data['alpha']:g}"], title="Self-attention probability",
-                                   ylabel="mean A[q, q]", width=300),
-                        "Mean self-attention probability A[q, q] over the queries of 32 seeded category prompts.")
-        kv = H.kv_table([("head", head_label(ctx, data["layer"], data["head"])),
-                         ("eigenvalues scaled", f"{data['n_selected']} negative, by α = {data['alpha']:g}"),
-                         ("self-attention before → after", f"{data['self_attention_before']:.4f} → "
-                                                          f"{data['self_attention_after']:.4f}"),
-                         ("mean rank of self before → after", f"{data['self_rank_before']:.2f} → "
-                                                             f"{data['self_rank_after']:.2f}"),
-                         ("rebuilt rank / rebuild error", f"{data['rank']} / {data['rebuild_error']:.2e}")],
-                        caption="headscope steer MODEL --head L.H --alpha 0 writes this head as a checkpoint.")
-        summary = [(f"self-attention of {name}, before → α = {data['alpha']:g}",
-                    f"{data['self_attention_before']:.3f} → {data['self_attention_after']:.3f}")]
-        return Rendered(index=[H.grid([kv, bars]), H.grid(figs)], summary=summary)
+        return Rendered(index=[V.html(data, head=head_label(ctx, data["layer"], data["head"]))],
+                        summary=V.summary(data))

@@ -10,12 +10,10 @@ attention and BOS fallback. Lower loss = more semantic.
 from __future__ import annotations
 
 from ...semantic.survey import survey
-from .. import figures as F
 from .. import html as H
 from ..stages import Context, Rendered, Stage, register_stage
-from .paths import head_page
-
-SHOWN = 24  #: rows of the ranking shown on the index (all are in data/survey.json)
+from ..views import survey as V
+from ..paths import head_page
 
 
 def page_exists(ctx, layer: int, head: int) -> bool:
@@ -50,25 +48,4 @@ class SurveyStage(Stage):
         return r.to_dict()
 
     def render(self, data: dict, ctx) -> Rendered:
-        rows = data["rows"]
-        layers = sorted({r["layer"] for r in rows})
-        nh = max(r["head"] for r in rows) + 1
-        by = {(r["layer"], r["head"]): r for r in rows}
-        table = H.table(["rank", "head", "semantic loss", "self", "copy", "same category", "BOS fallback"],
-                        [(r["rank"], head_label(ctx, r["layer"], r["head"]), r["semantic_loss"], r["self_attention"],
-                          r["copy_attention"], r["same_category"], r["bos_fallback"]) for r in rows[:SHOWN]],
-                        numeric=(0, 2, 3, 4, 5, 6),
-                        caption=f"The {min(SHOWN, len(rows))} best of {len(rows)} heads by semantic loss on "
-                                f"{data['prompts'].get('n_prompts', '')} category prompts "
-                                f"({len(data['categories'])} categories); all heads in data/survey.json.")
-        heat = H.figure(F.heatmap([[by[(l, h)]["semantic_loss"] for h in range(nh)] for l in layers],
-                                  row_labels=[f"L{l}" for l in layers], col_labels=[f"H{h}" for h in range(nh)],
-                                  title="semantic loss", xlabel="head", annotate=True, cell=34, signed=False, vmin=0.0),
-                        "Semantic loss of every head (rows: layer, columns: head); lower is more semantic.")
-        top = rows[:12]
-        bars = H.figure(F.bar_plot([r["same_category"] for r in top], [f"L{r['layer']}H{r['head']}" for r in top],
-                                   title="Same-category attention, best 12", ylabel="attention to partners"),
-                        "Attention paid to earlier same-category words by the 12 best-ranked heads.")
-        best = rows[0]
-        summary = [("most semantic head", f"L{best['layer']}H{best['head']} (loss {best['semantic_loss']:.3g})")]
-        return Rendered(index=[table, H.grid([heat, bars])], summary=summary)
+        return Rendered(index=[V.html(data, head_label=lambda l, h: head_label(ctx, l, h))], summary=V.summary(data))
