@@ -296,7 +296,7 @@ def test_atlas_page_grids_tooltips_and_links(atlas_report, planted3_model):
     tips = _json_block(page, "hs-atlas-data")
     assert sorted(tips) == sorted(names)
     row = next(r for r in data["rows"] if (r["layer"], r["head"]) == (2, 7))
-    assert f"OV copying: {row['ov_copying_effective']:.4g}" in tips["L2H7"] and tips["L2H7"].startswith("L2H7 (layer 2, head 7)")
+    assert f"OV copying (effective): {row['ov_copying_effective']:.4g}" in tips["L2H7"] and tips["L2H7"].startswith("L2H7 (layer 2, head 7)")
     search = _json_block(page, "hs-search-data")
     assert ["L2H3", search[names.index("L2H3")][1], "heads/L2H3.html"] in search
     head = (out / "heads/L2H7.html").read_text()

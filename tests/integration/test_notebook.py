@@ -49,7 +49,7 @@ def test_atlas_renders_its_grids_with_every_figure_in_each_cell(tiny_atlas, tiny
     assert len(cells) == n * n_grids + tiny.cfg.n_heads            # + the layer-0 kernel category grid
     r = tiny_atlas.row(1, 2)
     tip = next(t for t in cells if t.startswith("L1H2 "))
-    assert f"self score z: {r.qk_self:.4g}" in tip and f"OV copying: {r.ov_copying_effective:.4g}" in tip
+    assert f"self score z: {r.qk_self:.4g}" in tip and f"OV copying (effective): {r.ov_copying_effective:.4g}" in tip
     assert "QK symmetry" in tip and "positional share" in tip
     assert doc.tags["table"] == n_grids + 2                          # the grids and the table of every head
 

@@ -232,13 +232,13 @@ def test_atlas_hover_click_sort_search(browser, report_dir, tmp_path):
     text, hidden, (w, h) = _tooltip(browser)
     assert not hidden and w > 50 and h > 30
     assert text.startswith(f"{name} (layer {lowest['layer']}, head {lowest['head']})")
-    for line in (f"self score z: {lowest['qk_self']:.4g}", f"OV copying: {lowest['ov_copying_effective']:.4g}",
-                 "QK symmetry: ", "negative λ: ", "positional share: ", "semantic loss: "):
+    for line in (f"self score z: {lowest['qk_self']:.4g}", f"OV copying (effective): {lowest['ov_copying_effective']:.4g}",
+                 "QK symmetry: ", "negative λ share: ", "positional share: ", "semantic loss: "):
         assert line in text, (line, text)
     category = json.loads((report_dir / "data/kernels.json").read_text())["data"]["heads"][0]["category"]
     _hover(browser, *_centre(browser, '#grid-ov_copying_effective a.cell[data-head="L0H0"]'))
     text = _tooltip(browser)[0]                                           # the kernels stage's category merged in
-    assert text.startswith("L0H0 (layer 0, head 0)") and f"kernel: {category.replace('_', ' ')}" in text
+    assert text.startswith("L0H0 (layer 0, head 0)") and f"kernel category: {category.replace('_', ' ')}" in text
     _hover(browser, 2, 2)                                                 # away from every cell: hidden
     assert _tooltip(browser)[1] is True
 

@@ -51,3 +51,41 @@ def test_a_grid_per_metric_that_some_head_has():
     d = _atlas().to_dict()
     grids = str(AtlasView(d, d["rows"], links=False).grids(METRICS))
     assert [m for m in re.findall(r'id="grid-([a-z_]+)"', grids)] == [*METRICS, "kernel_category"]
+
+
+def test_tooltip_and_head_page_show_every_column_with_its_detail():
+    """A column added to the spec shows in the tooltip and on the head page without more code."""
+    import headscope.maps.atlas as A
+
+    d = _atlas().to_dict()
+    view = AtlasView(d, d["rows"], links=False)
+    r = d["rows"][0]
+    tip = view.tip(r).splitlines()
+    assert tip[0] == "L0H0 (layer 0, head 0)"
+    assert [line.split(": ")[0] for line in tip[1:]] == [c.label for c in COLUMNS]
+    assert "self score z: -1.75 (over 100 tokens)" in tip
+    assert "negative λ share: 0.125 (8 of the top 64)" in tip and "kernel category: local decay" in tip
+    page = str(view.head_section(r))
+    assert all(c.label in page for c in COLUMNS) and "rms sym 1.5, skew 0.5" in page
+    extra = A.Column("extra_metric", "an extra metric", "made up for this test", "extra", "signed", "of {n_self_rows}")
+    rows = [{**row, "extra_metric": 0.25} for row in d["rows"]]
+    try:
+        A.OPTIONAL_COLUMNS += (extra,)
+        import headscope.report.views.atlas as V
+        V.OPTIONAL_COLUMNS = A.OPTIONAL_COLUMNS
+        view = AtlasView(d, rows, links=False)
+        assert "an extra metric: 0.25 (of 100)" in view.tip(rows[0]).splitlines()
+        assert "an extra metric" in str(view.head_section(rows[0]))
+        assert "an extra metric" not in AtlasView(d, d["rows"], links=False).tip(r)   # not computed: not shown
+    finally:
+        A.OPTIONAL_COLUMNS = A.OPTIONAL_COLUMNS[:-1]
+        V.OPTIONAL_COLUMNS = A.OPTIONAL_COLUMNS
+
+
+def test_readme_defines_every_column():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    table = [line for line in readme.splitlines() if line.startswith("| `")]
+    for c in COLUMNS + __import__("headscope.maps.atlas", fromlist=["OPTIONAL_COLUMNS"]).OPTIONAL_COLUMNS:
+        assert any(f"`{c.key}`" in line.split("|")[1] for line in table), c.key

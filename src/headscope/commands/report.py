@@ -49,13 +49,13 @@ def run(args) -> int:
     if args.atlas_tokens < 2:
         raise HeadscopeError(f"--atlas-tokens: expected ≥ 2, got {args.atlas_tokens}")
     check_out_dir(args.out)                              # fail before loading the model
-    load_inputs(args.calibration_text, args.samples)     # … and on unreadable texts
+    inputs = load_inputs(args.calibration_text, args.samples)     # … and on unreadable texts
     options = ReportOptions(calibration_text=args.calibration_text, samples=args.samples,
                             use_cache=not args.no_cache, progress=not args.no_progress,
                             stages=args.stages, neurons=args.neurons, deep_dives=args.deep_dives,
                             atlas_tokens=args.atlas_tokens)
     model = load_model(args)
-    result = build_report(model, args.out, options)
+    result = build_report(model, args.out, options, inputs=inputs)
     lines = [f"{s.name:<14} {'cached' if s.cached else 'computed':<9} {s.seconds:7.2f} s"
              + (f"  peak RSS {s.peak_rss_mb / 1024:5.2f} GB" if s.peak_rss_mb is not None else "")
              for s in result.stages]

@@ -158,14 +158,16 @@ class Column:
     """One column of the atlas: a :class:`HeadRow` field and how every view shows it.
 
     The one list of columns, :data:`COLUMNS`, is read by the text render, the JSON's
-    ``metrics``, and the report's grids, colour scales and table (and the notebook view).
+    ``metrics``, the report's grids, colour scales, table, tooltips and head pages, the
+    notebook view, and README's table of definitions (a test holds README to it).
     """
 
     key: str        #: the HeadRow field
-    label: str      #: grid title and table header
+    label: str      #: grid title, table header, tooltip and head-page line
     meaning: str    #: one line under the grid; the JSON's ``metrics`` entry
     short: str      #: text-render header (at most 8 characters)
     scale: str      #: "signed" (diverging colours), "unit" ([0, 1]), "log" (decades) or "category"
+    detail: str = ""  #: added after the value in tooltips and head pages: {field}s of the row
 
     @property
     def metric(self) -> bool:
@@ -176,7 +178,8 @@ class Column:
 #: the atlas's columns, in the order of the text render and the report's table
 COLUMNS = (
     Column("qk_self", "self score z",
-           "mean standardised score of a token for itself (negative: self-suppression)", "self z", "signed"),
+           "mean standardised score of a token for itself (negative: self-suppression)", "self z", "signed",
+           "over {n_self_rows} tokens"),
     Column("ov_copying_effective", "OV copying (effective)",
            "Σλ/Σ|λ| of the OV circuit over the N frequent tokens' effective embeddings (negative: copy suppression)",
            "copy eff", "signed"),
@@ -185,10 +188,11 @@ COLUMNS = (
     Column("qk_negative_mass", "negative λ mass",
            "Σ|λ<0|/Σ|λ| of sym(W_QK) over token-centred effective embeddings (0.5 random, → 1 self-suppression)",
            "neg mass", "unit"),
-    Column("qk_symmetry", "QK symmetry", "‖sym‖/(‖sym‖+‖skew‖) of W_QK over effective embeddings", "symm", "unit"),
+    Column("qk_symmetry", "QK symmetry", "‖sym‖/(‖sym‖+‖skew‖) of W_QK over effective embeddings", "symm", "unit",
+           "rms sym {qk_sym_rms}, skew {qk_skew_rms}"),
     Column("qk_negative_fraction", "negative λ share",
            "share of negative eigenvalues among the top 64 of sym(W_QK) (exactly 0.5 when 2·d_head ≤ 64: "
-           "Sylvester's inertia)", "neg λ", "unit"),
+           "Sylvester's inertia)", "neg λ", "unit", "{n_negative_top} of the top {n_eigen_top}"),
     Column("positional_share", "positional share",
            "share of score variance from position rather than content", "pos", "unit"),
     Column("kernel_category", "kernel category", "seed-000 category of the layer-0 positional kernel", "kernel",
@@ -198,7 +202,7 @@ COLUMNS = (
 #: columns computed on demand only (``atlas(logit_diff=…)``)
 OPTIONAL_COLUMNS = (
     Column("dla_logit_diff", "logit diff (DLA)", "mean over frequent tokens of x̂ W_OV (W_U[A] − W_U[B])", "DLA A−B",
-           "signed"),
+           "signed", "largest for token id {dla_top_token}"),
 )
 COLUMN = {c.key: c for c in COLUMNS + OPTIONAL_COLUMNS}
 #: metric → (short label, what it means); the order of the report's grids

@@ -35,7 +35,7 @@ from ..core.weights import Processing
 from . import html as H
 from .builtin import default_stages
 from .inputs import load_inputs
-from .stages import (Context, PageSection, Progress, RenderContext, Rendered, Stage, check_order, data_path,
+from .stages import (Context, Inputs, PageSection, Progress, RenderContext, Rendered, Stage, check_order, data_path,
                      document, read_cached, select, stage_key)
 
 MARKER = ".headscope-report"
@@ -112,15 +112,18 @@ class ReportResult:
 
 
 def build_report(model, out_dir: str | Path, options: ReportOptions | None = None,
-                 stages: Sequence[Stage] | None = None) -> ReportResult:
+                 stages: Sequence[Stage] | None = None, inputs: Inputs | None = None) -> ReportResult:
     """Write the HTML report of `model` (a :class:`headscope.Model`) to `out_dir`.
 
-    `stages` defaults to every registered stage (:func:`headscope.report.builtin.default_stages`).
+    `stages` defaults to every registered stage (:func:`headscope.report.builtin.default_stages`);
+    `inputs`, the texts of `options` already read (:func:`headscope.report.inputs.load_inputs`;
+    read here when not given).
     """
     options = options or ReportOptions()
     model = model.bound(options.processing)     # every stage reads the weights under this processing
     out = Path(out_dir)
-    inputs = load_inputs(options.calibration_text, options.samples)
+    if inputs is None:
+        inputs = load_inputs(options.calibration_text, options.samples)
     stages = select(list(stages) if stages is not None else default_stages(), options.stages)
     for j in options.neurons or []:  # checked before any stage runs
         model.cfg.check_neuron(j)

@@ -9,6 +9,7 @@ survey's losses before drawing (:func:`headscope.report.builtin.atlas.merged_row
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -45,22 +46,24 @@ class AtlasView:
 
     # -- per-head text -----------------------------------------------------------------
 
+    @functools.cached_property
+    def columns(self) -> tuple:
+        """The atlas's columns (:data:`headscope.maps.atlas.COLUMNS`), and the optional ones computed."""
+        return COLUMNS + tuple(c for c in OPTIONAL_COLUMNS if any(r.get(c.key) is not None for r in self.rows))
+
+    @staticmethod
+    def figure(c, r: dict) -> str:
+        """Column `c` of row `r` as the tooltip and head page show it: value, then its detail."""
+        v = r.get(c.key)
+        value = num(v) if c.metric else (v or "n/a").replace("_", " ")
+        if not c.detail or v is None:
+            return value
+        return f"{value} ({c.detail.format_map({k: num(x, 3) if isinstance(x, float) else x for k, x in r.items()})})"
+
     def tip(self, r: dict) -> str:
-        """Every figure of one head, one per line (the grid's tooltip)."""
-        lines = [f"{head_name(r)} (layer {r['layer']}, head {r['head']})",
-                 f"self score z: {num(r['qk_self'])} over {r['n_self_rows']} tokens",
-                 f"OV copying: {num(r['ov_copying_effective'])} (effective), "
-                 f"{num(r.get('ov_copying_framework'))} (Framework)",
-                 f"QK symmetry: {num(r['qk_symmetry'])} (rms sym {num(r['qk_sym_rms'], 3)}, "
-                 f"skew {num(r['qk_skew_rms'], 3)})",
-                 f"negative λ: {r['n_negative_top']} of top {r['n_eigen_top']} ({num(r['qk_negative_fraction'], 3)})",
-                 f"negative λ mass: {num(r.get('qk_negative_mass'))}",
-                 f"positional share: {num(r['positional_share'])}"]
-        if r.get("kernel_category"):
-            lines.append(f"kernel: {r['kernel_category'].replace('_', ' ')}")
-        if r.get("semantic_loss") is not None:
-            lines.append(f"semantic loss: {num(r['semantic_loss'])}")
-        return "\n".join(lines)
+        """Every figure of one head, one per line (the grid's tooltip), from the column spec."""
+        return "\n".join([f"{head_name(r)} (layer {r['layer']}, head {r['head']})",
+                          *(f"{c.label}: {self.figure(c, r)}" for c in self.columns)])
 
     def glance(self, r: dict) -> str:
         return f"self z {num(r['qk_self'], 3)} · copying {num(r['ov_copying_effective'], 3)}"
@@ -187,19 +190,9 @@ class AtlasView:
 
     def head_section(self, r: dict) -> H.Safe:
         name = head_name(r)
-        kv = H.kv_table([
-            ("self score z (mean over tokens)", f"{num(r['qk_self'])} over {r['n_self_rows']} tokens"),
-            ("OV copying Σλ/Σ|λ| over effective embeddings", r["ov_copying_effective"]),
-            ("OV copying Σλ/Σ|λ| of W_E W_OV W_U (Framework)", r.get("ov_copying_framework")),
-            ("negative λ mass of sym(W_QK) over centred effective embeddings", r.get("qk_negative_mass")),
-            ("QK symmetry ‖sym‖/(‖sym‖+‖skew‖)", r["qk_symmetry"]),
-            ("rms logit of sym / skew part", f"{num(r['qk_sym_rms'], 3)} / {num(r['qk_skew_rms'], 3)}"),
-            (f"negative eigenvalues among the top {r['n_eigen_top']} of sym(W_QK)",
-             f"{r['n_negative_top']} ({num(r['qk_negative_fraction'], 3)})"),
-            ("positional share of score variance", r["positional_share"]),
-            ("layer-0 kernel category", (r.get("kernel_category") or "").replace("_", " ") or None),
-            ("semantic loss (survey)", r.get("semantic_loss")),
-        ], caption="From the weights alone (headscope.atlas); — or n/a: not applicable or not computed.")
+        kv = H.kv_table([(c.label, self.figure(c, r)) for c in self.columns],
+                        caption="From the weights alone (headscope.atlas); n/a: not applicable or not computed. "
+                                "What each figure is: the atlas page's grids.")
         figs = []
         if r["qk_eigenvalues"]:
             figs.append(H.figure(F.spectrum_plot({"λ of sym(W_QK)": r["qk_eigenvalues"]}, width=420, height=260,
