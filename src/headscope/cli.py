@@ -13,7 +13,7 @@ import importlib
 import sys
 
 from ._errors import HeadscopeError
-from .corpus import DEFAULT_MAX_INPUT_MB, input_limit
+from ._input import DEFAULT_MAX_INPUT_MB, input_limit
 from ._version import __version__
 
 #: subcommand name → (module under headscope.commands, one-line help)

@@ -27,7 +27,8 @@ from headscope._atomic import (MANIFEST, OutputDir, atomic_directory, is_tempora
                                write_file)
 from headscope._errors import HeadscopeError
 from headscope.cli import main
-from headscope.corpus import input_limit, max_input_bytes, read_corpus, read_text_file
+from headscope.corpus import read_corpus
+from headscope._input import input_limit, max_input_bytes, read_text_file
 
 SRC = str(Path(__import__("headscope").__file__).resolve().parent.parent)   # the package under test
 TEXT = "The cat sat on the mat, and the dog lay by the door of the old house. " * 2
@@ -251,13 +252,13 @@ def test_inputs_must_be_regular_files(tmp_path, monkeypatch, alarm):
 
 def test_a_fifo_swapped_in_after_the_stat_is_refused(tmp_path, monkeypatch, alarm):
     """The file is opened non-blocking and checked again, so a FIFO that replaces it in between cannot hang."""
-    import headscope.corpus as corpus
+    import headscope._input as inp
 
     os.mkfifo(tmp_path / "pipe")
     regular = os.stat(__file__)
-    monkeypatch.setattr(corpus.os, "stat", lambda p, *a, **k: regular)   # the race: stat saw a regular file
+    monkeypatch.setattr(inp.os, "stat", lambda p, *a, **k: regular)      # the race: stat saw a regular file
     with alarm(20), pytest.raises(HeadscopeError, match="is a FIFO, not a regular file"):
-        corpus.read_input_bytes(tmp_path / "pipe", "text")
+        inp.read_input_bytes(tmp_path / "pipe", "text")
 
 
 def test_corpus_directories_are_walked_for_regular_files(tmp_path, alarm):

@@ -147,7 +147,7 @@ def _in(module: str, layer: tuple[str, ...]) -> bool:
     (("headscope.core",), ANALYSES + PRESENTATION + ("headscope.planted", "headscope.testing"),
      "the model core imports no analysis, report or command"),
     (ANALYSES, PRESENTATION, "the analyses import no report, command or CLI code"),
-    (("headscope._atomic", "headscope._json", "headscope._errors", "headscope._memory", "headscope.corpus",
+    (("headscope._atomic", "headscope._input", "headscope._json", "headscope._errors", "headscope._memory", "headscope.corpus",
       "headscope.shipped", "headscope.stats", "headscope.lowrank", "headscope._version"),
      ("headscope.core",) + ANALYSES + PRESENTATION + ("headscope.planted", "headscope.testing"),
      "the shared base imports nothing above it"),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from .._atomic import check_output_file
 from ..layer0.calibration import OWNED, calibrate
-from ..corpus import read_text_file
+from .._input import read_text_file
 from ..layer0.split import SEED_QUERY
 from .args import emit, load_model
 

@@ -6,7 +6,7 @@ from .. import shipped
 from .._errors import HeadscopeError
 from ..layer0.calibration import calibrate, load_calibration
 from ..layer0.contextual import HEAD_SETS, Circuit, HeadChoice, build_circuit
-from ..corpus import read_text_file
+from .._input import read_text_file
 from ..layer0.split import SEED_QUERY
 from ..core.model import Model
 

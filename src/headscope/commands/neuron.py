@@ -16,7 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from .._atomic import atomic_write_text, check_output_file, starts_with
-from ..corpus import read_text_file, windows
+from ..corpus import windows
+from .._input import read_text_file
 from ..layer0.neurons import neuron_trace
 from ..report import html as H
 from ..report.views import neuron as V

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from .._errors import HeadscopeError
-from ..corpus import CHECKPOINT_FILE_LIMIT, read_json_file
+from .._input import CHECKPOINT_FILE_LIMIT, read_json_file
 
 def _is_index(x) -> bool:
     """An integer (Python, numpy or 0-d torch), not a bool."""

@@ -30,7 +30,7 @@ from safetensors import SafetensorError, safe_open
 
 from .._atomic import kind_of
 from .._errors import HeadscopeError
-from ..corpus import CHECKPOINT_FILE_LIMIT, read_json_file
+from .._input import CHECKPOINT_FILE_LIMIT, read_json_file
 from .families import GPT2, Family
 
 WEIGHTS_FILE = "model.safetensors"

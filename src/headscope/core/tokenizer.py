@@ -50,7 +50,7 @@ def load_tokenizer(directory: Path, family: str = "gpt2"):
     """
     from transformers import GPT2TokenizerFast
 
-    from ..corpus import CHECKPOINT_FILE_LIMIT as LIMIT, decode_text, read_capped, read_json_file
+    from .._input import CHECKPOINT_FILE_LIMIT as LIMIT, decode_text, read_capped, read_json_file
 
     directory = Path(directory)
     tj = directory / "tokenizer.json"

@@ -42,7 +42,8 @@ from . import split as layer0
 from .._atomic import atomic_write_text, json_object_with
 from .._errors import HeadscopeError, NotApplicable
 from .._json import dumps
-from ..corpus import check_window, iter_windows, read_json_file
+from ..corpus import check_window, iter_windows
+from .._input import read_json_file
 from ..core.forward import run_with_cache
 from .split import SEED_QUERY
 from ..core.model import Model

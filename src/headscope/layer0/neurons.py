@@ -69,7 +69,7 @@ from jaxtyping import Float, Int
 from .._errors import HeadscopeError, NotApplicable
 from .._html_repr import HtmlRepr
 from .contextual import Circuit, HeadChoice, check_log_weights
-from ..corpus import read_json_file
+from .._input import read_json_file
 from ..core.forward import run_with_cache
 from ..stats import pearson, robust_z
 from ..core.tokenizer import to_str_tokens

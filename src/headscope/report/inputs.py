@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .. import shipped
-from ..corpus import read_text_file
+from .._input import read_text_file
 from ..shipped import Text
 from .stages import Inputs
 

@@ -45,7 +45,7 @@ import numpy as np
 import torch
 
 from .._errors import HeadscopeError
-from ..corpus import read_text_file
+from .._input import read_text_file
 from ..core.tokenizer import word_ids
 
 

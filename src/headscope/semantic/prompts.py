@@ -21,7 +21,7 @@ from jaxtyping import Int
 
 from .. import shipped
 from .._errors import HeadscopeError, NotApplicable
-from ..corpus import read_json_file
+from .._input import read_json_file
 from ..core.model import Model
 from ..core.tokenizer import word_ids
 
