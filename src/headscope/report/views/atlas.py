@@ -190,9 +190,8 @@ class AtlasView:
 
     def head_section(self, r: dict) -> H.Safe:
         name = head_name(r)
-        kv = H.kv_table([(c.label, self.figure(c, r)) for c in self.columns],
-                        caption="From the weights alone (headscope.atlas); n/a: not applicable or not computed. "
-                                "What each figure is: the atlas page's grids.")
+        kv = H.table(["figure", "value", "what it is"], [(c.label, self.figure(c, r), c.meaning) for c in self.columns],
+                     caption="From the weights alone (headscope.atlas); n/a: not applicable or not computed.")
         figs = []
         if r["qk_eigenvalues"]:
             figs.append(H.figure(F.spectrum_plot({"λ of sym(W_QK)": r["qk_eigenvalues"]}, width=420, height=260,
