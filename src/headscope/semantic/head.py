@@ -324,6 +324,8 @@ class _Shared:
     cat_ids: dict[str, list[int]]          # category → its words' token ids
     n_freq: int                            # how many of the nodes are the frequent tokens
     nodes: list[int]                       # the graph's nodes (token ids)
+    node_strs: list[str]                   # their strings
+    node_index: dict[int, int]             # token id → its row among the nodes
     frequency: str                         # the frequency source's name
     X_nodes: dict[int, Tensor]             # layer → the nodes' effective embeddings [n d]
     examples: list[int]                    # example tokens: the first word of each category
@@ -352,7 +354,8 @@ def _shared_work(model: Model, W: Weights, heads: list[tuple[int, int]], head_ke
         vocab_targets = _vocab_targets(W, heads, head_keys, vocab_layers, examples, o.k, o.variant, attn_means,
                                        o.authors, vocab)
         steps("effective embeddings of the vocabulary")
-    return _Shared(cat_ids=cat_ids, n_freq=len(freq), nodes=nodes, frequency=freq_name, X_nodes=X_nodes,
+    return _Shared(cat_ids=cat_ids, n_freq=len(freq), nodes=nodes, node_strs=model.to_str_tokens(nodes),
+                   node_index={t: i for i, t in enumerate(nodes)}, frequency=freq_name, X_nodes=X_nodes,
                    examples=examples, head_keys=head_keys, vocab_targets=vocab_targets)
 
 
@@ -367,12 +370,11 @@ def _one_head(model: Model, W: Weights, l: int, h: int, o: HeadOptions, s: _Shar
     hc = _graph_clusters(model, W, l, h, s.X_nodes[l], s.nodes, s.n_freq, s.cat_ids, o, keys=keys,
                          frequency=s.frequency)
     if o.authors:
-        node_index = {t: i for i, t in enumerate(s.nodes)}
-        neighbours, self_scores = _authors_examples(model, W, l, h, form, hc.embeddings, s.nodes, node_index,
+        neighbours, self_scores = _authors_examples(model, W, l, h, form, hc.embeddings, s.nodes, s.node_index,
                                                     s.examples, o.k, keys, s.vocab_targets.get((l, h)))
     else:
         neighbours, self_scores = _graph_examples(model, form, hc, hc.embeddings, s.nodes,
-                                                  model.to_str_tokens(s.nodes), s.examples, model.cfg.attn_scale(l),
+                                                  s.node_strs, s.examples, model.cfg.attn_scale(l),
                                                   s.vocab_targets.get((l, h)) if keys == "vocab" else None)
     return form, hc, neighbours, self_scores
 
