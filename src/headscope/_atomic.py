@@ -532,6 +532,10 @@ def _lock_dir(directory: Path, what: str) -> _DirLock:
         if not stat.S_ISREG(fst.st_mode):
             os.close(fd)
             raise HeadscopeError(f"{path} is {kind_of(fst.st_mode)}; headscope's lock file must be a regular file")
+        if fst.st_nlink != 1:               # a hard link: writing the holder would rewrite another file
+            os.close(fd)
+            raise HeadscopeError(f"{path} is a hard link ({fst.st_nlink} names for one file); headscope's lock "
+                                 "file must be a file of its own: remove it (the other names keep the file)")
         if fcntl is not None:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -1015,6 +1015,30 @@ CASES += [
 # -- running a case -------------------------------------------------------------------
 
 
+# -- issue 36: trust nothing on disk ------------------------------------------------------------
+
+
+def hard_linked_lock(c: Ctx) -> str:
+    """An earlier report whose `.headscope-lock` is a hard link to a user's file outside it."""
+    victim = c.file("victim.txt", "a user's file, hard-linked into the output directory\n")
+    def link(d: Path):
+        with contextlib.suppress(FileNotFoundError):
+            (d / ".headscope-lock").unlink()
+        os.link(victim, d / ".headscope-lock")
+    return earlier_report(c, link)
+
+
+CASES += [
+    Case("report --out whose lock file is a hard link to a user's file",
+         lambda c: ["report", c.model(), "--out", hard_linked_lock(c), "--stages", "model", "--no-progress"],
+         ".headscope-lock is a hard link"),
+    Case("steer --out whose lock file is a hard link to a user's file",
+         lambda c: steer0(c)[:-1] + [earlier_steer(c, lambda d: os.link(c.file("victim.txt", "mine\n"),
+                                                                      d / ".headscope-lock"))],
+         ".headscope-lock is a hard link"),
+]
+
+
 def snapshot(root: Path) -> dict[str, str]:
     """Every path under root → a digest of its content ('dir', 'link:…', or the kind of a FIFO/socket)."""
     import stat
