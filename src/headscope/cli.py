@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "composition": ("composition", "Q-, K-, V-composition scores of every pair of heads, strongest edges"),
     "reproduce": ("reproduce", "measure the seed studies' claims on a model: published vs measured, pass/fail"),
     "report": ("report", "write a self-contained HTML report of a model (every analysis)"),
+    "sweep": ("sweep", "every analysis over models × training revisions, on Dask (local by default, or a cluster)"),
 }
 
 

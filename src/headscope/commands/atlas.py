@@ -50,7 +50,9 @@ def run(args) -> int:
         raise HeadscopeError(f"--tokens: expected ≥ 2, got {args.tokens}")
     revisions = _revisions.requested(args)
     if revisions is not None:
-        return _revisions.run(args, revisions, _revisions_analysis(args))
+        return _revisions.run(args, revisions, "atlas", {
+            "layers": args.layers, "tokens": args.tokens, "corpus": args.corpus, "survey": args.survey,
+            "kernels": not args.no_kernels, "logit_diff": None if args.logit_diff is None else list(args.logit_diff)})
     model = load_model(args)
     layers = None if args.layers is None else [model.cfg.check_layer(l) for l in args.layers]
     res = atlas(model, layers, n_tokens=args.tokens, corpus=args.corpus, kernels=not args.no_kernels,
@@ -58,17 +60,3 @@ def run(args) -> int:
     emit(args, res, V.text(res.to_dict()))
     return 0
 
-
-def _revisions_analysis(args):
-    from ..maps.revisions import Analysis, summarise_atlas
-
-    options = {"layers": args.layers, "tokens": args.tokens, "corpus_sha256": _revisions.file_digest(args.corpus),
-               "survey": args.survey, "kernels": not args.no_kernels,
-               "logit_diff": None if args.logit_diff is None else list(args.logit_diff)}
-
-    def analyse(model):
-        layers = None if args.layers is None else [model.cfg.check_layer(l) for l in args.layers]
-        return atlas(model, layers, n_tokens=args.tokens, corpus=args.corpus, kernels=not args.no_kernels,
-                     survey=args.survey, logit_diff=None if args.logit_diff is None else tuple(args.logit_diff))
-
-    return Analysis("atlas", options, analyse, summarise_atlas, required=("rows", "metrics", "spec"))

@@ -74,13 +74,8 @@ def run(args) -> int:
         raise HeadscopeError(f"--heads: expected published, auto, seed, code or indices such as 0,2,6, "
                              f"got {args.heads!r}")
     if revisions is not None:
-        from ..maps.revisions import Analysis, summarise_reproduce
-
-        options = {"details": not args.no_details, "heads": args.heads, "variant": args.variant}
-        return _revisions.run(args, revisions, Analysis(
-            "reproduce", options, lambda m: reproduce(m, details=not args.no_details, heads=args.heads,
-                                                      variant=variant),
-            summarise_reproduce, required=("rows", "ok", "n_pass", "n_fail")))
+        return _revisions.run(args, revisions, "reproduce", {"details": not args.no_details, "heads": args.heads,
+                                                             "variant": args.variant})
     model = load_model(args)
     res = reproduce(model, details=not args.no_details, heads=args.heads, variant=variant)
     if args.out:

@@ -1,16 +1,16 @@
 """One analysis across training revisions of a hub model (``--revisions``): emergence curves.
 
-Pythia publishes ``step0 … step143000`` as hub branches. :func:`run_revisions` loads each
-revision in turn (``headscope.load(model, revision=r)``: ``HF_HUB_OFFLINE`` semantics are
-unchanged — offline when the cache has it), runs one analysis on it (the atlas, the claims
-table), writes that command's usual JSON to ``DIR/rev-<revision>.json`` as soon as it is
-done, and drops the model before loading the next, so the peak memory is about one model.
+Pythia publishes ``step0 … step143000`` as hub branches. ``--revisions`` runs one analysis
+(the atlas, the claims table) per revision as a sweep (:mod:`headscope.sweep`: one task per
+revision, in this process one after another by default — peak memory about one model — or on a
+LocalCluster with ``--workers N``), each task's JSON written to ``DIR/rev-<revision>.json`` as
+soon as it is done. This module holds the names, the summaries and the combined result.
 
 Each per-revision file carries, beside the command's usual keys, ``revision_run``: the
-command, model id, revision, the options that change the result, and ``key`` — the sha256
-of those with the dtype, device and headscope version. A rerun of the same command reuses
-a per-revision file that parses, is a JSON object of the expected kind and holds the same
-key, and recomputes every other revision (resume after an interrupted run).
+command, model id, revision, its resolved commit, the options that change the result, and
+``key`` — the sha256 of those with the dtype, device and headscope version. A rerun reuses a
+per-revision file only when the directory's index holds its key and the sha256 of its bytes
+(:mod:`headscope.sweep.engine`), and recomputes every other revision.
 
 The combined result (:class:`RevisionsResult`, ``DIR/revisions.json``) lists per revision
 its name, its training step (``N`` when the name is ``stepN``, else null) and a summary of
@@ -21,22 +21,17 @@ Revisions are ordered by step where parsable (ascending), then the others in the
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import gc
 import hashlib
 import json
-import os
 import re
-import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
-from .._atomic import MANIFEST, OutputDir, read_small_file
+from .._atomic import OutputDir, read_small_file
 from .._errors import HeadscopeError
 from .._html_repr import HtmlRepr, render_text
 from .._json import dumps
-from .._version import __version__
 from .atlas import METRICS
 
 #: the marker file of a revisions output directory (listed in its manifest)
@@ -84,11 +79,13 @@ def parse_revisions(spec: str | Sequence[str]) -> list[str]:
 
 
 def revision_file(revision: str) -> str:
-    """The per-revision file name: ``rev-<revision>.json``, other characters as ``_`` plus a short hash."""
+    """The per-revision file name: ``rev-<revision>.json``; a name with other characters than
+    ``A-Z a-z 0-9 . _ -`` (those become ``_``) or longer than 120 is cut to 111 characters and
+    followed by a short hash of the whole name, so two names never share a file."""
     safe = _SAFE_RE.sub("_", revision)
-    if safe != revision:
-        safe += "-" + hashlib.sha256(revision.encode("utf-8")).hexdigest()[:8]
-    return f"rev-{safe[:120]}.json"
+    if safe != revision or len(safe) > 120:
+        safe = safe[:111] + "-" + hashlib.sha256(revision.encode("utf-8")).hexdigest()[:8]
+    return f"rev-{safe}.json"
 
 
 # -- summaries of one revision's JSON ------------------------------------------------------
@@ -119,17 +116,6 @@ def summarise_reproduce(doc: dict) -> dict:
     """Per claim: the measured value and pass/fail (null: no verdict); plus the pass and fail counts."""
     return {"ok": doc["ok"], "n_pass": doc["n_pass"], "n_fail": doc["n_fail"],
             "claims": {r["id"]: {"measured": r["measured"], "passed": r["passed"]} for r in doc["rows"]}}
-
-
-@dataclasses.dataclass(frozen=True)
-class Analysis:
-    """What ``--revisions`` runs per revision: the command, its options, the analysis and its summary."""
-
-    command: str                                  #: "atlas" or "reproduce"
-    options: dict                                 #: the options that change the result (JSON-able)
-    run: Callable[[object], object]               #: Model → result with ``to_dict()``
-    summarise: Callable[[dict], dict]             #: the result's dict → its summary
-    required: tuple[str, ...] = ("rows",)         #: keys a complete per-revision JSON holds
 
 
 # -- the result ----------------------------------------------------------------------------
@@ -193,104 +179,3 @@ def check_revisions_dir(out: str | Path, command: str) -> OutputDir:
             raise HeadscopeError(f"--revisions-out {out} holds the output of headscope {other or 'another command'} "
                                  f"--revisions, not {command}; choose another directory")
     return odir
-
-
-def run_key(model: str, revision: str, analysis: Analysis, dtype: str, device: str) -> str:
-    """The sha256 that a reusable per-revision file holds (module docstring)."""
-    return hashlib.sha256(dumps({"command": analysis.command, "model": model, "revision": revision,
-                                 "options": analysis.options, "dtype": dtype, "device": device,
-                                 "headscope": __version__}).encode("utf-8")).hexdigest()
-
-
-def read_complete(path: Path, key: str, required: Sequence[str]) -> dict | None:
-    """The per-revision JSON at `path` if it is complete and has `key` (reusable), else None."""
-    if path.is_symlink() or not path.is_file():
-        return None
-    data = read_small_file(path, limit=512 * 2**20)
-    try:
-        doc = json.loads(data) if data is not None else None
-    except (ValueError, RecursionError, UnicodeDecodeError):
-        return None
-    if not isinstance(doc, dict) or not all(k in doc for k in required):
-        return None
-    run = doc.get("revision_run")
-    return doc if isinstance(run, dict) and run.get("key") == key else None
-
-
-def _free(device: str) -> None:
-    gc.collect()
-    if str(device).startswith("cuda"):
-        import torch
-
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-
-
-def run_revisions(model: str, revisions: Sequence[str], odir: OutputDir, analysis: Analysis, *,
-                  load: Callable[[str], object], dtype: str = "float32", device: str = "cpu",
-                  progress: Callable[[str], None] | None = None) -> RevisionsResult:
-    """Run `analysis` on every revision of hub model `model` into `odir` (module docstring).
-
-    `revisions` are run in the order given (:func:`parse_revisions` orders them); `load`
-    maps a revision to a loaded model. Each finished revision's JSON is written at once
-    (atomically), so an interrupted run keeps it; the combined table and figure are the
-    caller's (the presentation layer) to write.
-    """
-    odir.open()
-    try:
-        return _run(model, revisions, odir, analysis, load, dtype, device, progress)
-    except BaseException:
-        _remove_if_empty(odir)
-        raise
-
-
-def _remove_if_empty(odir: OutputDir) -> None:
-    """A directory this run created and wrote no revision into is removed again (nothing half-written)."""
-    if not odir.created or odir.files - {MARKER}:
-        return
-    odir.close()
-    ours = {MARKER, MANIFEST, ".headscope-lock"}
-    try:
-        if set(os.listdir(odir.path)) <= ours:
-            for name in ours:
-                with contextlib.suppress(FileNotFoundError):
-                    (odir.path / name).unlink()
-            odir.path.rmdir()
-    except OSError:
-        pass
-
-
-def _run(model, revisions, odir, analysis, load, dtype, device, progress) -> RevisionsResult:
-    marker = marker_text(analysis.command)
-    if read_small_file(odir.path / MARKER) != marker.encode("utf-8"):
-        odir.write(MARKER, marker)
-    rows = []
-    for rev in revisions:
-        name = revision_file(rev)
-        key = run_key(model, rev, analysis, dtype, device)
-        t0 = time.perf_counter()
-        doc = read_complete(odir.path / name, key, analysis.required) if name in odir.files else None
-        summary = None
-        if doc is not None:
-            try:
-                summary = analysis.summarise(doc)
-            except (KeyError, TypeError, ValueError, AttributeError, IndexError):   # edited by hand: recompute
-                doc = None
-        computed = doc is None
-        if computed:
-            m = load(rev)
-            res = analysis.run(m)
-            doc = json.loads(dumps(res.to_dict()))       # what is saved, also what a reused run reads
-            doc["revision_run"] = {"command": analysis.command, "model": model, "revision": rev,
-                                   "step": training_step(rev), "options": analysis.options, "key": key}
-            odir.write(name, dumps(doc))
-            del m, res
-            _free(device)
-            summary = analysis.summarise(doc)
-        row = RevisionRow(revision=rev, step=training_step(rev), file=name, summary=summary,
-                          computed=computed, seconds=time.perf_counter() - t0)
-        rows.append(row)
-        del doc
-        if progress is not None:
-            progress(f"{rev}: {'computed' if computed else 'reused'} ({row.seconds:.1f} s)")
-    return RevisionsResult(command=analysis.command, model=model, options=analysis.options, rows=rows)
