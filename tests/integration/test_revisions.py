@@ -314,3 +314,87 @@ def test_pythia_shaped_checkpoint_at_two_steps(tmp_path, monkeypatch, capsys):
     assert d["revisions"][0]["summary"] != d["revisions"][1]["summary"]
     assert " pos" not in stdout.splitlines()[2] and "self z" in stdout.splitlines()[2]
     assert "positional share" not in (out / "revisions.svg").read_text()
+
+
+# -- trust nothing on disk (issue 36): names, reused files, non-finite values, FIFOs, sizes ----------------
+
+
+def test_long_revision_names_sharing_120_characters_get_different_files():
+    a, b = "x" * 130 + "a", "x" * 130 + "b"
+    assert revision_file(a) != revision_file(b)
+    assert len(revision_file(a)) <= len("rev-.json") + 120
+    assert revision_file("y" * 120) == "rev-" + "y" * 120 + ".json"            # short names keep their name
+
+
+def _rerun_step(out, capsys, *extra):
+    return run(capsys, "atlas", REPO, "--revisions", "step500", "--revisions-out", out, *OPTS, *extra)
+
+
+def test_a_hand_edited_file_with_its_key_is_recomputed(first_run, offline, tmp_path, capsys):
+    """Values changed, key kept: the sha256 recorded when it was written no longer matches → recomputed."""
+    src, _, _ = first_run
+    out = tmp_path / "copy"
+    shutil.copytree(src, out)
+    name = revision_file("step500")
+    original = (out / name).read_bytes()
+    doc = json.loads(original)
+    doc["rows"][0]["qk_self"] = 123.0
+    (out / name).write_text(json.dumps(doc))
+    code, _, err = _rerun_step(out, capsys)
+    assert code == 0 and "step500: computed" in err, err
+    assert (out / name).read_bytes() == original
+    assert json.loads((out / "revisions.json").read_text())["revisions"][0]["summary"]["qk_self"]["max"] != 123.0
+
+
+def test_nan_in_a_per_revision_file_is_recomputed_without_a_traceback(first_run, offline, tmp_path, capsys):
+    src, _, _ = first_run
+    out = tmp_path / "copy"
+    shutil.copytree(src, out)
+    name = revision_file("step500")
+    original = (out / name).read_bytes()
+    text = original.decode()
+    i = text.index('"qk_self": ') + len('"qk_self": ')
+    j = min(text.index(",", i), text.index("}", i))
+    (out / name).write_text(text[:i] + "NaN" + text[j:])
+    code, _, err = _rerun_step(out, capsys)                 # run() asserts: no traceback
+    assert code == 0 and "step500: computed" in err, err
+    assert (out / name).read_bytes() == original
+
+
+def test_a_per_revision_file_over_the_input_limit_is_not_parsed(first_run, offline, tmp_path, capsys):
+    """A file grown past --max-input-mb (key and recorded hash intact) is recomputed, never read whole."""
+    import hashlib
+
+    src, _, _ = first_run
+    out = tmp_path / "copy"
+    shutil.copytree(src, out)
+    name = revision_file("step500")
+    original = (out / name).read_bytes()
+    padded = original + b" " * (2 * 2**20)
+    (out / name).write_bytes(padded)
+    index = json.loads((out / ".headscope-tasks.json").read_text())
+    index["files"][name]["sha256"] = hashlib.sha256(padded).hexdigest()
+    (out / ".headscope-tasks.json").write_text(json.dumps(index))
+    code, _, err = _rerun_step(out, capsys, "--max-input-mb", "1")
+    assert code == 0 and "step500: computed" in err, err
+    assert (out / name).read_bytes() == original
+
+
+def test_a_fifo_corpus_is_refused_in_one_line(hub_cache, tmp_path):
+    """--corpus FIFO with --revisions: refused by the input rule (no blocking read), exit 2, nothing written."""
+    import subprocess
+    import sys
+
+    fifo = tmp_path / "corpus.fifo"
+    os.mkfifo(fifo)
+    out = tmp_path / "out"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(hub_cache), "HF_HOME": str(tmp_path / "hf")}
+    try:
+        p = subprocess.run([sys.executable, "-m", "headscope", "atlas", REPO, "--revisions", "step0",
+                            "--revisions-out", str(out), "--corpus", str(fifo), *OPTS],
+                           capture_output=True, text=True, timeout=60, env=env)
+    except subprocess.TimeoutExpired:
+        pytest.fail("atlas --revisions --corpus FIFO blocked")
+    assert p.returncode == 2 and p.stdout == "", p.stderr
+    assert p.stderr.startswith("headscope: error:") and p.stderr.count("\n") == 1 and "FIFO" in p.stderr, p.stderr
+    assert not out.exists()
