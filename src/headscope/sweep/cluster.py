@@ -124,7 +124,7 @@ class DaskExecutor:
             futures.append(f)
             where[f.key] = j
         try:
-            for f in as_completed(futures):
+            for f in as_completed(futures, loop=self.client.loop):
                 j = where[f.key]
                 spec = specs[j]
                 if f.status == "finished":
