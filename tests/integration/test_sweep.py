@@ -129,8 +129,18 @@ def dask_processes(env: dict, tmp: Path):
         logs.close()
 
 
+def offline(monkeypatch, cache: Path) -> None:
+    """This process and the workers it spawns read only the test's hub cache."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+
+
 def test_cluster_with_a_worker_killed_mid_task_matches_serial_and_rerun_computes_nothing(
-        serial_run, hub_cache, tmp_path):
+        serial_run, hub_cache, tmp_path, monkeypatch, capsys):
     from distributed import Client
 
     env = _env(hub_cache, tmp_path)
@@ -162,21 +172,26 @@ def test_cluster_with_a_worker_killed_mid_task_matches_serial_and_rerun_computes
         assert "Traceback" not in stderr
         assert_same(out, serial_run)                             # byte-identical, every file
         before = {p: p.stat().st_mtime_ns for p in (out / "tasks").rglob("*.json")}
-        again = subprocess.run([sys.executable, "-m", "headscope", "sweep", *GRID, "--out", str(out),
-                                "--scheduler", address], env=env, capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0, again.stderr
-    assert again.stderr.count(": reused") == N_TASKS and ": computed" not in again.stderr, again.stderr
+        offline(monkeypatch, hub_cache)
+        capsys.readouterr()
+        code = main(["sweep", *GRID, "--out", str(out), "--scheduler", address])
+        err = capsys.readouterr().err
+    assert code == 0, err
+    assert err.count(": reused") == N_TASKS and ": computed" not in err, err
     assert {p: p.stat().st_mtime_ns for p in (out / "tasks").rglob("*.json")} == before
     assert_same(out, serial_run)
 
 
-def test_default_local_cluster_matches_serial(serial_run, hub_cache, tmp_path):
+def test_default_local_cluster_matches_serial(serial_run, hub_cache, tmp_path, monkeypatch, capsys):
     out = tmp_path / "local"
-    p = subprocess.run([sys.executable, "-m", "headscope", "sweep", *GRID, "--out", str(out)],
-                       env=_env(hub_cache, tmp_path), capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
-    assert "headscope: LocalCluster: " in p.stderr and "one model per worker" in p.stderr, p.stderr
-    assert p.stderr.count(": computed") == N_TASKS
+    offline(monkeypatch, hub_cache)
+    monkeypatch.setenv("PYTHONPATH", _env(hub_cache, tmp_path)["PYTHONPATH"])     # the spawned workers' headscope
+    capsys.readouterr()
+    code = main(["sweep", *GRID, "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 0 and "Traceback" not in err, err
+    assert "headscope: LocalCluster: " in err and "one model per worker" in err, err
+    assert err.count(": computed") == N_TASKS
     assert_same(out, serial_run)
 
 
@@ -188,10 +203,7 @@ def _free_port() -> int:
 
 @pytest.mark.parametrize("address", ["tcp://127.0.0.1:{port}", "nonsense"])
 def test_unreachable_scheduler_is_one_line_and_writes_nothing(hub_cache, tmp_path, monkeypatch, capsys, address):
-    from huggingface_hub import constants
-
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(hub_cache))
+    offline(monkeypatch, hub_cache)
     out = tmp_path / "out"
     code = main(["sweep", *GRID, "--out", str(out), "--scheduler", address.format(port=_free_port()),
                  "--connect-timeout", "2"])
@@ -203,10 +215,7 @@ def test_unreachable_scheduler_is_one_line_and_writes_nothing(hub_cache, tmp_pat
 
 def test_a_missing_revision_is_one_line_and_its_cells_are_marked(serial_run, hub_cache, tmp_path, monkeypatch,
                                                                   capsys):
-    from huggingface_hub import constants
-
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(hub_cache))
+    offline(monkeypatch, hub_cache)
     out = tmp_path / "out"
     code = main(["sweep", "tiny-org/alpha", "--analyses", "composition", "--revisions", "step0,step5", "--out",
                  str(out), "--serial"])
