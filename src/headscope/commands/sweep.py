@@ -102,7 +102,8 @@ def say(line: str) -> None:
 
 
 def progress_line(o, done: int, total: int) -> None:
-    what = f"failed: {o.error}" if o.status == "failed" else f"{o.status} ({o.seconds:.1f} s)"
+    rss = f", worker peak RSS {o.peak_rss / 2**20:.0f} MiB" if o.peak_rss else ""
+    what = f"failed: {o.error}" if o.status == "failed" else f"{o.status} ({o.seconds:.1f} s{rss})"
     say(f"[{done}/{total}] {o.label}: {what}")
 
 
