@@ -16,7 +16,6 @@ each run's wall time and their ratio, the peak RSS of the serial process and of 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import resource

@@ -104,7 +104,7 @@ def run(args, revisions: list[str], analysis: str, given: dict) -> int:
         if o.status != "failed":
             print(f"headscope: {rev}: {o.status} ({o.seconds:.1f} s)", file=sys.stderr, flush=True)
 
-    close = lambda: None                                        # noqa: E731
+    cluster = None
     if args.workers is not None:
         from ..sweep.cluster import DaskExecutor, plan_local, start_local
 
@@ -112,12 +112,13 @@ def run(args, revisions: list[str], analysis: str, given: dict) -> int:
         print(f"headscope: LocalCluster: {why}", file=sys.stderr, flush=True)
         client, cluster = start_local(n, limit)
         executor = DaskExecutor(client, "LocalCluster")
-
-        def close():
-            client.close()
-            cluster.close()
     else:
         executor = SerialExecutor(load_spec)
+
+    def close():
+        if cluster is not None:
+            executor.client.close()
+            cluster.close()
     try:
         odir.open()
         try:
