@@ -143,32 +143,35 @@ def test_cluster_with_a_worker_killed_mid_task_matches_serial_and_rerun_computes
         serial_run, hub_cache, tmp_path, monkeypatch, capsys):
     from distributed import Client
 
+    import threading
+
     env = _env(hub_cache, tmp_path)
     out = tmp_path / "remote"
+    offline(monkeypatch, hub_cache)
     with dask_processes(env, tmp_path) as (address, workers):
-        sweep = subprocess.Popen([sys.executable, "-m", "headscope", "sweep", *GRID, "--out", str(out),
-                                  "--scheduler", address], env=env, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True)
+        result: dict = {}
+        capsys.readouterr()
+        sweep = threading.Thread(target=lambda: result.setdefault(
+            "code", main(["sweep", *GRID, "--out", str(out), "--scheduler", address])))
+        sweep.start()
         killed = None
         try:
             with Client(address, timeout=30) as c:
                 names = {a: w["name"] for a, w in c.scheduler_info()["workers"].items()}
                 deadline = time.monotonic() + 240
-                while killed is None and sweep.poll() is None and time.monotonic() < deadline:
+                while killed is None and sweep.is_alive() and time.monotonic() < deadline:
                     for addr, keys in c.processing().items():
                         if any(str(k).startswith("headscope-task") for k in keys):
                             killed = names[addr]
                             workers[killed].send_signal(signal.SIGKILL)
                             break
                     time.sleep(0.02)
-            stdout, stderr = sweep.communicate(timeout=300)
         finally:
-            if sweep.poll() is None:
-                sweep.kill()
-                sweep.wait()
+            sweep.join(timeout=300)
+        stderr = capsys.readouterr().err
         assert killed is not None, "no task was caught running"
         assert workers[killed].wait(timeout=30) == -signal.SIGKILL
-        assert sweep.returncode == 0, stderr
+        assert result.get("code") == 0, stderr
         assert "Traceback" not in stderr
         assert_same(out, serial_run)                             # byte-identical, every file
         before = {p: p.stat().st_mtime_ns for p in (out / "tasks").rglob("*.json")}
