@@ -71,8 +71,7 @@ def start_local(n_workers: int, memory_limit: int):
     from distributed import Client, LocalCluster
 
     _quiet()
-    with dask.config.set({"distributed.scheduler.allowed-failures": 1,
-                          "distributed.worker.daemon": False}):
+    with dask.config.set({"distributed.scheduler.allowed-failures": 1}):
         cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, memory_limit=memory_limit,
                                resources={"MEMORY": memory_limit}, dashboard_address=None,
                                silence_logs=logging.CRITICAL, host="127.0.0.1")
