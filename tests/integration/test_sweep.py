@@ -91,6 +91,9 @@ def test_serial_run_writes_the_grid(serial_run):
     assert len(loss) == 3 * (2 * 3) + 3 * (3 * 2)                # revisions × heads, per model
     page = (serial_run / "index.html").read_text()
     assert "<svg" in page and all(c["file"] in page for c in d["cells"])
+    for c in d["cells"]:                                         # each task's own page, linked from the index
+        own = c["file"][:-len(".json")] + ".html"
+        assert own in page and "<pre>" in (serial_run / own).read_text()
     assert 'src="http' not in page and 'href="http' not in page                   # offline
 
 

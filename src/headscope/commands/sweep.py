@@ -97,6 +97,27 @@ def check_dir(out: str) -> OutputDir:
     return odir
 
 
+def write_task_pages(odir: OutputDir, d: dict) -> set[str]:
+    """Each finished task's own page beside its JSON (read back one at a time, capped); the pages written."""
+    from .._input import max_input_bytes
+    from ..sweep.engine import parse_task_json
+
+    pages = set()
+    for c in d["cells"]:
+        if c["status"] != "ok":
+            continue
+        doc = parse_task_json(read_small_file(odir.path / c["file"], limit=max_input_bytes()) or b"")
+        if doc is None:
+            continue
+        try:
+            page = V.task_page(c, doc)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError):     # a view that cannot draw it
+            continue
+        odir.write(V.page_name(c["file"]), page)
+        pages.add(V.page_name(c["file"]))
+    return pages
+
+
 def say(line: str) -> None:
     print(f"headscope: {line}", file=sys.stderr, flush=True)
 
@@ -155,8 +176,9 @@ def run(args) -> int:
             figures = V.figure_names(d)
             for name, svg in figures:
                 odir.write(name, svg)
-            odir.write(PAGE, V.html(d, figures))
-            odir.remove_stale({MARKER, RESULT, TABLE, PAGE} | {n for n, _ in figures}
+            pages = write_task_pages(odir, d)
+            odir.write(PAGE, V.html(d, figures, pages))
+            odir.remove_stale({MARKER, RESULT, TABLE, PAGE} | {n for n, _ in figures} | pages
                               | keep_files(c.file for c in res.cells))
         finally:
             odir.close()

@@ -4,7 +4,8 @@
 component); :func:`emergence` one SVG per analysis: each metric's max over components (and min,
 dashed) against the training step, one curve per model; :func:`comparison` the models side by
 side at their last revision; :func:`html` the offline page ``index.html`` (figures, the grid's
-cells with links to each task's JSON, failed cells marked); :func:`text` the table printed.
+cells with links to each task's page and JSON, failed cells marked); :func:`task_page` a task's
+own page (its command's text view); :func:`text` the table printed.
 """
 
 from __future__ import annotations
@@ -139,7 +140,35 @@ def text(d: dict, status: dict[str, str] | None = None) -> str:
     return "\n".join(lines)
 
 
-def html(d: dict, figures: list[tuple[str, str]]) -> str:
+def task_text(analysis: str, doc: dict) -> str:
+    """The text a task's own command prints (``headscope atlas``, ``survey``, …), from its JSON."""
+    from . import atlas, composition, kernels, neurons, reproduce, survey
+
+    if analysis == "kernels":
+        return kernels.text(doc) if "heads" in doc and "rule" in doc else kernels.relative_text(doc)
+    if analysis == "survey":
+        return survey.prompts_text(doc) + "\n" + survey.text(doc)
+    return {"atlas": atlas.text, "composition": composition.text, "neurons": neurons.text,
+            "reproduce": reproduce.text}[analysis](doc)
+
+
+def page_name(task_file: str) -> str:
+    """The task's own page beside its JSON: ``….json`` → ``….html``."""
+    return task_file[:-len(".json")] + ".html"
+
+
+def task_page(cell: dict, doc: dict) -> str:
+    """One task's offline page: what, its text view and a link to its JSON."""
+    path = page_name(cell["file"])
+    body = H.join([H.kv_table([("model", cell["model"]), ("revision", cell["revision"] or "—"),
+                               ("commit", cell["commit"] or "—"), ("analysis", cell["analysis"]),
+                               ("JSON", H.link(cell["file"].rsplit("/", 1)[-1], "the task's JSON"))]),
+                   H.tag("pre", task_text(cell["analysis"], doc))])
+    return H.page(f"{cell['analysis']}: {cell['model']}" + (f" @ {cell['revision']}" if cell["revision"] else ""),
+                  body, path=path, nav=[("sweep", "index.html")], output="sweep")
+
+
+def html(d: dict, figures: list[tuple[str, str]], pages: set[str] = frozenset()) -> str:
     """The offline page: the figures (inline SVG, also written beside it), then every cell with its task JSON linked."""
     body = [H.section("Grid", H.kv_table([("models", ", ".join(d["grid"]["models"])),
                                           ("analyses", ", ".join(d["grid"]["analyses"])),
@@ -151,7 +180,9 @@ def html(d: dict, figures: list[tuple[str, str]]) -> str:
     rows = []
     for c in d["cells"]:
         rows.append([c["model"], c["revision"] or "—", c["step"], c["analysis"],
-                     H.link(c["file"], "JSON") if c["status"] == "ok" else H.tag("strong", "failed"),
+                     (H.join([H.link(page_name(c["file"]), "page"), " · ", H.link(c["file"], "JSON")])
+                      if page_name(c["file"]) in pages else H.link(c["file"], "JSON"))
+                     if c["status"] == "ok" else H.tag("strong", "failed"),
                      c["error"] or ""])
     body.append(H.section("Cells", H.table(["model", "revision", "step", "analysis", "task", "error"], rows,
                                            numeric=[2])))
