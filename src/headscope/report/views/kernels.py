@@ -170,11 +170,21 @@ def head_section(h: dict, d: dict) -> H.Safe:
 
 
 def relative_text(d: dict) -> str:
-    """One line per layer-0 head: peak offset, width and category of its relative kernel."""
-    lines = [f"layer-0 relative kernels (rotary; n = {d['n_ref']}): head, peak offset Δ, width, category"]
-    lines += [f"  L0H{h}  Δ={d['peak_offset'][h]}  width {d['widths'][h]:.2f}  {d['shape'][h]}"
+    """One line per layer-0 head: peak offset, width and category (of ``d["rule"]``, default shape)."""
+    rule = d.get("rule", "shape")
+    lines = [f"layer-0 relative kernels (rotary; n = {d['n_ref']}): head, peak offset Δ, width, category ({rule} rule)"]
+    lines += [f"  L0H{h}  Δ={d['peak_offset'][h]}  width {d['widths'][h]:.2f}  {d[rule][h]}"
               for h in range(len(d["shape"]))]
     return "\n".join(lines)
+
+
+def relative_figures(d: dict) -> list[tuple[str, H.Safe]]:
+    """(file name, SVG) of ``headscope kernels --out`` on a rotary model: kernels.svg, κ_h(Δ) per head."""
+    rule = d.get("rule", "shape")
+    kern = [F.line_plot([F.Series(list(range(len(k))), k, "")], width=300, height=210,
+                        title=f"head {h}: {d[rule][h]}", xlabel="offset Δ", ylabel="κ(Δ) (logits)")
+            for h, k in enumerate(d["kappa"])]
+    return [("kernels.svg", F.panels(kern, cols=4, title="relative kernels κ_h(Δ) = rot(q̄, Δ)·k̄/s"))]
 
 
 def relative_html(d: dict, *, links: bool = True) -> H.Safe:
