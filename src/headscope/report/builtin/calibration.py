@@ -21,7 +21,7 @@ from ..stages import Context, Rendered, Stage, register_stage
 class CalibrationStage(Stage):
     name = "calibration"
     title = "Calibration of the contextual circuit"
-    version = 1
+    version = 2     # 2: rotary models (layer0.rotary_split)
     inputs = ("calibration",)
 
     def key_options(self, o) -> dict:
