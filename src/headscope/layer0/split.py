@@ -116,6 +116,7 @@ def check_split(weights: Weights, layer: int = 0) -> None:
     """The vectorised split assumes fold_ln (LN1 only centres and scales) and layer 0.
 
     (The caller checks that the model has `layer` at all: the view has one layer.)"""
+    learned_positions(weights.cfg, "the content + position key split")
     if not weights.processing.fold_ln:
         raise HeadscopeError("the key split needs weights processed with fold_ln "
                              f"(got processing {weights.processing.label()})")
@@ -176,6 +177,7 @@ def queries(weights: Weights, tokens: Int[Tensor, "p"], positions: Int[Tensor, "
             ) -> Float[Tensor, "p h e"]:
     """True layer-0 queries q = LN(W_E[t] + W_pos[n]) W_Q + b_Q of tokens at positions (default 0..p−1)."""
     b = weights.blocks[0]
+    learned_positions(weights.cfg, "queries LN(W_E[t] + W_pos[n])")
     positions = torch.arange(len(tokens)) if positions is None else positions
     x = ln1(weights, weights.W_E[tokens] + weights.W_pos[positions])             # [p d]
     return torch.einsum("pd,hde->phe", x, b.W_Q) + b.b_Q                          # [p h e]
@@ -189,6 +191,7 @@ def _positional_parts(w: Weights) -> tuple[Tensor, Tensor, Tensor]:
     instead of O(n·d).
     """
     b = w.blocks[0]
+    learned_positions(w.cfg, "the positional kernels of the W_pos key split")
     parts = (w.W_pos, b.ln1_w, b.W_K)
     key = tuple((id(t), t._version) for t in parts)
     memo = b.__dict__.get("_positional_parts")
