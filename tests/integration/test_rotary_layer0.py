@@ -93,6 +93,16 @@ def test_denominators_of_the_contextual_heads_are_stable_and_predicted(planted):
         assert np.all(pred < 2 * meas) and np.all(pred > meas / 2)      # the i.i.d. prediction, within a factor 2
 
 
+def test_the_w_pos_key_split_is_refused_with_its_reason_not_a_crash(planted):
+    from headscope.layer0 import kernels as K, split
+
+    m, _, _ = planted
+    for f in (lambda: K.kernel_heatmap(m, " the", "measured", 8),
+              lambda: split.approx_pattern(split.view(m), m.to_tokens("the cat"), 1.0)):
+        with pytest.raises(NotApplicable, match="Qwen2 is a rotary model"):
+            f()
+
+
 def test_parallel_residual_neurons_are_refused_with_the_exact_reason(tmp_path):
     pytest.importorskip("transformers")
     sys.path.insert(0, str(Path(__file__).resolve().parent))

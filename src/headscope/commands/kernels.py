@@ -88,8 +88,8 @@ def run(args) -> int:
 NOT_ROTARY = {
     "query": "the relative kernel is that of the mean query and key over the vocabulary, not of one query token",
     "c": "c is the typical embedding norm of the W_pos key split; a rotary model has no W_pos",
-    "corpus": "the TV of the W_pos key split needs learned positions (the rotary split's TV is `headscope "
-              "denominators`' and the report's)",
+    "corpus": "the TV of the W_pos key split needs learned positions (the rotary split's TV is the report's "
+              "kernels stage, headscope.layer0.rotary_split.split_tv)",
     "sample_corpus": "the TV of the W_pos key split needs learned positions",
     "max_windows": "it bounds the corpus of the W_pos key split's TV, which a rotary model has not",
     "window": "it sets the corpus windows of the W_pos key split's TV, which a rotary model has not",
