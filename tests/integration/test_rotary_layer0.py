@@ -114,3 +114,17 @@ def test_parallel_residual_neurons_are_refused_with_the_exact_reason(tmp_path):
     circ, choice = X.build_circuit(m, cal, heads=[0, 1, 2])
     with pytest.raises(NotApplicable, match="parallel residual .*MLP0 reads the block's input"):
         N.scan_neurons(circ, choice, m.tokenizer)
+
+
+def test_report_computes_the_seed000_stages_and_finds_the_planted_neuron(planted, tmp_path):
+    from headscope.report import ReportOptions, build_report
+
+    m, manifest, _ = planted
+    out = tmp_path / "report"
+    res = build_report(m, out, ReportOptions(progress=False, stages=["kernels", "denominators", "neurons"],
+                                             kernel_windows=2, denominator_window=64))
+    assert all(s.status == "computed" for s in res.stages), [(s.name, s.not_applicable) for s in res.stages]
+    data = {s: json.loads((out / "data" / f"{s}.json").read_text())["data"] for s in ("kernels", "neurons")}
+    assert data["neurons"]["heads"] == manifest["contextual"]["heads"]
+    assert [n["neuron"] for n in data["neurons"]["neurons"]] == [manifest["contextual"]["neuron"]]
+    assert max(data["kernels"]["tv"]["p90"]) < 1e-3

@@ -44,6 +44,8 @@ class CalibrationStage(Stage):
                        f"{' (first 8 heads)' if len(ls) > 8 else ''}.")
         kv = H.kv_table([("query token", H.code(data["query"])), ("calibration tokens", data["n_text_tokens"]),
                          ("windows", data["n_windows"]), ("positions calibrated", len(data["counts"])),
-                         ("c (typical embedding norm)", data["c"]), ("median LN2 scale σ̄₂", data["ln2_scale"]),
+                         *([] if (ctx.results.get("model") or {}).get("config", {}).get("positional") == "rotary"
+                           else [("c (typical embedding norm)", data["c"])]),      # rotary: no W_pos, c unused
+                         ("median LN2 scale σ̄₂", data["ln2_scale"]),
                          ("text sha256", H.code(data["text_sha256"][:16] + "…"))])
         return Rendered(index=[H.grid([kv, fig])], summary=[("calibration windows", data["n_windows"])])
