@@ -110,7 +110,7 @@ def test_parallel_residual_neurons_are_refused_with_the_exact_reason(tmp_path):
 
     _, d = build("gpt_neox", tmp_path)
     m = headscope.load(d)
-    cal = C.calibrate(m, calibration_text().text[:TEXT])   # the calibration and the circuit apply
+    cal = C.calibrate(m, calibration_text().text[:2000])   # the calibration and the circuit apply
     circ, choice = X.build_circuit(m, cal, heads=[0, 1, 2])
     with pytest.raises(NotApplicable, match="parallel residual .*MLP0 reads the block's input"):
         N.scan_neurons(circ, choice, m.tokenizer)
