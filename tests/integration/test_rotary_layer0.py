@@ -128,3 +128,23 @@ def test_report_computes_the_seed000_stages_and_finds_the_planted_neuron(planted
     assert data["neurons"]["heads"] == manifest["contextual"]["heads"]
     assert [n["neuron"] for n in data["neurons"]["neurons"]] == [manifest["contextual"]["neuron"]]
     assert max(data["kernels"]["tv"]["p90"]) < 1e-3
+
+
+@pytest.mark.parametrize("case", ["llama", "gpt_neox_sequential"])
+def test_split_beats_the_uniform_null_on_random_weights(case, tmp_path):
+    """Weights we did not choose (transformers' initialiser, randomised norms and biases): the split's TV
+    against the model's own attention is below that of uniform attention on the same windows (the null)."""
+    pytest.importorskip("transformers")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_families import build
+
+    _, d = build(case, tmp_path)
+    m = headscope.load(d)
+    w = RS.view(m)
+    x = m.to_tokens(calibration_text().text[:400])[: m.cfg.n_ctx]
+    true, approx = RS.split_patterns(w, x)
+    causal = torch.ones(len(x), len(x), dtype=torch.bool).tril()
+    uniform = causal.double() / causal.sum(-1, keepdim=True)
+    tv = lambda a: 0.5 * (true - a).abs().sum(-1)[:, 1:]                           # noqa: E731
+    assert tv(approx).median() < 0.75 * tv(uniform).median()
+    assert torch.allclose(approx.sum(-1), torch.ones(()).double()) and not approx.triu(1).any()
