@@ -373,6 +373,7 @@ def scan_neurons(
     """
     if top < 1:
         raise HeadscopeError(f"--top must be at least 1, got {top}")
+    mlp_reads_attention(circuit.weights.cfg, "contextual MLP0 neurons")      # before the vocabulary pass
     given = variant is not None
     v = parse_variant(variant)
     n = choice.position if position is None else position

@@ -85,10 +85,10 @@ def mean_key(w: Weights) -> Float[Tensor, "h e"]:
     memo = b.__dict__.get("_rotary_mean_key")
     if memo is not None and memo[0] == key:
         return memo[1]
-    total = torch.zeros(w.cfg.n_heads, w.cfg.d_head, dtype=w.W_E.dtype)
+    total = torch.zeros(w.cfg.d_model, dtype=w.W_E.dtype)                        # Σ_t x̂_t: k is linear in x̂
     for a in range(0, w.cfg.d_vocab, CHUNK):
-        total += keys(w, torch.arange(a, min(a + CHUNK, w.cfg.d_vocab))).sum(0)
-    out = total / w.cfg.d_vocab
+        total += normalised(w, torch.arange(a, min(a + CHUNK, w.cfg.d_vocab))).sum(0)
+    out = torch.einsum("d,hde->he", total / w.cfg.d_vocab, b.W_K) + b.b_K
     b.__dict__["_rotary_mean_key"] = (key, out, (w.W_E, b.W_K, b.b_K, b.ln1_w))
     return out
 

@@ -17,6 +17,11 @@ from ..stages import Context, Rendered, Stage, register_stage
 
 
 
+#: calibration windows of at most GPT-2's context (the seed's): a rotary model's n_ctx (Pythia 2048, Llama 3
+#: 131072) would make every window's [head p p] scores quadratic in it; GPT-2's runs unchanged
+WINDOW = 1024
+
+
 @register_stage
 class CalibrationStage(Stage):
     name = "calibration"
@@ -25,11 +30,11 @@ class CalibrationStage(Stage):
     inputs = ("calibration",)
 
     def key_options(self, o) -> dict:
-        return {"query": SEED_QUERY}
+        return {"query": SEED_QUERY, "window": WINDOW}
 
     def compute(self, ctx: Context) -> dict:
         ctx.progress.set_total(1)
-        cal = calibrate(ctx.model, ctx.inputs.calibration.text, query=SEED_QUERY)
+        cal = calibrate(ctx.model, ctx.inputs.calibration.text, query=SEED_QUERY, window=WINDOW)
         ctx.progress.update()
         return cal.to_dict()
 

@@ -21,7 +21,8 @@ from ..views import kernels as V
 from ..paths import head_page
 
 HEATMAP_POSITIONS = 48   #: query positions n = 0..47 in the kernel heatmaps
-TV_WINDOW = 256          #: tokens per window of a rotary model's split TV (its cost grows as window²)
+TV_WINDOW = 128          #: tokens per window of a rotary model's split TV (its cost grows as window²)
+TV_MAX_WINDOWS = 4       #: at most this many windows for it
 
 
 @register_stage
@@ -43,7 +44,7 @@ class KernelsStage(Stage):
             texts = [(ctx.inputs.calibration.name, ctx.inputs.calibration.text)]
             texts += [(t.name, t.text) for t in ctx.inputs.samples]
             win = min(TV_WINDOW, model.cfg.n_ctx)
-            wins = windows(model, texts, n_ctx=win, max_windows=ctx.options.kernel_windows)
+            wins = windows(model, texts, n_ctx=win, max_windows=min(ctx.options.kernel_windows, TV_MAX_WINDOWS))
             tv = rotary_split.split_tv(rotary_split.view(model), wins)           # [h N]
             d["tv"] = {"median": tv.median(1).values.tolist(), "p90": tv.quantile(0.9, dim=1).tolist(),
                        "n_windows": len(wins), "window": win, "n_queries": int(tv.shape[1])}
