@@ -18,9 +18,9 @@ import headscope  # noqa: E402
 from headscope.report import ReportOptions, build_report  # noqa: E402
 from headscope.testing.hub import cache_directory  # noqa: E402
 
-#: stages that apply only with learned absolute positions (the seed-000 key split); the kernels stage
-#: computes the relative-position kernel instead on rotary models
-POSITIONAL = {"denominators", "calibration", "neurons"}
+#: every stage applies to every family (rotary models: layer0.rotary_split, the kernels stage's relative kernel)
+#: except the contextual MLP0 neurons of a parallel residual, where MLP0 does not read layer-0 attention
+PARALLEL = {"neurons"}
 
 
 def _finite(x, where):
@@ -54,8 +54,8 @@ def test_report_on_every_family(case, tmp_path, monkeypatch):
         reason = data.get("not_applicable") if isinstance(data, dict) else None
         if reason is not None:
             assert isinstance(reason, str) and reason and "\n" not in reason
-            assert rotary and f.stem in POSITIONAL, (f.stem, reason)      # nothing else may be skipped
-            assert "rotary" in reason or "calibration" in reason
+            assert model.cfg.parallel_residual and f.stem in PARALLEL, (f.stem, reason)   # nothing else is skipped
+            assert "parallel residual" in reason
         else:
             _finite(data, f.stem)
     assert {"model", "attention", "kernels", "survey", "semantic", "steering", "atlas", "composition"} <= seen

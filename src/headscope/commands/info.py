@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from ..report.views.model import architecture
 from .args import emit, load_model
 
 
@@ -26,6 +27,6 @@ def run(args) -> int:
         f"parameters   {d['n_parameters']:,}",
         f"dtype        {d['dtype']}",
         "processing   " + ", ".join(k for k, v in d["processing_default"].items() if v) + " (default for analyses)",
-    ])
+    ] + [f"{label:<12} {value}" for label, value in architecture(c, d["bos"])])
     emit(args, d, text)
     return 0

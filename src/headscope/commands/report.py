@@ -56,8 +56,9 @@ def run(args) -> int:
                             atlas_tokens=args.atlas_tokens)
     model = load_model(args)
     result = build_report(model, args.out, options, inputs=inputs)
-    lines = [f"{s.name:<14} {'cached' if s.cached else 'computed':<9} {s.seconds:7.2f} s"
+    lines = [f"{s.name:<14} {s.status:<14} {s.seconds:7.2f} s"
              + (f"  peak RSS {s.peak_rss_mb / 1024:5.2f} GB" if s.peak_rss_mb is not None else "")
+             + (f"  ({s.not_applicable})" if s.not_applicable is not None else "")
              for s in result.stages]
     lines.append(f"wrote {result.index} ({len(result.pages)} pages)")
     emit(args, result, "\n".join(lines))

@@ -7,6 +7,8 @@
 - :mod:`.calibration`   sampled denominators on a calibration text
 - :mod:`.contextual`    the contextual circuit (head selection, token weights, fidelity)
 - :mod:`.neurons`       contextual MLP0 neurons through the circuit
+- :mod:`.rotary_split`  the split of rotary models (relative kernel × content factor), which
+                        :mod:`.split` hands them to (docs/rotary-layer0.md)
 """
 
 from .split import (  # noqa: F401

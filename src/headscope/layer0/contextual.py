@@ -179,8 +179,10 @@ class Circuit:
         return fr.pos[self.heads].mean(0)
 
     def offset(self, fr: Frame) -> Float[Tensor, "d"]:
-        """off[n] = Σ_h Σ_i pos_h[n, i] · OVP_h[n, i]."""
+        """off[n] = Σ_h Σ_i pos_h[n, i] · OVP_h[n, i] (0 for a rotary model: its values carry no position)."""
         b = self.weights.blocks[0]
+        if self.weights.cfg.positional == "rotary":
+            return torch.zeros(self.weights.cfg.d_model, dtype=self.weights.W_E.dtype)
         P = layer0.positional_term(self.weights, fr.n, fr.c)                  # [k d]
         out = torch.zeros(self.weights.cfg.d_model, dtype=P.dtype)
         for h in self.heads:
@@ -193,7 +195,7 @@ class Circuit:
         w, b = self.weights, self.weights.blocks[0]
         tokens = torch.arange(w.cfg.d_vocab) if tokens is None else tokens
         a = self.token_weights(fr, tokens)                                 # [H t]
-        X = layer0.ln1(w, w.W_E[tokens] + w.W_pos[n])                         # [t d]
+        X = layer0.value_inputs(w, tokens, n)                                  # [t d]
         out = torch.zeros(len(tokens), w.cfg.d_model, dtype=X.dtype)
         for k, h in enumerate(self.heads):
             out += a[k][:, None] * ((X @ b.W_V[h] + b.b_V[h]) @ b.W_O[h])
@@ -213,6 +215,11 @@ class Circuit:
         positions = [int(n) for n in positions]
         for n in positions:
             self._check_n(n)
+        if w.cfg.positional == "rotary":                     # kernel over distance × content (rotary_split)
+            from . import rotary_split
+            log_S = self.calibration.log_seed_denom[self.heads].to(w.W_E.dtype)
+            return finite_or_not_applicable(rotary_split.predict(w, self.token, self.heads, log_S, tokens, positions),
+                                            "the contextual circuit's prediction")
         H = self.heads
         d = w.cfg.d_model
         per_row = (max(positions, default=0) + 1) * d * w.W_E.element_size()

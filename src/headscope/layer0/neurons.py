@@ -70,6 +70,7 @@ from .._errors import HeadscopeError, NotApplicable
 from .._html_repr import HtmlRepr
 from .contextual import Circuit, HeadChoice, check_log_weights
 from .._input import read_json_file
+from ..core.applicability import learned_positions, mlp_reads_attention
 from ..core.forward import run_with_cache
 from ..stats import pearson, robust_z
 from ..core.tokenizer import to_str_tokens
@@ -216,6 +217,13 @@ def excluded_tokens(circuit: Circuit, variant: ContributionVariant, tokenizer=No
     return sorted(ids)
 
 
+def pre_activation(w) -> tuple[Tensor, Tensor]:
+    """(W [d m], b [m]) of block 0's pre-activation ``mlp.hook_pre`` (the input of the nonlinearity): W_in, b_in,
+    or W_gate, b_gate for a gated MLP (SwiGLU: post = act(x W_gate + b_gate) ⊙ (x W_in + b_in))."""
+    b = w.blocks[0]
+    return (b.W_gate, b.b_gate) if w.cfg.gated_mlp else (b.W_in, b.b_in)
+
+
 def readout_vectors(circuit: Circuit, neurons: list[int] | None = None, ln2_scale: float | None = None
                     ) -> Float[Tensor, "d s"]:
     """m_j = c(w₂ ⊙ W_in[:, j]) / σ̄₂ for each neuron j (default: all): residual → pre-activation.
@@ -225,9 +233,11 @@ def readout_vectors(circuit: Circuit, neurons: list[int] | None = None, ln2_scal
     ``ln2_scale`` replaces σ̄₂ (the calibration's median) by another divisor (variants).
     """
     b = circuit.weights.blocks[0]
-    W_in = b.W_in if neurons is None else b.W_in[:, neurons]              # [d s]
+    mlp_reads_attention(circuit.weights.cfg, "contextual MLP0 neurons")
+    W_pre = pre_activation(circuit.weights)[0]
+    W_in = W_pre if neurons is None else W_pre[:, neurons]                # [d s]
     m = b.ln2_w[:, None] * W_in / (circuit.calibration.ln2_scale if ln2_scale is None else ln2_scale)
-    return m - m.mean(0, keepdim=True)
+    return m if circuit.weights.cfg.norm == "rmsnorm" else m - m.mean(0, keepdim=True)   # RMSNorm: no centring
 
 
 def readout(circuit: Circuit, dtype=torch.float32, ln2_scale: float | None = None) -> Float[Tensor, "he m"]:
@@ -246,6 +256,12 @@ def token_values(circuit: Circuit, n: int, dtype=torch.float32, chunk: int = CHU
     as Gibson's code does (ab.py:329-332: only the LN scale of position n enters).
     """
     w, b = circuit.weights, circuit.weights.blocks[0]
+    if w.cfg.positional == "rotary":                  # no W_pos: values read N₁(W_E[t]) (layer0.rotary_split)
+        from . import rotary_split
+        circuit._check_n(n)
+        return rotary_split.token_values(w, circuit.token, circuit.heads,
+                                         circuit.calibration.log_seed_denom[circuit.heads, n].to(w.W_E.dtype), n,
+                                         dtype, chunk)
     fr = circuit.frame(n)
     H, e = len(circuit.heads), w.cfg.d_head
     log_S = circuit.calibration.log_seed_denom[circuit.heads, n].to(dtype)           # [H]
@@ -357,6 +373,7 @@ def scan_neurons(
     """
     if top < 1:
         raise HeadscopeError(f"--top must be at least 1, got {top}")
+    mlp_reads_attention(circuit.weights.cfg, "contextual MLP0 neurons")      # before the vocabulary pass
     given = variant is not None
     v = parse_variant(variant)
     n = choice.position if position is None else position
@@ -406,6 +423,7 @@ def _scored_tokens(circuit: Circuit, v: ContributionVariant, n: int, dtype, chun
     """(Y rows of the tokens the variant scores, their token ids)."""
     if v.computation == "code":                                                   # Gibson's cell, code_variant
         from . import code_variant
+        learned_positions(circuit.weights.cfg, "--variant code (Gibson's computation)")
 
         toks = circuit.calibration.tokens
         if toks is None:
@@ -560,7 +578,7 @@ def predict_neurons(circuit: Circuit, neurons: list[int], tokens: Int[Tensor, "p
     neurons = [cfg.check_neuron(j) for j in neurons]
     p = min(len(tokens), circuit.calibration.n_positions)
     resid = circuit.predict(tokens[:p], list(range(p)))                   # [p d]
-    b_in = circuit.weights.blocks[0].b_in[neurons]
+    b_in = pre_activation(circuit.weights)[1][neurons]
     return resid @ readout_vectors(circuit, neurons) + b_in               # [p s]
 
 

@@ -43,6 +43,11 @@ The analyses see the model through :func:`view`: a float64 CPU copy of W_E, W_po
 block 0 only (whatever device the model was loaded on), so that tiny differences of
 exponentiated scores are not rounding noise and nothing of the later layers is copied.
 The fixed query token of the seed is :data:`SEED_QUERY`.
+
+Rotary models (no W_pos) have their own split, kernel over distance × content factor
+(:mod:`.rotary_split`, docs/rotary-layer0.md): :func:`view`, :func:`frame`, :func:`log_Z`,
+:func:`log_content_factors`, :func:`fixed_query_scores` and :func:`value_inputs` hand them to it,
+so the denominators, calibration, contextual circuit and neuron scan read one interface.
 """
 
 from __future__ import annotations
@@ -77,8 +82,27 @@ def view(model) -> Weights:
     shared, not copied (no layer-0 analysis reads it). Built once per model and processing
     and kept beside the processed weights (:meth:`headscope.Model.derived`); read-only.
     """
+    if _rotary(model.cfg):
+        return _rs().view(model)
     learned_positions(model.cfg, "the layer-0 content + position analyses")
     return model.derived("layer0.view", _view)
+
+
+def _rotary(cfg) -> bool:
+    return cfg.positional == "rotary"
+
+
+def _rs():
+    from . import rotary_split
+    return rotary_split
+
+
+def value_inputs(w: Weights, tokens: Int[Tensor, "t"], n: int) -> Float[Tensor, "t d"]:
+    """What a value reads for token t at key position ≈ n: LN(W_E[t] + W_pos[n]) (learned; the
+    split's value term), N₁(W_E[t]) (rotary: exact, values carry no position)."""
+    if _rotary(w.cfg):
+        return _rs().normalised(w, tokens)
+    return ln1(w, w.W_E[tokens] + w.W_pos[n])
 
 
 def _view(w: Weights) -> Weights:
@@ -92,6 +116,7 @@ def check_split(weights: Weights, layer: int = 0) -> None:
     """The vectorised split assumes fold_ln (LN1 only centres and scales) and layer 0.
 
     (The caller checks that the model has `layer` at all: the view has one layer.)"""
+    learned_positions(weights.cfg, "the content + position key split")
     if not weights.processing.fold_ln:
         raise HeadscopeError("the key split needs weights processed with fold_ln "
                              f"(got processing {weights.processing.label()})")
@@ -152,6 +177,7 @@ def queries(weights: Weights, tokens: Int[Tensor, "p"], positions: Int[Tensor, "
             ) -> Float[Tensor, "p h e"]:
     """True layer-0 queries q = LN(W_E[t] + W_pos[n]) W_Q + b_Q of tokens at positions (default 0..p−1)."""
     b = weights.blocks[0]
+    learned_positions(weights.cfg, "queries LN(W_E[t] + W_pos[n])")
     positions = torch.arange(len(tokens)) if positions is None else positions
     x = ln1(weights, weights.W_E[tokens] + weights.W_pos[positions])             # [p d]
     return torch.einsum("pd,hde->phe", x, b.W_Q) + b.b_Q                          # [p h e]
@@ -165,6 +191,7 @@ def _positional_parts(w: Weights) -> tuple[Tensor, Tensor, Tensor]:
     instead of O(n·d).
     """
     b = w.blocks[0]
+    learned_positions(w.cfg, "the positional kernels of the W_pos key split")
     parts = (w.W_pos, b.ln1_w, b.W_K)
     key = tuple((id(t), t._version) for t in parts)
     memo = b.__dict__.get("_positional_parts")
@@ -294,6 +321,8 @@ def positional_kernel(w: Weights, query_token: int, n: int, c: float) -> Float[T
 
 def frame(w: Weights, token: int, n: int, c: float | None = None) -> Frame:
     """The layer-0 query frame at position n for query token `token`."""
+    if _rotary(w.cfg):
+        return _rs().frame(w, token, n, c)
     _check_frame(w, [token], n)
     c = measure_c(w) if c is None else float(c)
     q, Kq, bq = score_readouts(w, [token], n)
@@ -305,6 +334,8 @@ def frame(w: Weights, token: int, n: int, c: float | None = None) -> Frame:
 def log_content_factors(w: Weights, query_token: int, n: int, tokens: Int[Tensor, "t"] | None = None
                         ) -> Float[Tensor, "h t"]:
     """log content_{t,q} = q·E[n, t]/s for `tokens` (default: the whole vocabulary), query at n."""
+    if _rotary(w.cfg):
+        return _rs().log_content_factors(w, query_token, n, tokens)
     fr = frame(w, query_token, n, c=1.0)                                          # c does not enter content
     tokens = torch.arange(w.cfg.d_vocab) if tokens is None else tokens
     return torch.cat([fr.content_logits(w, ids) for ids in tokens.split(CONTENT_CHUNK)], dim=1).double()
@@ -318,6 +349,8 @@ def seed_log_denominator(log_denom: Float[Tensor, "... head"], fr: Frame) -> Flo
 def log_Z(w: Weights, token: int, n_pos: int, c: float, chunk: int = 128) -> Float[Tensor, "head pos"]:
     """log Z_h[n] for n = 0..n_pos−1 (the positional kernel's normaliser), the frames' ``log_Z``
     for `chunk` positions at a time (one [chunk head n_pos] block of logits, masked above n)."""
+    if _rotary(w.cfg):
+        return _rs().log_Z(w, token, n_pos, c)
     _check_frame(w, [token], n_pos - 1)
     out = []
     for a in range(0, n_pos, chunk):
@@ -336,6 +369,8 @@ def fixed_query_scores(w: Weights, k: Float[Tensor, "b p head e"], token: int) -
     the model's computation at n had x_n been `token` (the key and value at n stay the
     text's own).
     """
+    if _rotary(w.cfg):
+        return _rs().fixed_query_scores(w, k, token)
     b0 = w.blocks[0]
     p = k.shape[1]
     x = ln1(w, w.W_E[token] + w.W_pos[:p])                                        # [p d]

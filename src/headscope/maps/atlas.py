@@ -515,8 +515,12 @@ def atlas(model: Model, layers: Sequence[int] | None = None, *, n_tokens: int = 
     pos_l0, categories = None, {}
     rotary = cfg.positional != "learned"
     if rotary:
-        notes.append("positional_share and kernel categories not applicable: a rotary model adds no W_pos to "
-                     "the token embedding (positions rotate queries and keys inside attention)")
+        notes.append("positional_share not applicable: a rotary model adds no W_pos to the token embedding "
+                     "(positions rotate queries and keys inside attention); layer 0's kernel categories are "
+                     "those of the relative kernel (headscope.layer0.relative)")
+        if kernels and 0 in layers:
+            from ..layer0 import relative
+            categories = dict(enumerate(relative.relative_kernels(W).shape))
     elif 0 in layers:
         if centred:
             view = layer0.view(model)

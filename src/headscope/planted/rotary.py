@@ -29,6 +29,16 @@ residual): the most negative self score of the model. At offset 0 the rotation i
 so the self score is exactly this; the partner score is modulated by cos(Δθ) on the low
 frequencies only. Layers 0 and 1 write nothing into ``sem`` (their W_O, W_out rows there are 0).
 
+Contextual heads 0.0 and 0.2 and contextual MLP0 neuron 7 (seed 000's circuit, rotary form;
+docs/rotary-layer0.md). ``free`` gives two coordinates: ``topic`` (4.0 on 48 seeded "topic" tokens,
+0 elsewhere) and ``ctx`` (0 in every embedding). Both heads have W_Q = W_K = 0 except
+W_K[topic, d₁₅] = 2, b_Q = e_{d₁₅} (d₁₅ on the slowest rotary plane, θ = 1.8e-4 per position) and b_K = 0:
+every query is the same vector, the relative kernel is flat (uniform attention over the context) and a
+topic key scores ≈ +1.5 logits whatever the distance (cos(Δθ) ≥ 0.99998 within n_ctx). Their OV circuit
+copies ``topic`` into ``ctx`` (W_V[topic, 0] = W_O[0, ctx] = 1, every other entry 0), so layer 0 writes
+the context's content-weighted topic density into ``ctx``; neuron 7 of MLP0 reads it (W_gate[ctx, 7] = 3: its
+pre-activation, the gate of SwiGLU; the other neurons' W_gate[ctx] stay random at scale 0.02): a neuron that fires on topic-dense contexts.
+
 Copying head 2.2. W_V[h] W_O[h] = P_copy, the projection onto the ``copy`` coordinates, where every
 token's embedding has a random component; with the tied unembedding W_U = W_Eᵀ the OV circuit
 W_E P_copy W_Eᵀ (in vocabulary space) is positive semi-definite: copying score ≈ +1.
@@ -51,6 +61,9 @@ from ..core.weights import Block, Weights
 
 N_TOKENS = 1024
 PREV_HEAD = (0, 1)
+CONTEXTUAL_HEADS = (0, 2)      #: layer-0 heads of the planted contextual circuit
+CONTEXTUAL_NEURON = 7          #: the MLP0 neuron that reads them
+N_TOPIC = 48                   #: topic tokens
 SEM_HEAD = (1, 0)
 COPY_HEAD = (2, 2)
 MANIFEST = "planted.json"
@@ -119,6 +132,25 @@ def build_weights(seed: int = 0, n_layers: int = 3) -> tuple[Weights, dict, obje
     blk.b_Q[H], blk.b_K[H] = bq, bq @ R1
     blk.W_O[H] = 0
 
+    # contextual heads and neuron (module docstring): a separate generator, so nothing else changes
+    topic_c, ctx_c = free[0], free[1]
+    in_cats = {t for v in cats.values() for t in v}
+    pool = [t for t in range(256, N_TOKENS) if t not in in_cats]
+    topic = sorted(int(t) for t in np.random.default_rng([seed, 35]).choice(pool, N_TOPIC, replace=False))
+    W_E[:, topic_c] = 0.0
+    W_E[topic, topic_c] = 4.0
+    W_E[:, ctx_c] = 0.0
+    slow = _slow_dim(0, cfg)
+    blk = blocks[0]
+    for H in CONTEXTUAL_HEADS:
+        for t in (blk.W_Q, blk.W_K, blk.W_V, blk.W_O, blk.b_Q, blk.b_K, blk.b_V):
+            t[H] = 0
+        blk.b_Q[H, slow] = 1.0
+        blk.W_K[H, topic_c, slow] = 2.0
+        blk.W_V[H, topic_c, 0] = 1.0
+        blk.W_O[H, 0, ctx_c] = 1.0
+    blk.W_gate[ctx_c, CONTEXTUAL_NEURON] = 3.0                             # hook_pre: the gate's pre-activation
+
     # semantic self-suppressing head: W_QK = α Σ c cᵀ − β Σ u uᵀ on sem
     L, H = SEM_HEAD
     alpha, beta = 8.0, 24.0
@@ -152,6 +184,8 @@ def build_weights(seed: int = 0, n_layers: int = 3) -> tuple[Weights, dict, obje
         "version": 1, "seed": seed, "family": "qwen2", "config": cfg.to_dict(),
         "space": {"sem": [sem[0], sem[-1] + 1], "copy": [copy[0], copy[-1] + 1], "free": [free[0], free[-1] + 1]},
         "previous_token_head": {"layer": PREV_HEAD[0], "head": PREV_HEAD[1], "offset": 1},
+        "contextual": {"heads": list(CONTEXTUAL_HEADS), "neuron": CONTEXTUAL_NEURON, "topic_tokens": topic,
+                       "space": {"topic": topic_c, "ctx": ctx_c}},
         "semantic_head": {"layer": SEM_HEAD[0], "head": SEM_HEAD[1], "alpha": alpha, "beta": beta,
                           "categories": {n: cats[n] for n in names}},
         "copy_heads": ({"copying": {"layer": COPY_HEAD[0], "head": COPY_HEAD[1], "ov_copying": "close to +1"}}

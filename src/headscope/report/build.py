@@ -87,6 +87,12 @@ class StageRun:
     cpu_seconds: float = 0.0
     rss_mb: float | None = None
     peak_rss_mb: float | None = None
+    not_applicable: str | None = None     # the reason, when the stage did not apply (data holds it too)
+
+    @property
+    def status(self) -> str:
+        """"not applicable" (computed or cached: the data say so), else "cached" or "computed"."""
+        return "not applicable" if self.not_applicable is not None else "cached" if self.cached else "computed"
 
 
 @dataclasses.dataclass
@@ -105,7 +111,7 @@ class ReportResult:
             "out_dir": str(self.out_dir),
             "index": str(self.index),
             "fingerprint": self.fingerprint,
-            "stages": [dataclasses.asdict(s) for s in self.stages],
+            "stages": [dataclasses.asdict(s) | {"status": s.status} for s in self.stages],
             "pages": self.pages,
             "data_files": self.data_files,
         }
@@ -165,7 +171,8 @@ def _build(model, out: Path, odir: OutputDir, options: ReportOptions, inputs, st
         rss = rss_mb()
         runs.append(StageRun(stage.name, key, cached, round(time.perf_counter() - t0, 3),
                              round(time.process_time() - c0, 3), None if rss is None else round(rss, 1),
-                             round(peak_rss_mb(), 1)))
+                             round(peak_rss_mb(), 1),
+                             data[NOT_APPLICABLE] if is_not_applicable(data) else None))
 
     written = _render(model, odir, stages, results, options, inputs)
     data_files = [f"data/{s.name}.json" for s in stages]

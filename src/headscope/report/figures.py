@@ -228,8 +228,11 @@ def _legend(items: list[tuple[str, str, str]], x: float, y: float) -> list[str]:
 
 def line_plot(series: Sequence[Series], *, title: str = "", xlabel: str = "", ylabel: str = "",
               bands: Sequence[Band] = (), width: int = 520, height: int = 300, log_y: bool = False,
-              ylim: tuple[float, float] | None = None) -> Safe:
-    """Curves y(x) with axes, gridlines and a legend; `bands` are shaded intervals behind them."""
+              ylim: tuple[float, float] | None = None, legend_below: bool = False) -> Safe:
+    """Curves y(x) with axes, gridlines and a legend; `bands` are shaded intervals behind them.
+
+    The legend sits top-right inside the axes, or with ``legend_below`` under the x label (the
+    figure grows by its height): for curves whose last points reach the top-right corner."""
     xs = _finite([x for s in series for x in s.x] + [x for b in bands for x in b.x])
     ys = _finite([y for s in series for y in s.y] + [y for b in bands for y in list(b.lo) + list(b.hi)])
     if log_y:
@@ -282,6 +285,10 @@ def line_plot(series: Sequence[Series], *, title: str = "", xlabel: str = "", yl
                     cx, cy = p.split(",")
                     body.append(f'<circle cx="{cx}" cy="{cy}" r="2.6" fill="{colour}"/>')
         legend.append((s.label, colour, "dash" if s.dashed else "line"))
+    labelled = [it for it in legend if it[0]]
+    if legend_below and labelled:
+        body += _legend(labelled, f.l + max(len(it[0]) for it in labelled) * 6.4 + 34, height)
+        return _svg(width, height + len(labelled) * 16 + 10, body, title or ylabel)
     body += _legend(legend, f.r - 6, f.t + 6)
     return _svg(width, height, body, title or ylabel)
 

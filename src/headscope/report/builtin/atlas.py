@@ -57,7 +57,9 @@ class AtlasStage(Stage):
 
 def merged_rows(data: dict, results: dict) -> list[dict]:
     """The atlas rows with the kernels stage's categories and the survey's losses filled in (display only)."""
-    cats = {h["head"]: h["category"] for h in (results.get("kernels") or {}).get("heads", [])}
+    kern = results.get("kernels") or {}
+    cats = ({h: c for h, c in enumerate(kern["shape"])} if kern.get("relative")     # rotary: the relative kernel's
+            else {h["head"]: h["category"] for h in kern.get("heads", [])})
     losses = {(r["layer"], r["head"]): r["semantic_loss"] for r in (results.get("survey") or {}).get("rows", [])}
     out = []
     for r in data["rows"]:

@@ -17,19 +17,24 @@ from ..stages import Context, Rendered, Stage, register_stage
 
 
 
+#: calibration windows of at most GPT-2's context (the seed's): a rotary model's n_ctx (Pythia 2048, Llama 3
+#: 131072) would make every window's [head p p] scores quadratic in it; GPT-2's runs unchanged
+WINDOW = 1024
+
+
 @register_stage
 class CalibrationStage(Stage):
     name = "calibration"
     title = "Calibration of the contextual circuit"
-    version = 1
+    version = 2     # 2: rotary models (layer0.rotary_split)
     inputs = ("calibration",)
 
     def key_options(self, o) -> dict:
-        return {"query": SEED_QUERY}
+        return {"query": SEED_QUERY, "window": WINDOW}
 
     def compute(self, ctx: Context) -> dict:
         ctx.progress.set_total(1)
-        cal = calibrate(ctx.model, ctx.inputs.calibration.text, query=SEED_QUERY)
+        cal = calibrate(ctx.model, ctx.inputs.calibration.text, query=SEED_QUERY, window=WINDOW)
         ctx.progress.update()
         return cal.to_dict()
 
@@ -44,6 +49,8 @@ class CalibrationStage(Stage):
                        f"{' (first 8 heads)' if len(ls) > 8 else ''}.")
         kv = H.kv_table([("query token", H.code(data["query"])), ("calibration tokens", data["n_text_tokens"]),
                          ("windows", data["n_windows"]), ("positions calibrated", len(data["counts"])),
-                         ("c (typical embedding norm)", data["c"]), ("median LN2 scale σ̄₂", data["ln2_scale"]),
+                         *([] if (ctx.results.get("model") or {}).get("config", {}).get("positional") == "rotary"
+                           else [("c (typical embedding norm)", data["c"])]),      # rotary: no W_pos, c unused
+                         ("median LN2 scale σ̄₂", data["ln2_scale"]),
                          ("text sha256", H.code(data["text_sha256"][:16] + "…"))])
         return Rendered(index=[H.grid([kv, fig])], summary=[("calibration windows", data["n_windows"])])

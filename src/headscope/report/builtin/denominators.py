@@ -28,7 +28,7 @@ def _n_full_windows(lengths: list[int], window: int) -> int:
 class DenominatorsStage(Stage):
     name = "denominators"
     title = "Layer-0 softmax denominators"
-    version = 2
+    version = 3     # 3: rotary models (layer0.rotary_split)
     inputs = ("calibration", "samples")
     nullable = ("mean", "traces", "predicted_mean", "absolute_overflow")   # None: S beyond float64 (logs given)
 

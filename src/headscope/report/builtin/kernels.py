@@ -21,13 +21,15 @@ from ..views import kernels as V
 from ..paths import head_page
 
 HEATMAP_POSITIONS = 48   #: query positions n = 0..47 in the kernel heatmaps
+TV_WINDOW = 128          #: tokens per window of a rotary model's split TV (its cost grows as window²)
+TV_MAX_WINDOWS = 4       #: at most this many windows for it
 
 
 @register_stage
 class KernelsStage(Stage):
     name = "kernels"
     title = "Layer-0 positional kernels"
-    version = 3
+    version = 4     # 4: rotary models' split TV (layer0.rotary_split)
     inputs = ("calibration", "samples")
 
     def key_options(self, o) -> dict:
@@ -37,8 +39,16 @@ class KernelsStage(Stage):
     def compute(self, ctx: Context) -> dict:
         model = ctx.model
         if model.cfg.positional == "rotary":                 # no W_pos: the relative-position analogue
-            from ...layer0 import relative
-            return relative.relative_kernels(ctx.weights()).to_dict() | {"relative": True}
+            from ...layer0 import relative, rotary_split
+            d = relative.relative_kernels(ctx.weights()).to_dict() | {"relative": True}
+            texts = [(ctx.inputs.calibration.name, ctx.inputs.calibration.text)]
+            texts += [(t.name, t.text) for t in ctx.inputs.samples]
+            win = min(TV_WINDOW, model.cfg.n_ctx)
+            wins = windows(model, texts, n_ctx=win, max_windows=min(ctx.options.kernel_windows, TV_MAX_WINDOWS))
+            tv = rotary_split.split_tv(rotary_split.view(model), wins)           # [h N]
+            d["tv"] = {"median": tv.median(1).values.tolist(), "p90": tv.quantile(0.9, dim=1).tolist(),
+                       "n_windows": len(wins), "window": win, "n_queries": int(tv.shape[1])}
+            return d
         p = ctx.progress
         p.set_total(2)
         texts = [(ctx.inputs.calibration.name, ctx.inputs.calibration.text)]

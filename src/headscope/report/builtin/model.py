@@ -5,6 +5,7 @@ from __future__ import annotations
 from ...stats import bin_values, quantile
 from .. import figures as F
 from .. import html as H
+from ..views.model import architecture
 from ..stages import Context, Rendered, Stage, register_stage
 
 
@@ -48,7 +49,8 @@ class ModelStage(Stage):
         cfg_table = H.kv_table([
             ("layers", c["n_layers"]), ("heads per layer", c["n_heads"]), ("d_model", c["d_model"]),
             ("d_head", c["d_head"]), ("d_mlp", c["d_mlp"]), ("d_vocab", c["d_vocab"]), ("n_ctx", c["n_ctx"]),
-            ("activation", c["act_fn"]), ("parameters", f"{data['n_parameters']:,}"), ("dtype", data["dtype"]),
+            ("activation", c["act_fn"]), *architecture(c, data.get("bos")),
+            ("parameters", f"{data['n_parameters']:,}"), ("dtype", data["dtype"]),
             ("weights fingerprint", H.code(data["fingerprint"])),
             ("processing", ", ".join(k for k, v in data["processing"].items() if v) or "none"),
         ], caption="Shapes are read from config.json; the analyses use the processed weights. The fingerprint is "
@@ -63,7 +65,8 @@ class ModelStage(Stage):
         pos = data["W_pos_norm"]
         fig_pos = H.figure(F.line_plot([F.Series(list(range(len(pos))), pos, "|W_pos[i]|")],
                                        title="Positional embedding norms", xlabel="position i", ylabel="norm"),
-                           "Euclidean norm of the processed positional embedding W_pos[i] against position i.")
+                           "Euclidean norm of the processed positional embedding W_pos[i] against position i.") \
+            if pos else None                    # rotary: no W_pos, no figure (the table says how positions enter)
         hq = data["W_E_norm_quantiles"]
         fig_emb = H.figure(F.histogram(edges=data["W_E_norm_hist"]["edges"], counts=data["W_E_norm_hist"]["counts"],
                                        title="Token embedding norms", xlabel="|W_E[t]|", ylabel="tokens",
@@ -78,4 +81,5 @@ class ModelStage(Stage):
             ("median |W_E[t]|", hq["p50"]),
             ("sample texts", len(ins["samples"])),
         ]
-        return Rendered(index=[cfg_table, in_table, H.grid([fig_pos, fig_emb])], summary=summary)
+        return Rendered(index=[cfg_table, in_table, H.grid([f for f in (fig_pos, fig_emb) if f is not None])],
+                        summary=summary)

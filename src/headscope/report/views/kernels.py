@@ -170,22 +170,38 @@ def head_section(h: dict, d: dict) -> H.Safe:
 
 
 def relative_text(d: dict) -> str:
-    """One line per layer-0 head: peak offset, width and category of its relative kernel."""
-    lines = [f"layer-0 relative kernels (rotary; n = {d['n_ref']}): head, peak offset Δ, width, category"]
-    lines += [f"  L0H{h}  Δ={d['peak_offset'][h]}  width {d['widths'][h]:.2f}  {d['shape'][h]}"
+    """One line per layer-0 head: peak offset, width and category (of ``d["rule"]``, default shape)."""
+    rule = d.get("rule", "shape")
+    lines = [f"layer-0 relative kernels (rotary; n = {d['n_ref']}): head, peak offset Δ, width, category ({rule} rule)"]
+    lines += [f"  L0H{h}  Δ={d['peak_offset'][h]}  width {d['widths'][h]:.2f}  {d[rule][h]}"
               for h in range(len(d["shape"]))]
     return "\n".join(lines)
+
+
+def relative_figures(d: dict) -> list[tuple[str, H.Safe]]:
+    """(file name, SVG) of ``headscope kernels --out`` on a rotary model: kernels.svg, κ_h(Δ) per head."""
+    rule = d.get("rule", "shape")
+    kern = [F.line_plot([F.Series(list(range(len(k))), k, "")], width=300, height=210,
+                        title=f"head {h}: {d[rule][h]}", xlabel="offset Δ", ylabel="κ(Δ) (logits)")
+            for h, k in enumerate(d["kappa"])]
+    return [("kernels.svg", F.panels(kern, cols=4, title="relative kernels κ_h(Δ) = rot(q̄, Δ)·k̄/s"))]
 
 
 def relative_html(d: dict, *, links: bool = True) -> H.Safe:
     """The table of the relative kernels' categories and the curves κ_h(Δ) of the first 8 heads."""
     n = len(d["kappa"])
+    tv = d.get("tv")
     rows = [(H.link(head_page(0, h), f"L0H{h}") if links else f"L0H{h}", _cat(d["shape"][h]), _cat(d["width"][h]),
-             d["widths"][h], d["peak_offset"][h]) for h in range(n)]
-    table = H.table(["head", "category (shape)", "category (width)", "width (tokens)", "peak offset Δ"], rows,
-                    numeric=(3, 4), caption="Rotary model (no W_pos): the relative kernel κ_h(Δ) = rot(q̄_h, Δ)·k̄_h/s "
+             d["widths"][h], d["peak_offset"][h], *((tv["median"][h], tv["p90"][h]) if tv else ()))
+            for h in range(n)]
+    table = H.table(["head", "category (shape)", "category (width)", "width (tokens)", "peak offset Δ",
+                     *(("TV median", "TV p90") if tv else ())], rows,
+                    numeric=(3, 4, 5, 6), caption="Rotary model (no W_pos): the relative kernel κ_h(Δ) = rot(q̄_h, Δ)·k̄_h/s "
                     "of the mean query and key over the vocabulary; width and categories of softmax_{i≤n} κ(n − i) "
-                    f"at n = {d['n_ref']} (see headscope.layer0.relative).")
+                    f"at n = {d['n_ref']} (see headscope.layer0.relative)."
+                    + (f" TV(true, approx) of the rotary split (kernel of the query's own κ × content factor, "
+                       f"docs/rotary-layer0.md) over {tv['n_queries']} query positions of {tv['n_windows']} windows "
+                       f"of ≤ {tv['window']} tokens." if tv else ""))
     series = [F.Series(list(range(len(k))), k, f"L0H{h}") for h, k in enumerate(d["kappa"][:8])]
     fig = H.figure(F.line_plot(series, title="relative kernels", xlabel="offset Δ = i − j", ylabel="κ(Δ) (logits)"),
                    f"κ_h(Δ) of the layer-0 heads{' (first 8)' if n > 8 else ''} against the offset Δ.")
@@ -202,5 +218,8 @@ def relative_glance(d: dict, h: int) -> str:
 
 def relative_head_section(d: dict, h: int) -> H.Safe:
     """A head's page section: its relative kernel's category, peak offset and width."""
+    tv = d.get("tv")
     return H.kv_table([("relative kernel category", _cat(d["shape"][h])), ("peak offset Δ", d["peak_offset"][h]),
-                       ("effective width", d["widths"][h])])
+                       ("effective width", d["widths"][h]),
+                       *([("TV(true, approx) of the rotary split, median / p90",
+                           f"{tv['median'][h]:.3g} / {tv['p90'][h]:.3g}")] if tv else [])])

@@ -83,17 +83,19 @@ def figure(d: dict, *, cols: int = 3) -> H.Safe:
             if k in SIGNED:
                 series.append(Series(x, [r["summary"][k]["min"] for r in revs], label="min over heads",
                                      dashed=True, markers=True))
-            figs.append(line_plot(series, title=label, xlabel=xlabel, ylabel=k, width=420, height=260))
+            figs.append(line_plot(series, title=label, xlabel=xlabel, ylabel=k, width=420, height=260,
+                                  legend_below=True))
     else:
         figs.append(line_plot([Series(x, [r["summary"]["n_pass"] for r in revs], label="pass", markers=True),
                                Series(x, [r["summary"]["n_fail"] for r in revs], label="fail", dashed=True,
                                       markers=True)],
-                              title="claims", xlabel=xlabel, ylabel="claims", width=420, height=260))
+                              title="claims", xlabel=xlabel, ylabel="claims", width=420, height=260,
+                              legend_below=True))
         claims = list(revs[0]["summary"]["claims"]) if revs else []
         for c in claims:
             ys = [r["summary"]["claims"].get(c, {}).get("measured") for r in revs]
             ys = [y if isinstance(y, (int, float)) and not isinstance(y, bool) else None for y in ys]
             if any(y is not None for y in ys):
                 figs.append(line_plot([Series(x, ys, label="measured", markers=True)], title=c, xlabel=xlabel,
-                                      ylabel="measured", width=420, height=260))
+                                      ylabel="measured", width=420, height=260, legend_below=True))
     return panels(figs, cols=cols, title=f"headscope {d['command']} --revisions: {d['model']}")
