@@ -45,15 +45,14 @@ from .weights import Block, Processing, Weights, process_block, process_embed, p
 _READ_BATCH_BYTES = 1 << 26   # the value check maps at most this much of the files at a time
 
 
-def _max_abs(t: torch.Tensor, chunk: int = 1 << 22) -> float:
-    """max |t| in bounded temporaries; NaN or inf if any entry is not finite (max propagates NaN)."""
-    m = 0.0
-    for c in t.reshape(-1).split(chunk):
-        v = float(c.abs().amax()) if c.numel() else 0.0
-        if not math.isfinite(v):
-            return v
-        m = max(m, v)
-    return m
+def _max_abs(t: torch.Tensor) -> float:
+    """max |t| from one min/max pass (no temporaries); NaN or inf if any entry is not finite."""
+    if t.numel() == 0:
+        return 0.0
+    lo, hi = (float(x) for x in torch.aminmax(t.reshape(-1)))
+    if math.isnan(lo) or math.isnan(hi):
+        return math.nan
+    return max(abs(lo), abs(hi))
 
 
 def max_weight(cfg: Config) -> float:
