@@ -117,3 +117,20 @@ def test_processed_blocks_are_built_when_first_read(tiny_hf_dir, monkeypatch):
             assert torch.equal(getattr(got, k), getattr(ref, k)), k
     assert len(built) == 2 and W.blocks[:1] == [W.blocks[0]]
     assert [b.W_Q.shape for b in pickle.loads(pickle.dumps(W)).blocks] == [b.W_Q.shape for b in W.blocks]
+
+
+def test_a_block_read_after_its_files_changed_is_refused(tiny_hf_dir, tmp_path):
+    """Blocks built when first read never mix two versions of a checkpoint: a file replaced (or
+    removed) after the weights were first read makes the next unread block refuse, in one line."""
+    import shutil
+
+    d = tmp_path / "c"
+    shutil.copytree(tiny_hf_dir, d)
+    model = headscope.load(d)
+    W = model.weights()
+    W.blocks[0]
+    f = d / "model.safetensors"
+    f.write_bytes(f.read_bytes())                      # the same bytes rewritten: a new modification time
+    with pytest.raises(HeadscopeError, match="changed or went away after the model's weights were first read"):
+        W.blocks[1]
+    assert W.blocks[0] is W.blocks[0]                  # what was read stays

@@ -32,6 +32,7 @@ import ctypes
 import functools
 import hashlib
 import math
+import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -297,7 +298,12 @@ class Checkpoint:
         W_E, W_U, b_U, ln_w, ln_b = map(move, (W_E, W_U, b_U, ln_w, ln_b))
         W_pos = move(W_pos) if W_pos is not None else None          # rotary models have no W_pos
 
+        stamp = _files_stamp(self.source.files)
+
         def block(l: int) -> Block:
+            if _files_stamp(self.source.files) != stamp:
+                raise HeadscopeError(f"the weight files of {self.where} changed or went away after the model's "
+                                     f"weights were first read (block {l} was still to be read); load it again")
             b = process_block(self.raw_block(l, work), processing)
             out = Block(**{k: move(getattr(b, k)) for k in b.shapes(self.cfg)})
             del b
@@ -311,6 +317,18 @@ class Checkpoint:
             blocks = list(blocks)
         return Weights(cfg=self.cfg, W_E=W_E, W_pos=W_pos, blocks=blocks, ln_final_w=ln_w, ln_final_b=ln_b,
                        W_U=W_U, b_U=b_U, processing=processing)
+
+
+def _files_stamp(files) -> tuple:
+    """(inode, size, mtime) of each file, None for one that is gone: what a later read must still find."""
+    out = []
+    for f in files:
+        try:
+            s = os.stat(f)
+            out.append((s.st_ino, s.st_size, s.st_mtime_ns))
+        except OSError:
+            out.append(None)
+    return tuple(out)
 
 
 class _LazyBlocks(Sequence):
