@@ -134,11 +134,38 @@ def child_report(model_id: str, out: str, dtype: str) -> None:
                    "peak_mb": _memory.peak_rss_mb()})
     data = {p.stem: json.loads(p.read_text())["data"] for p in sorted((Path(out) / "data").glob("*.json"))}
     semantic, steering = data.get("semantic") or {}, data.get("steering") or {}
-    _emit({"phases": phases, "exact_stage_peaks": exact, "pages": len(result.pages),
+    _emit({"phases": phases, "problems": check_report(model, data, {s.name: s for s in stages}, result), "exact_stage_peaks": exact, "pages": len(result.pages),
            "deep_dives": [[h["layer"], h["head"], h["graph"]["keys"]] for h in semantic.get("heads", [])],
            "steered": steering.get("layer"),
            "not_applicable": {k: v["not_applicable"] for k, v in data.items()
                               if isinstance(v, dict) and "not_applicable" in v}})
+
+
+def check_report(model, data: dict, stages: dict, result) -> list[str]:
+    """What tests/integration/test_layouts.py asserts of the distilgpt2 report, for every size: each
+    data/*.json finite with nulls only where its stage declares them, every default stage computed,
+    one atlas row per head, the model's fingerprint and shape; [] when all hold."""
+    from headscope._json import assert_finite_json
+
+    problems = []
+    for name, d in data.items():
+        try:
+            assert_finite_json(d, stages[name].nullable, what=f"data/{name}.json")
+        except AssertionError as e:
+            problems.append(str(e))
+    missing = {"kernels", "calibration", "neurons", "survey", "semantic", "steering", "atlas"} - set(data)
+    if missing:
+        problems.append(f"stages not computed: {sorted(missing)}")
+    cfg = model.cfg
+    if len((data.get("atlas") or {}).get("rows", [])) != cfg.n_layers * cfg.n_heads:
+        problems.append(f"atlas: expected {cfg.n_layers * cfg.n_heads} rows")
+    m = (data.get("model") or {})
+    if m.get("fingerprint") != model.fingerprint:
+        problems.append("model.json: fingerprint differs from the model's")
+    for page in ("index.html", "atlas.html"):
+        if not (Path(result.out_dir) / page).is_file():
+            problems.append(f"{page} not written")
+    return problems
 
 
 # -- parent ----------------------------------------------------------------------------------
@@ -230,6 +257,8 @@ def table(res: dict) -> str:
         lines.append(f"  {p['phase']:<16} {p['wall_s']:8.1f} {cpu:>8} {rss:>13} {p['peak_mb']:9.0f}")
     for stage, reason in (r.get("not_applicable") or {}).items():
         lines.append(f"  {stage}: not applicable ({reason})")
+    for problem in r.get("problems") or []:
+        lines.append(f"  CHECK FAILED: {problem}")
     t, m = res["report_wall_s"], res["report_peak_mb"]
     lines.append(f"  report total: {t:.1f} s (target ≤ {res['target_s']:.0f} s: {t / res['target_s']:.2f}×; "
                  f"baseline {b['process_wall_s']:.1f} s: {t / b['process_wall_s']:.2f}×), peak RSS {m / 1024:.2f} GB "
@@ -245,6 +274,8 @@ def rows(res: dict) -> list[dict]:
     return [
         {"name": f"{s} full report, wall", "measured": round(t, 1), "baseline": round(b["process_wall_s"], 1),
          "ratio": None, "target": f"≤ {res['target_s']:.0f}", "unit": "s", "pass": t <= res["target_s"]},
+        {"name": f"{s} full report, checks (finite JSON, every stage, atlas rows)", "measured": len(r.get("problems") or []),
+         "baseline": None, "ratio": None, "target": "0 failed", "unit": "", "pass": not r.get("problems")},
         {"name": f"{s} full report, peak RSS", "measured": round(m), "baseline": round(b["peak_mb"]),
          "ratio": None, "target": f"≤ {res['target_mb']:.0f}", "unit": "MB", "pass": m <= res["target_mb"]},
     ]

@@ -265,17 +265,22 @@ print("ok", fingerprint)
 """
 
 
-HUB_SIZES = {"distilgpt2": ("distilbert/distilgpt2", (6, 768, 12)), "gpt2": ("openai-community/gpt2", (12, 768, 12)),
-             "gpt2-medium": ("openai-community/gpt2-medium", (24, 1024, 16))}
+#: (repo, (n_layers, d_model, n_heads), write_hub_cache overrides): distilgpt2 at its real size (every
+#: tensor GPT-2 small has, its widths, n_ctx and vocabulary, 6 layers), and gpt2-medium's other widths
+#: (d_model 1024, 16 heads) in its hub layout with 2 of its 24 layers. The same loading path at gpt2's and
+#: medium's full depth, and the full report on gpt2 and gpt2-medium, run in benchmarks/bench_sizes.py
+#: (the same checks on every report it writes: finite JSON, every stage, one atlas row per head).
+HUB_SIZES = {"distilgpt2": ("distilbert/distilgpt2", (6, 768, 12), {}),
+             "gpt2-medium": ("openai-community/gpt2-medium", (2, 1024, 16), {"size": "gpt2-medium", "n_layer": 2})}
 
 
 @pytest.fixture(scope="module", params=list(HUB_SIZES))
 def hub_size(request, tmp_path_factory):
-    """(repo, shape, cache, snapshot) of one real GPT-2 shape in the hub's layout (10-60 s to write;
-    module-scoped and parametrized, so one size's cache is on disk at a time)."""
-    repo, shape = HUB_SIZES[request.param]
+    """(repo, shape, cache, snapshot) of one GPT-2 shape in the hub's layout (module-scoped and
+    parametrized, so one size's cache is on disk at a time)."""
+    repo, shape, overrides = HUB_SIZES[request.param]
     cache = tmp_path_factory.mktemp(request.param) / "hub"
-    snap = write_hub_cache(cache, repo)
+    snap = write_hub_cache(cache, repo, **overrides)
     yield repo, shape, cache, snap
     shutil.rmtree(cache.parent, ignore_errors=True)
 
@@ -291,9 +296,11 @@ def test_hub_sizes_load_offline_and_match_transformers(hub_size):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("hub_size", ["distilgpt2"], indirect=True)
 def test_hub_sizes_full_report(hub_size, tmp_path, check_report):
     """The main job, as a user runs it on a downloaded model: ``headscope report REPO --out R``
-    offline from the HF cache (distil ≈ 20 s, small ≈ 40 s, medium ≈ 90 s on 2 cores)."""
+    offline from the HF cache, on the smallest real hub size (distilgpt2, ≈ 20 s on 2 cores; gpt2
+    and gpt2-medium: benchmarks/bench_sizes.py, which checks each report the same way)."""
     repo, (layers, d, heads), cache, snap = hub_size
     out = tmp_path / "report"
     r = subprocess.run([sys.executable, "-m", "headscope", "report", repo, "--out", str(out), "--no-progress", "--json"],

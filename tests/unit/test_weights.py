@@ -93,3 +93,44 @@ def test_default_centres_the_readers_as_transformer_lens(tiny):
     torch.testing.assert_close(lc, lu, atol=2e-5, rtol=1e-5)
     with pytest.raises(HeadscopeError, match="needs fold_ln"):
         headscope.process(tiny.raw, Processing(center_reading_weights=True))
+
+
+def test_processed_blocks_are_built_when_first_read(tiny_hf_dir, monkeypatch):
+    """A pass that stops after layer 0 processes block 0 only; every block, once read, is the one
+    the eager processing of the raw weights gives, and the same object on every access."""
+    import pickle
+
+    import headscope.core.checkpoint as C
+    from headscope.core.weights import process
+
+    built = []
+    real = C.process_block
+    monkeypatch.setattr(C, "process_block", lambda b, p: built.append(1) or real(b, p))
+    model = headscope.load(tiny_hf_dir)
+    W = model.weights()
+    headscope.run_with_cache(W, torch.tensor([[50256, 464, 3290]]), names=["blocks.0.mlp.hook_pre"], stop_at_layer=1)
+    assert len(built) == 1
+    assert W.blocks[0] is W.blocks[-2] and len(W.blocks) == 2 and len(built) == 1
+    eager = process(model.raw, W.processing)
+    for got, ref in zip(W.blocks, eager.blocks):
+        for k in ref.shapes(model.cfg):
+            assert torch.equal(getattr(got, k), getattr(ref, k)), k
+    assert len(built) == 2 and W.blocks[:1] == [W.blocks[0]]
+    assert [b.W_Q.shape for b in pickle.loads(pickle.dumps(W)).blocks] == [b.W_Q.shape for b in W.blocks]
+
+
+def test_a_block_read_after_its_files_changed_is_refused(tiny_hf_dir, tmp_path):
+    """Blocks built when first read never mix two versions of a checkpoint: a file replaced (or
+    removed) after the weights were first read makes the next unread block refuse, in one line."""
+    import shutil
+
+    d = tmp_path / "c"
+    shutil.copytree(tiny_hf_dir, d)
+    model = headscope.load(d)
+    W = model.weights()
+    W.blocks[0]
+    f = d / "model.safetensors"
+    f.write_bytes(f.read_bytes())                      # the same bytes rewritten: a new modification time
+    with pytest.raises(HeadscopeError, match="changed or went away after the model's weights were first read"):
+        W.blocks[1]
+    assert W.blocks[0] is W.blocks[0]                  # what was read stays

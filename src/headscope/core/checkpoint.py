@@ -32,6 +32,9 @@ import ctypes
 import functools
 import hashlib
 import math
+import os
+import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -45,15 +48,14 @@ from .weights import Block, Processing, Weights, process_block, process_embed, p
 _READ_BATCH_BYTES = 1 << 26   # the value check maps at most this much of the files at a time
 
 
-def _max_abs(t: torch.Tensor, chunk: int = 1 << 22) -> float:
-    """max |t| in bounded temporaries; NaN or inf if any entry is not finite (max propagates NaN)."""
-    m = 0.0
-    for c in t.reshape(-1).split(chunk):
-        v = float(c.abs().amax()) if c.numel() else 0.0
-        if not math.isfinite(v):
-            return v
-        m = max(m, v)
-    return m
+def _max_abs(t: torch.Tensor) -> float:
+    """max |t| from one min/max pass (no temporaries); NaN or inf if any entry is not finite."""
+    if t.numel() == 0:
+        return 0.0
+    lo, hi = (float(x) for x in torch.aminmax(t.reshape(-1)))
+    if math.isnan(lo) or math.isnan(hi):
+        return math.nan
+    return max(abs(lo), abs(hi))
 
 
 def max_weight(cfg: Config) -> float:
@@ -295,14 +297,72 @@ class Checkpoint:
         del top
         W_E, W_U, b_U, ln_w, ln_b = map(move, (W_E, W_U, b_U, ln_w, ln_b))
         W_pos = move(W_pos) if W_pos is not None else None          # rotary models have no W_pos
-        blocks = []
-        for l in range(self.cfg.n_layers):
+
+        stamp = _files_stamp(self.source.files)
+
+        def block(l: int) -> Block:
+            if _files_stamp(self.source.files) != stamp:
+                raise HeadscopeError(f"the weight files of {self.where} changed or went away after the model's "
+                                     f"weights were first read (block {l} was still to be read); load it again")
             b = process_block(self.raw_block(l, work), processing)
-            blocks.append(Block(**{k: move(getattr(b, k)) for k in b.shapes(self.cfg)}))
+            out = Block(**{k: move(getattr(b, k)) for k in b.shapes(self.cfg)})
             del b
             _return_free_memory()
+            return out
+
+        # from files: each block processed when first read (a command that reads layer 0 processes
+        # layer 0 only); a state dict in memory, which its owner may change, is processed now
+        blocks = _LazyBlocks(self.cfg.n_layers, block)
+        if self.source.in_memory:
+            blocks = list(blocks)
         return Weights(cfg=self.cfg, W_E=W_E, W_pos=W_pos, blocks=blocks, ln_final_w=ln_w, ln_final_b=ln_b,
                        W_U=W_U, b_U=b_U, processing=processing)
+
+
+def _files_stamp(files) -> tuple:
+    """(inode, size, mtime) of each file, None for one that is gone: what a later read must still find."""
+    out = []
+    for f in files:
+        try:
+            s = os.stat(f)
+            out.append((s.st_ino, s.st_size, s.st_mtime_ns))
+        except OSError:
+            out.append(None)
+    return tuple(out)
+
+
+class _LazyBlocks(Sequence):
+    """The blocks of processed weights, each built by ``build(l)`` on first access, then kept.
+
+    A sequence like the list it stands for (index, slice, iterate, len): the same Block object
+    on every access. Pickles as the plain list of every block."""
+
+    def __init__(self, n: int, build):
+        self._build, self._done, self._lock = build, [None] * n, threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._done)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        i = range(len(self))[i]                                  # negative indices; IndexError past the end
+        if self._done[i] is None:
+            with self._lock:
+                if self._done[i] is None:
+                    self._done[i] = self._build(i)
+        return self._done[i]
+
+    def __reduce__(self):
+        return list, (list(self),)
+
+    def __eq__(self, other) -> bool:
+        return list(self) == list(other) if isinstance(other, (list, _LazyBlocks)) else NotImplemented
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"_LazyBlocks({sum(b is not None for b in self._done)}/{len(self)} built)"
 
 
 def from_hf_state_dict(state: dict[str, torch.Tensor], cfg: Config) -> Weights:

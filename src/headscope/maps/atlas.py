@@ -131,10 +131,14 @@ from typing import Sequence
 
 import numpy as np
 import torch
-from jaxtyping import Float
 
 from . import composition
-from ..lowrank import small_matrices, sym_eigenvalues, sym_skew_cores
+from .head_metrics import (  # noqa: F401  (re-exported: the metrics are part of this module's namespace)
+    REL_TOL, SILENT, TOP,
+    form_norms, symmetry_ratio, symmetric_eigenvalues, negative_fraction, self_scores, mean_self_score,
+    low_rank_eigenvalues, copying_score, weighted_eigenvalues, negative_mass, positional_share,
+    _sorted_complex, _per_head, _groups, _f64, _float, _positional_share_deep,
+)
 from ..layer0 import split as layer0
 from ..semantic import bilinear, clustering
 from .._errors import HeadscopeError
@@ -145,13 +149,11 @@ from ..core.tokenizer import to_str_tokens
 Tensor = torch.Tensor
 
 DEFAULT_TOKENS = 2000  #: N most frequent tokens
-TOP = 64               #: eigenvalues of S counted by qk_negative_fraction
-REL_TOL = 1e-6         #: |λ| ≤ REL_TOL · max|λ| counts as zero (as in bilinear.bilinear_form)
-SILENT = 1e-6          #: a score row with std ≤ SILENT · the largest row std is constant
 WINDOW = 256           #: tokens of the positional_share window (capped at n_ctx)
 SEED = 0               #: window draw and reference prompts
 EIGEN_SHOWN = 16       #: eigenvalues kept per head for its page
 PROMPTS = 32           #: category prompts whose mean attention outputs enter the effective embeddings
+
 
 @dataclasses.dataclass(frozen=True)
 class Column:
@@ -211,159 +213,6 @@ METRICS = {c.key: (c.label, c.meaning) for c in COLUMNS if c.metric}
 OPTIONAL = {c.key: (c.label, c.meaning) for c in OPTIONAL_COLUMNS}
 SIGNED = {c.key for c in COLUMNS + OPTIONAL_COLUMNS if c.scale == "signed"}     #: metrics with a meaningful sign
 UNIT = {c.key for c in COLUMNS if c.scale == "unit"}                            #: metrics in [0, 1]
-
-
-# -- the metrics of one head (small matrices only; see the module docstring) ----------------
-
-
-def form_norms(q: Float[Tensor, "... n e"], k: Float[Tensor, "... n e"]) -> tuple[Tensor, Tensor]:
-    """(‖sym(q kᵀ)‖_F, ‖skew(q kᵀ)‖_F) from the 2e × 2e cores of [q k] (n × n never formed)."""
-    S, A = sym_skew_cores(q, k)                                                    # [... 2e 2e] each
-    return S.flatten(-2).norm(dim=-1), A.flatten(-2).norm(dim=-1)
-
-
-def symmetry_ratio(sym: float, skew: float) -> float | None:
-    """‖sym‖/(‖sym‖ + ‖skew‖), None when both vanish."""
-    total = sym + skew
-    return None if total <= 0 else sym / total
-
-
-def symmetric_eigenvalues(W_Q: Float[Tensor, "... d e"], W_K: Float[Tensor, "... d e"]
-                          ) -> Float[Tensor, "... r"]:
-    """The (at most 2e) eigenvalues of sym(W_Q W_Kᵀ) that can be nonzero, sorted by |λ| descending.
-
-    Through R M_S Rᵀ with [W_Q W_K] = Q R (:func:`headscope.lowrank.sym_eigenvalues`); the
-    other d − 2e eigenvalues are exactly zero.
-    """
-    lam = sym_eigenvalues(W_Q, W_K)                                                # [... 2e]
-    order = torch.argsort(lam.abs(), dim=-1, descending=True, stable=True)
-    return torch.gather(lam, -1, order)
-
-
-def negative_fraction(lam: Float[Tensor, "r"], top: int = TOP, rel_tol: float = REL_TOL
-                      ) -> tuple[int, int, float | None]:
-    """(negative, nonzero, negative/nonzero) among the `top` eigenvalues of largest |λ| (sorted input)."""
-    if lam.numel() == 0 or float(lam.abs().max()) == 0.0:
-        return 0, 0, None
-    tol = rel_tol * float(lam.abs().max())
-    kept = lam[lam.abs() > tol][:top]
-    n_neg = int((kept < 0).sum())
-    return n_neg, int(kept.numel()), n_neg / int(kept.numel())
-
-
-def self_scores(q: Float[Tensor, "... n e"], k: Float[Tensor, "... n e"], silent: float = SILENT
-                ) -> Float[Tensor, "... n"]:
-    """z_t = (s_tt − mean_s s_ts) / std_s s_ts for s_ts = q_t·k_s, from e × e moments (NaN on silent rows)."""
-    q, k = q.double(), k.double()
-    n = k.shape[-2]
-    diag = (q * k).sum(-1)                                                         # [... n]
-    k_mean = k.mean(-2)                                                            # [... e]
-    kc = k - k_mean[..., None, :]
-    cov = kc.transpose(-1, -2) @ kc / n                                            # [... e e]
-    mean = (q * k_mean[..., None, :]).sum(-1)
-    std = ((q @ cov) * q).sum(-1).clamp_min(0).sqrt()                              # [... n]
-    live = std > silent * std.amax(-1, keepdim=True)
-    return torch.where(live, (diag - mean) / torch.where(live, std, torch.ones_like(std)),
-                       torch.full_like(std, float("nan")))
-
-
-def mean_self_score(z: Float[Tensor, "n"]) -> tuple[float | None, int]:
-    """(mean of the defined z_t, how many are defined); None when none is."""
-    ok = torch.isfinite(z)
-    n = int(ok.sum())
-    return (float(z[ok].mean()) if n else None), n
-
-
-def low_rank_eigenvalues(A: Float[Tensor, "... n e"], B: Float[Tensor, "... e n"]) -> Tensor:
-    """Eigenvalues of the e × e matrix B A: the nonzero eigenvalues of the n × n matrix A B. Complex."""
-    BA = B.double() @ A.double()
-    with small_matrices():
-        return torch.linalg.eigvals(BA)
-
-
-def copying_score(eigenvalues: Tensor, scale: float = 0.0, rel_tol: float = REL_TOL) -> float | None:
-    """Σ λ / Σ |λ| (real: the trace over the total modulus), None when every λ is 0.
-
-    ``scale`` (e.g. ‖W_O‖_F ‖W_U W_E‖_F ‖W_V‖_F, a bound on every |λ|): eigenvalues all at
-    most rel_tol · scale are rounding of an OV circuit that is zero (e.g. a head writing
-    where no unembedding reads, whose W_O·1 = 0 holds only to float rounding) — None.
-    """
-    total = float(eigenvalues.abs().sum())
-    if total == 0.0 or float(eigenvalues.abs().max()) <= rel_tol * scale:
-        return None
-    return float(eigenvalues.real.sum()) / total
-
-
-def weighted_eigenvalues(q: Float[Tensor, "... n e"], k: Float[Tensor, "... n e"]) -> Float[Tensor, "... r"]:
-    """The (at most 2e) nonzero eigenvalues of sym(q kᵀ) [n n], ascending, from R M_S Rᵀ with
-    [q k] = Q R (float64; :func:`headscope.lowrank.sym_eigenvalues`)."""
-    return sym_eigenvalues(q, k)
-
-
-def negative_mass(lam: Float[Tensor, "r"], rel_tol: float = REL_TOL) -> float | None:
-    """Σ_{λ<0} |λ| / Σ |λ| (eigenvalues with |λ| ≤ rel_tol · max|λ| dropped), None when every λ is 0."""
-    if lam.numel() == 0 or float(lam.abs().max()) == 0.0:
-        return None
-    lam = lam[lam.abs() > rel_tol * float(lam.abs().max())]
-    return float((-lam).clamp_min(0).sum() / lam.abs().sum())
-
-
-def positional_share(content: Float[Tensor, "... q k"], position: Float[Tensor, "... q k"]) -> Tensor:
-    """Σ_q Var_k position / Σ_q (Var_k position + Var_k content) over the finite entries of each row.
-
-    Masked (−inf) entries are left out; NaN where both parts are constant on every row
-    (their total row variance at most 1e-24 of the parts' summed squares: rounding).
-    """
-    mask = torch.isfinite(content) & torch.isfinite(position)
-    n = mask.sum(-1).clamp_min(1)                                                  # [... q]
-
-    def row_var(x):
-        x = torch.where(mask, x.double(), torch.zeros((), dtype=torch.float64))
-        m = x.sum(-1) / n
-        return torch.where(mask, (x - m[..., None]) ** 2, torch.zeros((), dtype=torch.float64)).sum(-1) / n
-
-    vp, vc = row_var(position).sum(-1), row_var(content).sum(-1)
-    total = vp + vc
-    # both parts constant on every row, up to rounding of their row means: no share
-    scale = sum(torch.where(mask, x.double(), torch.zeros((), dtype=torch.float64)).pow(2).sum((-1, -2))
-                for x in (content, position))
-    live = total > 1e-24 * scale
-    return torch.where(live, vp / torch.where(live, total, torch.ones_like(total)), torch.full_like(total, float("nan")))
-
-
-def _sorted_complex(lam: Tensor, n: int) -> list[list[float]]:
-    """The `n` eigenvalues of largest modulus as [re, im], ties by real then imaginary part."""
-    items = sorted(((-abs(complex(z)), -complex(z).real, -complex(z).imag) for z in lam.tolist()))
-    return [[-re, -im] for _, re, im in items[:n]]
-
-
-def _per_head(X: Float[Tensor, "n d"], W: Float[Tensor, "h d e"]) -> Float[Tensor, "h n e"]:
-    """X @ W[h] for every head as one [n d] @ [d h·e] product; heads whose W[h] are copies of one
-    matrix (grouped-query attention's keys and values, expanded per query head) share one product."""
-    h, d, e = W.shape
-    g = _groups(W)
-    if g > 1:
-        return _per_head(X, W[::g]).repeat_interleave(g, dim=0)                      # [h n e]
-    out = X @ W.permute(1, 0, 2).reshape(d, h * e)                                  # [n h·e]
-    return out.view(-1, h, e).permute(1, 0, 2)                                       # [h n e]
-
-
-def _groups(W: Float[Tensor, "h d e"]) -> int:
-    """The largest g > 1 with W[h] identical within each run of g consecutive heads, else 1."""
-    h = W.shape[0]
-    for g in range(h, 1, -1):
-        if h % g == 0 and all(torch.equal(W[i], W[i - i % g]) for i in range(h)):
-            return g
-    return 1
-
-
-def _f64(t: Tensor) -> Tensor:
-    return t.to("cpu", torch.float64)
-
-
-def _float(x) -> float | None:
-    x = float(x)
-    return x if np.isfinite(x) else None
 
 
 # -- results ------------------------------------------------------------------------------------
@@ -617,19 +466,3 @@ def _logit_diff_direction(model: Model, W, pair: tuple[str, str]) -> tuple[list[
         raise HeadscopeError(f"logit diff: expected two tokens, got {len(pair)}")
     ids = [layer0.token_id(model, text, "logit diff") for text in pair]
     return ids, (W.W_U[:, ids[0]].double() - W.W_U[:, ids[1]].double()).cpu()
-
-
-def _positional_share_deep(X: Tensor, sigma: Tensor, win: Tensor, W_pos: Tensor, ln1_w: Tensor, W_Q: Tensor,
-                           b_Q: Tensor, W_K: Tensor, s: float) -> Tensor:
-    """positional_share of every head of a layer ≥ 1 (module docstring): first order in δ_i. [h]"""
-    P = len(win)
-    delta = W_pos[:P] - W_pos.mean(0)                                                # [P d]
-    delta = delta - delta.mean(-1, keepdim=True)                                     # c(δ)
-    p_hat = ln1_w * delta / sigma[win][:, None]                                      # [P d]
-    x = X[win]                                                                       # [P d]
-    q = _per_head(x + p_hat, W_Q) + b_Q[:, None]                                     # [h P e]
-    kc, kp = _per_head(x, W_K), _per_head(p_hat, W_K)
-    causal = torch.ones(P, P, dtype=torch.bool).tril()
-    content = (q @ kc.transpose(1, 2) / s).masked_fill(~causal, float("-inf"))      # [h P P]
-    position = (q @ kp.transpose(1, 2) / s).masked_fill(~causal, float("-inf"))
-    return positional_share(content, position)
