@@ -66,8 +66,12 @@ class Config:
     positional: str = "learned"                  #: one of POSITIONAL
     rotary_dim: int = 0                          #: dims of each head rotated (rotary only; even, ≤ d_head)
     rotary_base: float = 10000.0                 #: rotary θ base
-    #: config.json's rope_scaling as sorted (key, value) pairs, () when absent (rotary only).
+    #: the rope scaling as resolved from config.json (``rope_type`` and the parameters that type reads)
+    #: as sorted (key, value) pairs, () for default RoPE (rotary only; core/rotary.py).
     rope_scaling: tuple = ()
+    #: the attention scores' divisor when it is not √d_head (Gemma 2's √query_pre_attn_scalar; YaRN and
+    #: LongRoPE fold their attention factor a in as √d_head / a²); None = √d_head (or 1, scale_attn_weights off)
+    attn_divisor: float | None = None
     norm: str = "layernorm"                      #: one of NORMS
     parallel_residual: bool = False              #: x + attn(ln1 x) + mlp(ln2 x) (GPT-NeoX)
     gated_mlp: bool = False                      #: MLP(x) = (act(x W_gate) ⊙ (x W_in)) W_out (SwiGLU)
@@ -100,10 +104,12 @@ class Config:
     def attn_scale(self, layer: int) -> float:
         """The divisor of layer `layer`'s attention scores, ``score = q·k / attn_scale``.
 
-        √d_head (unless ``scale_attn_weights`` is off), times (layer + 1) when
+        √d_head (unless ``scale_attn_weights`` is off; ``attn_divisor`` when set), times (layer + 1) when
         ``scale_attn_by_inverse_layer_idx`` is set, as HF's GPT-2 scales them.
         """
         scale = math.sqrt(self.d_head) if self.scale_attn_weights else 1.0
+        if self.attn_divisor is not None:
+            scale = self.attn_divisor
         return scale * (layer + 1) if self.scale_attn_by_inverse_layer_idx else scale
 
     def check_layer(self, layer: int) -> int:
@@ -164,6 +170,10 @@ class Config:
         for name in ("parallel_residual", "gated_mlp", "post_ln", "final_ln", "qk_bias"):
             if not isinstance(getattr(self, name), bool):
                 raise HeadscopeError(f"config: {name} must be true or false, got {_show(getattr(self, name))}")
+        dv = self.attn_divisor
+        if dv is not None and (isinstance(dv, bool) or not isinstance(dv, (int, float)) or not math.isfinite(dv)
+                               or dv <= 0):
+            raise HeadscopeError(f"config: the attention scale must be a finite positive number, got {_show(dv)}")
         if self.attn_windows:
             w = self.attn_windows
             if len(w) != self.n_layers or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in w):
@@ -179,7 +189,7 @@ class Config:
         d = dataclasses.asdict(self)
         d["d_head"] = self.d_head
         d["head_dim"], d["n_kv_heads"] = self.d_head, self.kv_heads     # resolved: numbers, never null
-        d["rope_scaling"] = dict(self.rope_scaling)
+        d["rope_scaling"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.rope_scaling}
         d["attn_windows"] = list(self.attn_windows)
         return d
 
