@@ -60,6 +60,13 @@ CASES = {
     "qwen2": ("Qwen2Config", dict(hidden_size=24, num_hidden_layers=3, num_attention_heads=3, num_key_value_heads=1,
                                   intermediate_size=40, max_position_embeddings=37, tie_word_embeddings=False),
               311, "qwen2"),
+    "qwen2_sliding": ("Qwen2Config", dict(hidden_size=30, num_hidden_layers=3, num_attention_heads=5, num_key_value_heads=1,
+                                          intermediate_size=44, max_position_embeddings=41, use_sliding_window=True,
+                                          sliding_window=6, max_window_layers=1, tie_word_embeddings=True),
+                      N_TOKENS, "qwen2"),
+    "mistral": ("MistralConfig", dict(hidden_size=28, num_hidden_layers=2, num_attention_heads=7, num_key_value_heads=1,
+                                      head_dim=6, intermediate_size=44, max_position_embeddings=43, sliding_window=9,
+                                      rope_theta=300.0, tie_word_embeddings=False), 305, "llama2"),
 }
 
 
@@ -135,6 +142,8 @@ def test_what_each_family_reads(tmp_path, offline_cache):
         "gpt_neox": dict(positional="rotary", rotary_dim=4, rotary_base=100.0, parallel_residual=True),
         "llama": dict(positional="rotary", norm="rmsnorm", gated_mlp=True, n_kv_heads=1, head_dim=10, rotary_dim=10),
         "qwen2": dict(positional="rotary", norm="rmsnorm", gated_mlp=True, n_kv_heads=1, head_dim=8),
+        "qwen2_sliding": dict(attn_windows=[0, 6, 6], qk_bias=True),
+        "mistral": dict(attn_windows=[9, 9], n_kv_heads=1, head_dim=6, qk_bias=False, rotary_base=300.0),
         "opt": dict(positional="learned", act_fn="relu", n_ctx=37),
     }
     for case, want in expect.items():

@@ -18,7 +18,8 @@ from .config import Config
 
 #: family → its name in messages
 NAMES = {"gpt2": "GPT-2", "gpt_neo": "GPT-Neo", "gpt_neox": "GPT-NeoX (Pythia)", "opt": "OPT",
-         "llama": "Llama", "qwen2": "Qwen2"}
+         "llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral", "gptj": "GPT-J", "gemma2": "Gemma 2",
+         "olmo2": "OLMo 2", "phi3": "Phi-3"}
 
 
 def learned_positions(cfg: Config, analysis: str) -> None:

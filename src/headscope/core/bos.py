@@ -17,6 +17,7 @@ llama         ``<|begin_of_text|>`` (Llama 3), ``<s>``   prepends it
               (Llama 2, TinyLlama), SmolLM's
               ``<|endoftext|>``
 qwen2         ``<|endoftext|>``                          prepends nothing (Qwen2 has no BOS)
+mistral       ``<s>`` (id 1)                             prepends it
 ============  =========================================  ============================================
 
 Tokenizers are always called without their own special tokens (``add_special_tokens=False``),
@@ -33,6 +34,7 @@ TABLE: dict[str, tuple[tuple[str, ...], bool]] = {
     "opt": (("</s>",), True),
     "llama": (("<|begin_of_text|>", "<s>", "<|endoftext|>"), True),
     "qwen2": (("<|endoftext|>",), False),
+    "mistral": (("<s>",), True),
 }
 
 

@@ -47,7 +47,8 @@ _ATTN = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.
 _MLP = ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
 
 
-def config_from_hf(hf: dict, family: str = "llama") -> Config:
+def config_from_hf(hf: dict, family: str = "llama", **fields) -> Config:
+    """Llama's config.json keys → Config; `fields` override (a Llama-layout family's own options)."""
     d, h = size(hf, "hidden_size"), size(hf, "num_attention_heads")
     kv = size(hf, "num_key_value_heads") if hf.get("num_key_value_heads") is not None else h
     e = size(hf, "head_dim") if hf.get("head_dim") is not None else None
@@ -59,7 +60,8 @@ def config_from_hf(hf: dict, family: str = "llama") -> Config:
         d_vocab=size(hf, "vocab_size"), n_ctx=n_ctx,
         ln_eps=number(hf, "rms_norm_eps", 1e-6), act_fn=act if isinstance(act, str) else repr(act),
         family=family, n_kv_heads=kv if kv != h else None, head_dim=e if e is not None and e * h != d else None,
-        norm="rmsnorm", gated_mlp=True, qk_bias=family != "llama" or biases(hf)[0], **rope_config(hf, e or d // h, n_ctx),
+        **({"norm": "rmsnorm", "gated_mlp": True, "qk_bias": family != "llama" or biases(hf)[0]}
+           | rope_config(hf, e or d // h, n_ctx) | fields),
     )
 
 
@@ -145,7 +147,7 @@ def make_family(name: str, title: str, hf_class: str, *, qkv_bias: bool, o_bias:
             "rms_norm_eps": cfg.ln_eps, **rope_hf(cfg), "tie_word_embeddings": not untied,
             "attention_dropout": 0.0,
         }
-        return out | (extra_config or {})
+        return out | ((extra_config(cfg) if callable(extra_config) else extra_config) or {})
 
     return Family(
         name=name, title=title, model_types=(name,), hf_class=hf_class, prefix=PREFIX,
