@@ -67,6 +67,10 @@ CASES = {
     "mistral": ("MistralConfig", dict(hidden_size=28, num_hidden_layers=2, num_attention_heads=7, num_key_value_heads=1,
                                       head_dim=6, intermediate_size=44, max_position_embeddings=43, sliding_window=9,
                                       rope_theta=300.0, tie_word_embeddings=False), 305, "llama2"),
+    "gptj": ("GPTJConfig", dict(n_embd=30, n_layer=2, n_head=3, n_inner=44, n_positions=37, rotary_dim=6,
+                                tie_word_embeddings=False), 309, "gpt2"),
+    "gptj_tied": ("GPTJConfig", dict(n_embd=28, n_layer=2, n_head=7, n_inner=36, n_positions=39, rotary_dim=4,
+                                     activation_function="gelu", tie_word_embeddings=True), N_TOKENS, "gpt2"),
 }
 
 
@@ -143,6 +147,7 @@ def test_what_each_family_reads(tmp_path, offline_cache):
         "llama": dict(positional="rotary", norm="rmsnorm", gated_mlp=True, n_kv_heads=1, head_dim=10, rotary_dim=10),
         "qwen2": dict(positional="rotary", norm="rmsnorm", gated_mlp=True, n_kv_heads=1, head_dim=8),
         "qwen2_sliding": dict(attn_windows=[0, 6, 6], qk_bias=True),
+        "gptj": dict(positional="rotary", rotary_dim=6, parallel_residual=True, qk_bias=False, head_dim=10),
         "mistral": dict(attn_windows=[9, 9], n_kv_heads=1, head_dim=6, qk_bias=False, rotary_base=300.0),
         "opt": dict(positional="learned", act_fn="relu", n_ctx=37),
     }

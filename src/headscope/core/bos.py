@@ -18,6 +18,7 @@ llama         ``<|begin_of_text|>`` (Llama 3), ``<s>``   prepends it
               ``<|endoftext|>``
 qwen2         ``<|endoftext|>``                          prepends nothing (Qwen2 has no BOS)
 mistral       ``<s>`` (id 1)                             prepends it
+gptj          ``<|endoftext|>`` (GPT-2's tokenizer)      prepends nothing
 ============  =========================================  ============================================
 
 Tokenizers are always called without their own special tokens (``add_special_tokens=False``),
@@ -35,6 +36,7 @@ TABLE: dict[str, tuple[tuple[str, ...], bool]] = {
     "llama": (("<|begin_of_text|>", "<s>", "<|endoftext|>"), True),
     "qwen2": (("<|endoftext|>",), False),
     "mistral": (("<s>",), True),
+    "gptj": (("<|endoftext|>",), False),
 }
 
 

@@ -69,6 +69,9 @@ class Family:
     #: other optional prefixes of stored keys (OPT: the hub's OPTModel files say "decoder.", not
     #: "model.decoder."); headscope writes :attr:`prefix`
     alt_prefixes: tuple[str, ...] = ()
+    #: stored key (unprefixed, like :attr:`unembed`) of the unembedding bias b_U [d_vocab] (GPT-J's
+    #: ``lm_head.bias``, stored tied or not); None = the family has none (b_U = 0)
+    unembed_bias: str | None = None
 
     def canonical(self, key: str) -> str:
         """A stored key without the optional prefix (or one of the :attr:`alt_prefixes`)."""
@@ -85,7 +88,8 @@ class Family:
     def write_keys(self, cfg: Config, untied: bool) -> list[tuple[str, tuple[int, ...]]]:
         """(key, shape) of a checkpoint as headscope writes it: prefixed keys, the unembedding when untied."""
         out = [(self.prefix + n, s) for n, s in self.shapes(cfg).items()]
-        return out + ([(self.unembed, (cfg.d_vocab, cfg.d_model))] if untied else [])
+        out += [(self.unembed, (cfg.d_vocab, cfg.d_model))] if untied else []
+        return out + ([(self.unembed_bias, (cfg.d_vocab,))] if self.unembed_bias else [])
 
 
 # -- config.json readers shared by the families --------------------------------------------------
