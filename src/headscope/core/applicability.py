@@ -29,3 +29,23 @@ def learned_positions(cfg: Config, analysis: str) -> None:
             f"{analysis} needs learned absolute positions added to the token embedding (W_pos); "
             f"{NAMES.get(cfg.family, cfg.family)} is a rotary model: positions rotate queries and keys inside "
             "attention, so there is no W_pos to split off (see the relative-position kernel instead)")
+
+
+def softcap_caveat(cfg: Config) -> str | None:
+    """What soft-capping (Gemma 2) does to weight-based readings, in one sentence; None without it.
+
+    The forward pass applies the caps exactly. Weight-based analyses read the bilinear form
+    s = x W_QK yᵀ / divisor and the direct logits x W_U: both are the scores and logits *before* the
+    caps. c·tanh(·/c) is strictly increasing, so every ranking (which key a query prefers, which
+    token a direction promotes, signs) is exact; magnitudes are not: a capped score differs from s by
+    less than |s|³/(3c²), so probabilities computed by softmax of uncapped scores (the relative
+    kernel, any "attention from weights") are approximations that hold while |s| ≪ c."""
+    parts = []
+    if cfg.attn_softcap is not None:
+        parts.append(f"attention scores are soft-capped at {cfg.attn_softcap:g} (c·tanh(s/c))")
+    if cfg.final_softcap is not None:
+        parts.append(f"final logits are soft-capped at {cfg.final_softcap:g}")
+    if not parts:
+        return None
+    return ("; ".join(parts) + ": weight-based scores and logits are the uncapped ones — orderings and signs exact, "
+            "probabilities from them approximate (error < |s|³/3c² per score)")

@@ -19,6 +19,7 @@ llama         ``<|begin_of_text|>`` (Llama 3), ``<s>``   prepends it
 qwen2         ``<|endoftext|>``                          prepends nothing (Qwen2 has no BOS)
 mistral       ``<s>`` (id 1)                             prepends it
 gptj          ``<|endoftext|>`` (GPT-2's tokenizer)      prepends nothing
+gemma2        ``<bos>`` (id 2)                           prepends it
 ============  =========================================  ============================================
 
 Tokenizers are always called without their own special tokens (``add_special_tokens=False``),
@@ -37,6 +38,7 @@ TABLE: dict[str, tuple[tuple[str, ...], bool]] = {
     "qwen2": (("<|endoftext|>",), False),
     "mistral": (("<s>",), True),
     "gptj": (("<|endoftext|>",), False),
+    "gemma2": (("<bos>",), True),
 }
 
 

@@ -80,6 +80,13 @@ class Config:
     #: per-layer local attention window (keys within the last `w` positions), 0 = global;
     #: () = every layer global (GPT-Neo's "local" layers set it).
     attn_windows: tuple = ()
+    #: an RMSNorm on each branch's output before it is added to the residual stream (Gemma 2's
+    #: post_attention/post_feedforward norms, OLMo 2's): Block.ln1_post_w, ln2_post_w
+    branch_norms: bool = False
+    #: soft-capping c of the attention scores (score → c·tanh(score/c), before the mask; Gemma 2: 50)
+    attn_softcap: float | None = None
+    #: soft-capping c of the final logits (logit → c·tanh(logit/c); Gemma 2: 30)
+    final_softcap: float | None = None
     #: whether the checkpoint stores query/key biases (GPT-Neo and bias-free Llama do not: raw
     #: b_Q = b_K = 0 is all such a checkpoint can hold)
     qk_bias: bool = True
@@ -167,7 +174,12 @@ class Config:
             base = self.rotary_base
             if isinstance(base, bool) or not isinstance(base, (int, float)) or not math.isfinite(base) or base <= 1:
                 raise HeadscopeError(f"config: rope_theta must be a finite number > 1, got {_show(base)}")
-        for name in ("parallel_residual", "gated_mlp", "post_ln", "final_ln", "qk_bias"):
+        for name in ("attn_softcap", "final_softcap"):
+            c = getattr(self, name)
+            if c is not None and (isinstance(c, bool) or not isinstance(c, (int, float)) or not math.isfinite(c)
+                                  or c <= 0):
+                raise HeadscopeError(f"config: {name} must be a finite positive number or null, got {_show(c)}")
+        for name in ("parallel_residual", "gated_mlp", "post_ln", "final_ln", "qk_bias", "branch_norms"):
             if not isinstance(getattr(self, name), bool):
                 raise HeadscopeError(f"config: {name} must be true or false, got {_show(getattr(self, name))}")
         dv = self.attn_divisor

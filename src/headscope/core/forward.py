@@ -19,12 +19,14 @@ blocks.l.ln1.hook_normalized     [b p d]         LN1 output
 blocks.l.attn.hook_q / _k / _v   [b p h e]       x @ W_Q[h] + b_Q[h] … (q, k rotated by position
                                                  in rotary models: scores = q·k/scale holds)
 blocks.l.attn.hook_attn_scores   [b h q k]       q·k / attn_scale(l), −inf above the diagonal (float32
-                                                 for float16/bfloat16 weights with reorder_and_upcast_attn)
+                                                 for float16/bfloat16 weights with reorder_and_upcast_attn);
+                                                 soft-capped c·tanh(·/c) when cfg.attn_softcap (Gemma 2)
 blocks.l.attn.hook_denom         [b h q]         logsumexp_k of the scores
 blocks.l.attn.hook_pattern       [b h q k]       softmax_k of the scores
 blocks.l.attn.hook_z             [b p h e]       Σ_k pattern · v
 blocks.l.attn.hook_result        [b p h d]       z @ W_O[h]   (per head, no bias)
-blocks.l.hook_attn_out           [b p d]         Σ_h result + b_O
+blocks.l.hook_attn_out           [b p d]         Σ_h result + b_O (then RMSNorm ⊙ ln1_post_w with
+                                                 cfg.branch_norms: what the residual stream receives)
 blocks.l.hook_resid_mid          [b p d]         resid_pre + attn_out (with a parallel residual
                                                  the MLP reads resid_pre, not this)
 blocks.l.ln2.hook_scale          [b p]
@@ -34,7 +36,7 @@ blocks.l.mlp.hook_post           [b p m]         act(pre)
 blocks.l.hook_mlp_out            [b p d]
 blocks.l.hook_resid_post         [b p d]
 ln_final.hook_scale              [b p]
-logits                           [b p v]
+logits                           [b p v]         soft-capped when cfg.final_softcap (Gemma 2)
 ===============================  ==============  ===========================================
 """
 
@@ -222,6 +224,8 @@ def _attention(block: Block, x: Tensor, l: int, w: Weights, k: _Keeper) -> Tenso
     above = torch.ones(p, p, dtype=torch.bool, device=x.device).triu_(1)
     if cfg.window(l):                                          # a local layer: keys j with i − window < j ≤ i
         above |= torch.ones(p, p, dtype=torch.bool, device=x.device).tril_(-cfg.window(l))
+    if cfg.attn_softcap is not None:                           # Gemma 2: c·tanh(s/c) before the mask
+        scores = scores.div_(cfg.attn_softcap).tanh_().mul_(cfg.attn_softcap)
     scores.masked_fill_(above, float("-inf"))                                                               # in place: fresh tensor
     k.put(pre + "attn.hook_attn_scores", scores)
     pattern = torch.softmax(scores, dim=-1)
@@ -237,8 +241,15 @@ def _attention(block: Block, x: Tensor, l: int, w: Weights, k: _Keeper) -> Tenso
         # per-head outputs first; their sum over heads is then the attention output (no second matmul)
         r = torch.bmm(z.permute(2, 0, 1, 3).reshape(h, b_ * p, e), block.W_O)                               # [h bp d]
         k.put(pre + "attn.hook_result", r.view(h, b_, p, d).permute(1, 2, 0, 3))                            # [b p h d]
-        return r.sum(0).add_(block.b_O).view(b_, p, d)                                                      # [b p d]
-    return torch.addmm(block.b_O, z.reshape(b_ * p, h * e), block.W_O.reshape(h * e, d)).view(b_, p, d)     # [b p d]
+        return _branch_norm(r.sum(0).add_(block.b_O).view(b_, p, d), block.ln1_post_w, cfg)                 # [b p d]
+    out = torch.addmm(block.b_O, z.reshape(b_ * p, h * e), block.W_O.reshape(h * e, d)).view(b_, p, d)     # [b p d]
+    return _branch_norm(out, block.ln1_post_w, cfg)
+
+
+def _branch_norm(out: Tensor, w, cfg) -> Tensor:
+    """A branch's output as added to the residual stream: RMSNorm(out) ⊙ w with branch norms
+    (Gemma 2, OLMo 2; ``cfg.branch_norms``), else `out` itself."""
+    return rms_norm(out, w, cfg.ln_eps)[0] if cfg.branch_norms else out
 
 
 def mlp(block: Block, x: Float[Tensor, "... d"], cfg) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
@@ -246,7 +257,8 @@ def mlp(block: Block, x: Float[Tensor, "... d"], cfg) -> tuple[Tensor, Tensor, T
     (SwiGLU, ``cfg.gated_mlp``): post = act(LN2(x) @ W_gate + b_gate) ⊙ (LN2(x) @ W_in + b_in).
 
     Returns (out [... d], LN2(x) [... d], σ₂ [...], pre [... m], post [... m]); for a gated MLP
-    ``pre`` is the gate's pre-activation.
+    ``pre`` is the gate's pre-activation; with branch norms (Gemma 2, OLMo 2) ``out`` is
+    RMSNorm(post @ W_out + b_out) ⊙ ln2_post_w, what the block adds to the residual stream.
     """
     shape, d = x.shape[:-1], x.shape[-1]
     ln, scale = normalize(x, block.ln2_w, block.ln2_b, cfg)
@@ -256,7 +268,7 @@ def mlp(block: Block, x: Float[Tensor, "... d"], cfg) -> tuple[Tensor, Tensor, T
     else:
         pre = torch.addmm(block.b_in, ln.reshape(-1, d), block.W_in)                                         # [n m]
         post = activation(cfg.act_fn, pre)
-    out = torch.addmm(block.b_out, post, block.W_out)                                                       # [n d]
+    out = _branch_norm(torch.addmm(block.b_out, post, block.W_out), block.ln2_post_w, cfg)                 # [n d]
     return out.view(*shape, d), ln, scale, pre.view(*shape, -1), post.view(*shape, -1)
 
 
@@ -313,6 +325,8 @@ def _forward(w: Weights, tokens: Tensor, keeper: _Keeper, stop_at_layer: int | N
         logits = torch.mm(ln.reshape(b_ * p, -1), w.W_U).view(b_, p, -1)                                    # [b p v]
         if bool(w.b_U.any()):
             logits.add_(w.b_U)  # raw GPT-2 has b_U = 0: skip a pass over b·p·d_vocab floats
+        if cfg.final_softcap is not None:                      # Gemma 2: c·tanh(logit/c)
+            logits.div_(cfg.final_softcap).tanh_().mul_(cfg.final_softcap)
         keeper.put("logits", logits)
 
 
