@@ -20,6 +20,7 @@ qwen2         ``<|endoftext|>``                          prepends nothing (Qwen2
 mistral       ``<s>`` (id 1)                             prepends it
 gptj          ``<|endoftext|>`` (GPT-2's tokenizer)      prepends nothing
 gemma2        ``<bos>`` (id 2)                           prepends it
+phi3          ``<s>`` (id 1)                             prepends nothing (add_bos_token false)
 ============  =========================================  ============================================
 
 Tokenizers are always called without their own special tokens (``add_special_tokens=False``),
@@ -39,6 +40,7 @@ TABLE: dict[str, tuple[tuple[str, ...], bool]] = {
     "mistral": (("<s>",), True),
     "gptj": (("<|endoftext|>",), False),
     "gemma2": (("<bos>",), True),
+    "phi3": (("<s>",), False),
 }
 
 

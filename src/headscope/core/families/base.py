@@ -190,7 +190,8 @@ def layered_shapes(head: dict, leaf: dict, tail: dict, n_layers: int, block_name
 
 def rope_config(hf: dict, d_head: int, n_ctx: int, *, theta_key: str = "rope_theta", default_theta: float = 10000.0,
                 pct_key: str = "partial_rotary_factor", default_pct: float | None = None, partial: bool = False,
-                top_original: bool = False, scale_divisor: float | None = None) -> dict:
+                top_original: int | None = None, type_aliases: dict | None = None,
+                scale_divisor: float | None = None) -> dict:
     """Config fields of a rotary family (positional, rotary_dim, rotary_base, rope_scaling,
     attn_divisor), resolved as transformers 5.25 resolves them (``convert_rope_params_to_dict`` and
     ``standardize_rope_params``):
@@ -201,8 +202,9 @@ def rope_config(hf: dict, d_head: int, n_ctx: int, *, theta_key: str = "rope_the
        (`theta_key`, `pct_key`; defaults `default_theta`, `default_pct`);
     3. the type is ``rope_type``, else the old ``type`` key, else "default";
     4. llama3/yarn/longrope take ``original_max_position_embeddings`` from the top level when the
-       family's config class has that field (`top_original`: Phi-3), else from the parameters,
-       else ``max_position_embeddings``.
+       family's config class has that field (`top_original`, its default: Phi-3's 4096), else from
+       the parameters, else ``max_position_embeddings``; `type_aliases` renames types first (Phi-3
+       reads "su" and "yarn" as longrope).
 
     rotary_dim = int(d_head · partial factor) for families whose rotary embedding honours it
     (`partial`: GPT-NeoX, Phi-3); the others (Llama, Qwen2, Mistral …) rotate every dim with
@@ -226,12 +228,14 @@ def rope_config(hf: dict, d_head: int, n_ctx: int, *, theta_key: str = "rope_the
     pct = hf.get(pct_key, default_pct)
     if pct is not None:
         p.setdefault("partial_rotary_factor", pct)
+    if (type_aliases or {}).get(p.get("rope_type", p.get("type"))) is not None:     # Phi-3: "su", "yarn" → longrope
+        p["rope_type"] = type_aliases[p.get("rope_type", p.get("type"))]
     kind = p.setdefault("rope_type", p.get("type", "default"))
     if not isinstance(kind, str):
         raise HeadscopeError(f"config: rope_type must be a string, got {_show(kind)}")
     if kind in ("llama3", "yarn", "longrope"):
-        if top_original and "original_max_position_embeddings" in hf:
-            p["original_max_position_embeddings"] = hf["original_max_position_embeddings"]
+        if top_original is not None:
+            p["original_max_position_embeddings"] = hf.get("original_max_position_embeddings", top_original)
         else:
             p.setdefault("original_max_position_embeddings", n_ctx)
     base = number({"rope_theta": p["rope_theta"]}, "rope_theta")
