@@ -86,6 +86,9 @@ CASES = {
                                          rope_scaling={"type": "su", "short_factor": [1.0, 1.2],
                                                        "long_factor": [1.5, 3.0]}, pad_token_id=0, eos_token_id=2),
                       N_TOKENS, "llama2"),
+    "olmo2": ("Olmo2Config", dict(hidden_size=30, num_hidden_layers=3, num_attention_heads=5, num_key_value_heads=1,
+                                  intermediate_size=44, max_position_embeddings=41, rope_theta=600.0,
+                                  pad_token_id=0, eos_token_id=0), 313, "olmo2"),
     "gptj_tied": ("GPTJConfig", dict(n_embd=28, n_layer=2, n_head=7, n_inner=36, n_positions=39, rotary_dim=4,
                                      activation_function="gelu", tie_word_embeddings=True), N_TOKENS, "gpt2"),
 }
@@ -167,6 +170,7 @@ def test_what_each_family_reads(tmp_path, offline_cache):
         "gemma2": dict(attn_windows=[7, 0, 7], branch_norms=True, attn_softcap=0.01, final_softcap=0.05,
                        n_kv_heads=1, head_dim=14, attn_divisor=11 ** 0.5),
         "phi3": dict(rotary_dim=6, attn_windows=[8, 8], n_kv_heads=1, gated_mlp=True, qk_bias=False),
+        "olmo2": dict(pre_norms=False, qk_norm=True, branch_norms=True, n_kv_heads=1, rotary_dim=6),
         "gptj": dict(positional="rotary", rotary_dim=6, parallel_residual=True, qk_bias=False, head_dim=10),
         "mistral": dict(attn_windows=[9, 9], n_kv_heads=1, head_dim=6, qk_bias=False, rotary_base=300.0),
         "opt": dict(positional="learned", act_fn="relu", n_ctx=37),
@@ -242,3 +246,24 @@ def test_vocabulary_neighbours_leave_padding_rows_out(tmp_path):
     assert again.neighbours[0].target_ids[0] == top
     for nb in again.neighbours:
         assert max(nb.target_ids) < n, (nb.token, nb.target_ids)
+
+
+@pytest.mark.parametrize("case", ["mistral", "gptj", "gemma2", "phi3", "olmo2"])
+def test_new_families_atlas_runs_or_refuses_with_the_reason(case, tmp_path):
+    """The weight atlas and composition run on each new family's tiny checkpoint, except OLMo 2, whose
+    QK-norm and missing pre-norms leave no fixed QK/OV circuit: refused with that reason."""
+    from headscope._errors import NotApplicable
+    from headscope.maps.atlas import atlas
+    from headscope.maps.composition import composition
+
+    _, d = build(case, tmp_path, n_tokens=1024)
+    model = headscope.load(d)
+    if case == "olmo2":
+        for run in (lambda: atlas(model, n_tokens=300), lambda: composition(model)):
+            with pytest.raises(NotApplicable, match="QK-norm.*un-normalised residual stream") as e:
+                run()
+            assert "\n" not in str(e.value)
+        return
+    rows = atlas(model, n_tokens=300).to_dict()
+    assert json.dumps(rows, allow_nan=False)
+    composition(model)

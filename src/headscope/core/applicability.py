@@ -31,6 +31,24 @@ def learned_positions(cfg: Config, analysis: str) -> None:
             "attention, so there is no W_pos to split off (see the relative-position kernel instead)")
 
 
+def weight_circuits(cfg: Config, analysis: str) -> None:
+    """Refuse `analysis` — one that reads a head's QK circuit as the fixed bilinear form
+    x̂ W_Q W_Kᵀ ŷᵀ of effective embeddings x̂ = N₁(x), or its OV circuit as the linear map x̂ W_OV —
+    on a model where no such fixed form exists (OLMo 2), with the exact reason."""
+    reasons = []
+    if cfg.qk_norm:
+        reasons.append("queries and keys are RMS-normalised over all heads of their position (QK-norm: "
+                       "q = N(x W_Q) ⊙ w_q, k = N(x W_K) ⊙ w_k), so a score is x W_Q W_Kᵀ yᵀ divided by two "
+                       "token-dependent norms, not a fixed bilinear form")
+    if not cfg.pre_norms:
+        reasons.append("attention and MLP read the un-normalised residual stream and each branch's output is "
+                       "RMS-normalised as a whole before it is added, so no effective embedding N₁(x) exists and "
+                       "a head's output is not linear in its OV weights")
+    if reasons:
+        raise NotApplicable(f"{analysis} needs fixed QK and OV circuits; in {NAMES.get(cfg.family, cfg.family)} "
+                            + "; ".join(reasons))
+
+
 def softcap_caveat(cfg: Config) -> str | None:
     """What soft-capping (Gemma 2) does to weight-based readings, in one sentence; None without it.
 

@@ -21,6 +21,7 @@ mistral       ``<s>`` (id 1)                             prepends it
 gptj          ``<|endoftext|>`` (GPT-2's tokenizer)      prepends nothing
 gemma2        ``<bos>`` (id 2)                           prepends it
 phi3          ``<s>`` (id 1)                             prepends nothing (add_bos_token false)
+olmo2         ``<|endoftext|>`` (its document separator)  not checked offline (recorded as nothing)
 ============  =========================================  ============================================
 
 Tokenizers are always called without their own special tokens (``add_special_tokens=False``),
@@ -41,6 +42,7 @@ TABLE: dict[str, tuple[tuple[str, ...], bool]] = {
     "gptj": (("<|endoftext|>",), False),
     "gemma2": (("<bos>",), True),
     "phi3": (("<s>",), False),
+    "olmo2": (("<|endoftext|>",), False),
 }
 
 

@@ -83,6 +83,12 @@ class Config:
     #: an RMSNorm on each branch's output before it is added to the residual stream (Gemma 2's
     #: post_attention/post_feedforward norms, OLMo 2's): Block.ln1_post_w, ln2_post_w
     branch_norms: bool = False
+    #: a norm before each reader (LN1 before attention, LN2 before the MLP); OLMo 2 has none: its
+    #: attention and MLP read the residual stream itself (Block.ln1_w, ln2_w are then unused ones)
+    pre_norms: bool = True
+    #: QK-norm (OLMo 2): q and k are RMS-normalised over all heads together (Block.q_norm_w,
+    #: k_norm_w) before rotary, so a score is not a fixed bilinear form of the residual stream
+    qk_norm: bool = False
     #: soft-capping c of the attention scores (score → c·tanh(score/c), before the mask; Gemma 2: 50)
     attn_softcap: float | None = None
     #: soft-capping c of the final logits (logit → c·tanh(logit/c); Gemma 2: 30)
@@ -179,7 +185,8 @@ class Config:
             if c is not None and (isinstance(c, bool) or not isinstance(c, (int, float)) or not math.isfinite(c)
                                   or c <= 0):
                 raise HeadscopeError(f"config: {name} must be a finite positive number or null, got {_show(c)}")
-        for name in ("parallel_residual", "gated_mlp", "post_ln", "final_ln", "qk_bias", "branch_norms"):
+        for name in ("parallel_residual", "gated_mlp", "post_ln", "final_ln", "qk_bias", "branch_norms", "pre_norms",
+                     "qk_norm"):
             if not isinstance(getattr(self, name), bool):
                 raise HeadscopeError(f"config: {name} must be true or false, got {_show(getattr(self, name))}")
         dv = self.attn_divisor

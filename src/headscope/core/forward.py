@@ -14,9 +14,9 @@ name                             shape           meaning
 hook_embed                       [b p d]         W_E[tokens]
 hook_pos_embed                   [b p d]         W_pos[:p] (absent for rotary models)
 blocks.l.hook_resid_pre          [b p d]         residual stream entering block l
-blocks.l.ln1.hook_scale          [b p]           σ = sqrt(var + eps) of LayerNorm 1
+blocks.l.ln1.hook_scale          [b p]           σ = sqrt(var + eps) of LayerNorm 1 (1 without pre-norms)
 blocks.l.ln1.hook_normalized     [b p d]         LN1 output
-blocks.l.attn.hook_q / _k / _v   [b p h e]       x @ W_Q[h] + b_Q[h] … (q, k rotated by position
+blocks.l.attn.hook_q / _k / _v   [b p h e]       x @ W_Q[h] + b_Q[h] … (QK-normed with cfg.qk_norm; q, k rotated by position
                                                  in rotary models: scores = q·k/scale holds)
 blocks.l.attn.hook_attn_scores   [b h q k]       q·k / attn_scale(l), −inf above the diagonal (float32
                                                  for float16/bfloat16 weights with reorder_and_upcast_attn);
@@ -117,6 +117,13 @@ def rms_norm(x: Float[Tensor, "... d"], w, eps: float) -> tuple[Tensor, Tensor]:
     return out.to(torch.promote_types(x.dtype, w.dtype)), rstd.squeeze(-1).reciprocal()
 
 
+def reader_norm(x: Float[Tensor, "... d"], w, b, cfg) -> tuple[Tensor, Tensor]:
+    """LN1/LN2 before attention and MLP: :func:`normalize`, or (x, 1) without pre-norms (OLMo 2)."""
+    if not cfg.pre_norms:
+        return x, torch.ones(x.shape[:-1], dtype=x.dtype, device=x.device)
+    return normalize(x, w, b, cfg)
+
+
 def normalize(x: Float[Tensor, "... d"], w, b, cfg) -> tuple[Tensor, Tensor]:
     """The model's norm before a reader: LayerNorm (w, b) or RMSNorm (w; b is zero) by ``cfg.norm``."""
     if cfg.norm == "rmsnorm":
@@ -205,12 +212,16 @@ def _attention(block: Block, x: Tensor, l: int, w: Weights, k: _Keeper) -> Tenso
     b_, p, d = x.shape
     h, e = cfg.n_heads, cfg.d_head
     pre = f"blocks.{l}."
-    ln, scale = normalize(x, block.ln1_w, block.ln1_b, cfg)
+    ln, scale = reader_norm(x, block.ln1_w, block.ln1_b, cfg)
     k.put(pre + "ln1.hook_scale", scale)
     k.put(pre + "ln1.hook_normalized", ln)
     W_qkv, b_qkv = _fused_qkv(block)                                                                        # [d 3he], [3he]
     qkv = torch.addmm(b_qkv, ln.reshape(b_ * p, d), W_qkv).view(b_, p, 3, h, e)                            # [b p 3 h e]
     q, key, v = qkv.unbind(2)                                                                                 # [b p h e]
+    if cfg.qk_norm:                       # OLMo 2: RMSNorm over all heads of a position, before rotary
+        q = rms_norm(q.reshape(b_, p, h * e), block.q_norm_w.reshape(h * e), cfg.ln_eps)[0].view(b_, p, h, e)
+        # keys expanded per query head: the mean square over h·e equals that over the stored kv·e
+        key = rms_norm(key.reshape(b_, p, h * e), block.k_norm_w.reshape(h * e), cfg.ln_eps)[0].view(b_, p, h, e)
     if cfg.positional == "rotary":                            # q and k rotated by position (core/rotary.py)
         rope = k.rope(p, cfg, q)
         q, key = rotary.rotate(q, *rope), rotary.rotate(key, *rope)
@@ -261,7 +272,7 @@ def mlp(block: Block, x: Float[Tensor, "... d"], cfg) -> tuple[Tensor, Tensor, T
     RMSNorm(post @ W_out + b_out) ⊙ ln2_post_w, what the block adds to the residual stream.
     """
     shape, d = x.shape[:-1], x.shape[-1]
-    ln, scale = normalize(x, block.ln2_w, block.ln2_b, cfg)
+    ln, scale = reader_norm(x, block.ln2_w, block.ln2_b, cfg)
     if cfg.gated_mlp:
         pre = torch.addmm(block.b_gate, ln.reshape(-1, d), block.W_gate)                                     # [n m]
         post = activation(cfg.act_fn, pre) * torch.addmm(block.b_in, ln.reshape(-1, d), block.W_in)
@@ -309,7 +320,7 @@ def _forward(w: Weights, tokens: Tensor, keeper: _Keeper, stop_at_layer: int | N
         if not left:
             return
         if left <= {f"blocks.{l}.ln2.hook_scale", f"blocks.{l}.ln2.hook_normalized"}:
-            ln, scale = normalize(src, block.ln2_w, block.ln2_b, cfg)   # all that is left: LN2, not the MLP
+            ln, scale = reader_norm(src, block.ln2_w, block.ln2_b, cfg)   # all that is left: LN2, not the MLP
             keeper.put(f"blocks.{l}.ln2.hook_scale", scale)
             keeper.put(f"blocks.{l}.ln2.hook_normalized", ln)
             return

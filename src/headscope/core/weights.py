@@ -133,6 +133,10 @@ class Block:
     #: attention output and to the MLP output before each is added to the residual stream
     ln1_post_w: Float[Tensor, "d_model"] | None = None
     ln2_post_w: Float[Tensor, "d_model"] | None = None
+    #: QK-norm only (``cfg.qk_norm``; OLMo 2): the RMSNorm weights of the queries and keys, per head
+    #: (keys expanded like W_K); the norm is taken over all heads of a position together
+    q_norm_w: Float[Tensor, "head d_head"] | None = None
+    k_norm_w: Float[Tensor, "head d_head"] | None = None
 
     def shapes(self, cfg: Config) -> dict[str, tuple[int, ...]]:
         """Name → shape of every tensor this block holds under `cfg` (W_gate/b_gate only when gated)."""
@@ -149,6 +153,8 @@ class Block:
             out.update({"W_gate": (d, m), "b_gate": (m,)})
         if cfg.branch_norms:
             out.update({"ln1_post_w": (d,), "ln2_post_w": (d,)})
+        if cfg.qk_norm:
+            out.update({"q_norm_w": (h, e), "k_norm_w": (h, e)})
         return out
 
 

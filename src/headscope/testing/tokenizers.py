@@ -22,6 +22,7 @@ SPECIALS = {
     "llama2": (("<unk>", "<s>", "</s>"), ()),
     "qwen2": ((), ("<|endoftext|>", "<|im_start|>", "<|im_end|>")),
     "gemma2": (("<pad>", "<eos>", "<bos>", "<unk>"), ()),
+    "olmo2": ((), ("<|endoftext|>", "<|pad|>")),
 }
 #: SentencePiece-style flavours ("▁" for spaces, "<unk>" for unknown characters)
 SENTENCEPIECE = ("llama2", "gemma2")
