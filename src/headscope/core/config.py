@@ -210,6 +210,9 @@ class Config:
         d["head_dim"], d["n_kv_heads"] = self.d_head, self.kv_heads     # resolved: numbers, never null
         d["rope_scaling"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.rope_scaling}
         d["attn_windows"] = list(self.attn_windows)
+        for name in ("attn_divisor", "attn_softcap", "final_softcap"):   # numbers when set, absent when not
+            if d[name] is None:
+                del d[name]
         return d
 
 
