@@ -48,6 +48,9 @@ CASES = {
     "opt": ("OPTConfig", dict(hidden_size=24, num_hidden_layers=3, num_attention_heads=3, ffn_dim=40,
                               max_position_embeddings=37, word_embed_proj_dim=24, activation_function="relu"),
             N_TOKENS + 3, "opt"),
+    "opt_350m": ("OPTConfig", dict(hidden_size=24, num_hidden_layers=2, num_attention_heads=3, ffn_dim=40,
+                                   max_position_embeddings=37, word_embed_proj_dim=14, do_layer_norm_before=False,
+                                   activation_function="relu"), N_TOKENS + 5, "opt"),
     "llama": ("LlamaConfig", dict(hidden_size=24, num_hidden_layers=3, num_attention_heads=3, num_key_value_heads=1,
                                   head_dim=10, intermediate_size=40, max_position_embeddings=37, rope_theta=500.0,
                                   rope_scaling={"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
@@ -202,8 +205,8 @@ def test_unknown_and_unsupported_configs_are_refused_in_one_line(tmp_path):
     _, d = build("opt", tmp_path)
     cfg = json.loads((d / "config.json").read_text())
     for change, needle in (({"model_type": "mamba"}, "model_type 'mamba'"),
-                           ({"do_layer_norm_before": False}, "post-LN"),
-                           ({"word_embed_proj_dim": 16}, "project_in")):
+                           ({"enable_bias": False}, "enable_bias"),
+                           ({"_remove_final_layer_norm": True}, "final")):
         (d / "config.json").write_text(json.dumps(cfg | change))
         with pytest.raises(HeadscopeError, match=needle) as e:
             headscope.load(d)
@@ -248,19 +251,22 @@ def test_vocabulary_neighbours_leave_padding_rows_out(tmp_path):
         assert max(nb.target_ids) < n, (nb.token, nb.target_ids)
 
 
-@pytest.mark.parametrize("case", ["mistral", "gptj", "gemma2", "phi3", "olmo2"])
+REFUSED = {"olmo2": "QK-norm.*un-normalised residual stream", "opt_350m": "post-LN"}
+
+
+@pytest.mark.parametrize("case", ["mistral", "gptj", "gemma2", "phi3", "olmo2", "opt_350m"])
 def test_new_families_atlas_runs_or_refuses_with_the_reason(case, tmp_path):
-    """The weight atlas and composition run on each new family's tiny checkpoint, except OLMo 2, whose
-    QK-norm and missing pre-norms leave no fixed QK/OV circuit: refused with that reason."""
+    """The weight atlas and composition run on each new family's tiny checkpoint, except OLMo 2 (QK-norm,
+    no pre-norms) and OPT-350m (post-LN), which leave no fixed QK/OV circuit: refused with that reason."""
     from headscope._errors import NotApplicable
     from headscope.maps.atlas import atlas
     from headscope.maps.composition import composition
 
     _, d = build(case, tmp_path, n_tokens=1024)
     model = headscope.load(d)
-    if case == "olmo2":
+    if case in REFUSED:
         for run in (lambda: atlas(model, n_tokens=300), lambda: composition(model)):
-            with pytest.raises(NotApplicable, match="QK-norm.*un-normalised residual stream") as e:
+            with pytest.raises(NotApplicable, match=REFUSED[case]) as e:
                 run()
             assert "\n" not in str(e.value)
         return

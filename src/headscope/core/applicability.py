@@ -24,6 +24,10 @@ NAMES = {"gpt2": "GPT-2", "gpt_neo": "GPT-Neo", "gpt_neox": "GPT-NeoX (Pythia)",
 
 def learned_positions(cfg: Config, analysis: str) -> None:
     """Refuse `analysis` on a model without a learned position table added to the embedding."""
+    if cfg.positional == "learned" and not cfg.pre_norms:
+        raise NotApplicable(
+            f"{analysis} are written for keys LN1(W_E[t] + W_pos[i]); {NAMES.get(cfg.family, cfg.family)} is post-LN "
+            "(OPT-350m): layer 0 reads W_E[t] + W_pos[i] without a norm and LN1 follows the residual add")
     if cfg.positional != "learned":
         raise NotApplicable(
             f"{analysis} needs learned absolute positions added to the token embedding (W_pos); "
@@ -40,7 +44,11 @@ def weight_circuits(cfg: Config, analysis: str) -> None:
         reasons.append("queries and keys are RMS-normalised over all heads of their position (QK-norm: "
                        "q = N(x W_Q) ⊙ w_q, k = N(x W_K) ⊙ w_k), so a score is x W_Q W_Kᵀ yᵀ divided by two "
                        "token-dependent norms, not a fixed bilinear form")
-    if not cfg.pre_norms:
+    if cfg.post_ln:
+        reasons.append("every LayerNorm follows a residual add (post-LN): heads read the un-normalised sum of the "
+                       "stream and their outputs are normalised together with it before anything reads them, so no "
+                       "effective embedding N₁(x) exists and a head's effect is not linear in its OV weights")
+    elif not cfg.pre_norms:
         reasons.append("attention and MLP read the un-normalised residual stream and each branch's output is "
                        "RMS-normalised as a whole before it is added, so no effective embedding N₁(x) exists and "
                        "a head's output is not linear in its OV weights")

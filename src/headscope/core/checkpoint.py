@@ -272,6 +272,8 @@ class Checkpoint:
         del stored
         if f.top_from_hf is not None:
             top = {field: t if field == "b_U" else f.top_from_hf(field, t, self.cfg) for field, t in top.items()}
+        if f.top_combine is not None:
+            top, W_U = f.top_combine(top, W_U, self.cfg)
         if "ln_final_b" not in top:                                  # RMSNorm: no bias stored
             top["ln_final_b"] = torch.zeros_like(top["ln_final_w"])
         top.setdefault("W_pos", None)                                # rotary: no position table

@@ -27,7 +27,7 @@ blocks.l.attn.hook_z             [b p h e]       Σ_k pattern · v
 blocks.l.attn.hook_result        [b p h d]       z @ W_O[h]   (per head, no bias)
 blocks.l.hook_attn_out           [b p d]         Σ_h result + b_O (then RMSNorm ⊙ ln1_post_w with
                                                  cfg.branch_norms: what the residual stream receives)
-blocks.l.hook_resid_mid          [b p d]         resid_pre + attn_out (with a parallel residual
+blocks.l.hook_resid_mid          [b p d]         resid_pre + attn_out, LN1 of it with cfg.post_ln (with a parallel residual
                                                  the MLP reads resid_pre, not this)
 blocks.l.ln2.hook_scale          [b p]
 blocks.l.ln2.hook_normalized     [b p d]
@@ -313,6 +313,8 @@ def _forward(w: Weights, tokens: Tensor, keeper: _Keeper, stop_at_layer: int | N
         attn_out = _attention(block, x, l, w, keeper)
         keeper.put(f"blocks.{l}.hook_attn_out", attn_out)
         mid = x + attn_out
+        if cfg.post_ln:                                        # OPT-350m: LN1 after the residual add
+            mid = normalize(mid, block.ln1_w, block.ln1_b, cfg)[0]
         keeper.put(f"blocks.{l}.hook_resid_mid", mid)
         # parallel residual (GPT-NeoX): the MLP reads the block's input, not x + attention
         src = x if cfg.parallel_residual else mid
@@ -327,11 +329,16 @@ def _forward(w: Weights, tokens: Tensor, keeper: _Keeper, stop_at_layer: int | N
         mlp_out = _mlp(block, src, l, w, keeper)
         keeper.put(f"blocks.{l}.hook_mlp_out", mlp_out)
         x = mid + mlp_out
+        if cfg.post_ln:                                        # and LN2 after the MLP's
+            x = normalize(x, block.ln2_w, block.ln2_b, cfg)[0]
         keeper.put(f"blocks.{l}.hook_resid_post", x)
     if n < cfg.n_layers:
         return
-    ln, scale = normalize(x, w.ln_final_w, w.ln_final_b, cfg)
-    keeper.put("ln_final.hook_scale", scale)
+    if cfg.final_ln:
+        ln, scale = normalize(x, w.ln_final_w, w.ln_final_b, cfg)
+        keeper.put("ln_final.hook_scale", scale)
+    else:                                                      # post-LN OPT: the stream is normalised already
+        ln = x
     if keeper.wants("logits"):
         logits = torch.mm(ln.reshape(b_ * p, -1), w.W_U).view(b_, p, -1)                                    # [b p v]
         if bool(w.b_U.any()):

@@ -88,6 +88,10 @@ class Processing:
         is not invariant under adding a constant to every logit.
         """
         out = self
+        if cfg.post_ln:
+            # post-LN (OPT-350m): each LayerNorm follows a residual add and no reader normalises its own
+            # input, so nothing folds into a reader and the embeddings' d_model mean reaches layer 0
+            out = dataclasses.replace(out, fold_ln=False, center_reading_weights=False, center_writing_weights=False)
         if cfg.norm == "rmsnorm":
             out = dataclasses.replace(out, center_writing_weights=False, center_reading_weights=False)
         if cfg.final_softcap is not None:

@@ -69,6 +69,10 @@ class Family:
     #: other optional prefixes of stored keys (OPT: the hub's OPTModel files say "decoder.", not
     #: "model.decoder."); headscope writes :attr:`prefix`
     alt_prefixes: tuple[str, ...] = ()
+    #: (top tensors by field, W_U [d_model d_vocab], cfg) → (top, W_U), after :attr:`top_from_hf`: for tops
+    #: built from several stored tensors (OPT-350m: W_E = embed_tokens @ project_inᵀ, W_U through
+    #: project_out); pseudo-fields it consumes are popped. None = nothing to combine
+    top_combine: Callable | None = None
     #: stored key (unprefixed, like :attr:`unembed`) of the unembedding bias b_U [d_vocab] (GPT-J's
     #: ``lm_head.bias``, stored tied or not); None = the family has none (b_U = 0)
     unembed_bias: str | None = None
