@@ -70,6 +70,25 @@ SHAPES = {
         num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768, rope_theta=1000000.0,
         rms_norm_eps=1e-6, tie_word_embeddings=True, use_sliding_window=False, bos_token_id=151643,
         eos_token_id=151643), "qwen2", 600.0, 12.0),
+    # issue 35's new families at one realistic hub shape each (not yet run on the 2-core machine):
+    # Gemma-2-2B (2.6 G parameters, vocabulary 256000, head_dim 256, soft-caps, alternating windows)
+    # held to issue 35's target (≤ 15 min, ≤ 16 GB); OLMo-2-1B and OPT-350m to the Llama-3.2-1B and
+    # Pythia-160m targets (their size classes)
+    "gemma-2-2b": ("google/gemma-2-2b", "Gemma2Config", dict(
+        vocab_size=256000, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
+        num_attention_heads=8, num_key_value_heads=4, head_dim=256, max_position_embeddings=8192,
+        query_pre_attn_scalar=256, sliding_window=4096, attn_logit_softcapping=50.0,
+        final_logit_softcapping=30.0, rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=True,
+        bos_token_id=2, eos_token_id=1, pad_token_id=0), "gemma2", 900.0, 16.0),
+    "olmo-2-1b": ("allenai/OLMo-2-0425-1B", "Olmo2Config", dict(
+        vocab_size=100352, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+        num_attention_heads=16, num_key_value_heads=16, max_position_embeddings=4096, rope_theta=500000.0,
+        rms_norm_eps=1e-6, tie_word_embeddings=False, bos_token_id=None, eos_token_id=100257,
+        pad_token_id=100277), "olmo2", 600.0, 12.0),
+    "opt-350m": ("facebook/opt-350m", "OPTConfig", dict(
+        vocab_size=50272, hidden_size=1024, num_hidden_layers=24, ffn_dim=4096, num_attention_heads=16,
+        max_position_embeddings=2048, do_layer_norm_before=False, word_embed_proj_dim=512,
+        activation_function="relu", bos_token_id=2, eos_token_id=2, pad_token_id=1), "opt", 60.0, 3.0),
 }
 
 
@@ -96,6 +115,8 @@ def write_shape(shape: str, cache: Path) -> tuple[str, int, float]:
             tok.add_special_tokens(["<|begin_of_text|>", "<|end_of_text|>"])
         elif tok_family == "opt":
             tok.add_special_tokens(["</s>"])
+        elif tok_family == "gemma2":
+            tok.add_special_tokens(["<bos>"])
         tok.save(str(Path(d) / "tokenizer.json"))
         cache_directory(cache, repo_id, d, symlinks=False)
     return repo_id, n, time.perf_counter() - t0

@@ -48,6 +48,9 @@ CASES = {
     "opt": ("OPTConfig", dict(hidden_size=24, num_hidden_layers=3, num_attention_heads=3, ffn_dim=40,
                               max_position_embeddings=37, word_embed_proj_dim=24, activation_function="relu"),
             N_TOKENS + 3, "opt"),
+    "opt_350m": ("OPTConfig", dict(hidden_size=24, num_hidden_layers=2, num_attention_heads=3, ffn_dim=40,
+                                   max_position_embeddings=37, word_embed_proj_dim=14, do_layer_norm_before=False,
+                                   activation_function="relu"), N_TOKENS + 5, "opt"),
     "llama": ("LlamaConfig", dict(hidden_size=24, num_hidden_layers=3, num_attention_heads=3, num_key_value_heads=1,
                                   head_dim=10, intermediate_size=40, max_position_embeddings=37, rope_theta=500.0,
                                   rope_scaling={"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
@@ -60,6 +63,37 @@ CASES = {
     "qwen2": ("Qwen2Config", dict(hidden_size=24, num_hidden_layers=3, num_attention_heads=3, num_key_value_heads=1,
                                   intermediate_size=40, max_position_embeddings=37, tie_word_embeddings=False),
               311, "qwen2"),
+    "qwen2_sliding": ("Qwen2Config", dict(hidden_size=30, num_hidden_layers=3, num_attention_heads=5, num_key_value_heads=1,
+                                          intermediate_size=44, max_position_embeddings=41, use_sliding_window=True,
+                                          sliding_window=6, max_window_layers=1, tie_word_embeddings=True),
+                      N_TOKENS, "qwen2"),
+    "mistral": ("MistralConfig", dict(hidden_size=28, num_hidden_layers=2, num_attention_heads=7, num_key_value_heads=1,
+                                      head_dim=6, intermediate_size=44, max_position_embeddings=43, sliding_window=9,
+                                      rope_theta=300.0, tie_word_embeddings=False), 305, "llama2"),
+    "gptj": ("GPTJConfig", dict(n_embd=30, n_layer=2, n_head=3, n_inner=44, n_positions=37, rotary_dim=6,
+                                tie_word_embeddings=False), 309, "gpt2"),
+    "gemma2": ("Gemma2Config", dict(hidden_size=30, num_hidden_layers=3, num_attention_heads=3, num_key_value_heads=1,
+                                    head_dim=14, intermediate_size=44, max_position_embeddings=41, sliding_window=7,
+                                    query_pre_attn_scalar=11, attn_logit_softcapping=0.01, final_logit_softcapping=0.05,
+                                    rope_theta=400.0), N_TOKENS + 4, "gemma2"),
+    "gemma2_untied_full": ("Gemma2Config", dict(hidden_size=28, num_hidden_layers=2, num_attention_heads=7,
+                                                num_key_value_heads=7, head_dim=6, intermediate_size=36,
+                                                max_position_embeddings=39, layer_types=["full_attention"] * 2,
+                                                final_logit_softcapping=None, tie_word_embeddings=False), N_TOKENS,
+                           "gemma2"),
+    "phi3": ("Phi3Config", dict(hidden_size=30, num_hidden_layers=2, num_attention_heads=3, num_key_value_heads=1,
+                                intermediate_size=44, max_position_embeddings=41, partial_rotary_factor=0.6,
+                                sliding_window=8, rope_theta=700.0, pad_token_id=0, eos_token_id=2), 303, "llama2"),
+    "phi3_longrope": ("Phi3Config", dict(hidden_size=28, num_hidden_layers=2, num_attention_heads=7,
+                                         intermediate_size=36, max_position_embeddings=64, original_max_position_embeddings=16,
+                                         rope_scaling={"type": "su", "short_factor": [1.0, 1.2],
+                                                       "long_factor": [1.5, 3.0]}, pad_token_id=0, eos_token_id=2),
+                      N_TOKENS, "llama2"),
+    "olmo2": ("Olmo2Config", dict(hidden_size=30, num_hidden_layers=3, num_attention_heads=5, num_key_value_heads=1,
+                                  intermediate_size=44, max_position_embeddings=41, rope_theta=600.0,
+                                  pad_token_id=0, eos_token_id=0), 313, "olmo2"),
+    "gptj_tied": ("GPTJConfig", dict(n_embd=28, n_layer=2, n_head=7, n_inner=36, n_positions=39, rotary_dim=4,
+                                     activation_function="gelu", tie_word_embeddings=True), N_TOKENS, "gpt2"),
 }
 
 
@@ -135,6 +169,13 @@ def test_what_each_family_reads(tmp_path, offline_cache):
         "gpt_neox": dict(positional="rotary", rotary_dim=4, rotary_base=100.0, parallel_residual=True),
         "llama": dict(positional="rotary", norm="rmsnorm", gated_mlp=True, n_kv_heads=1, head_dim=10, rotary_dim=10),
         "qwen2": dict(positional="rotary", norm="rmsnorm", gated_mlp=True, n_kv_heads=1, head_dim=8),
+        "qwen2_sliding": dict(attn_windows=[0, 6, 6], qk_bias=True),
+        "gemma2": dict(attn_windows=[7, 0, 7], branch_norms=True, attn_softcap=0.01, final_softcap=0.05,
+                       n_kv_heads=1, head_dim=14, attn_divisor=11 ** 0.5),
+        "phi3": dict(rotary_dim=6, attn_windows=[8, 8], n_kv_heads=1, gated_mlp=True, qk_bias=False),
+        "olmo2": dict(pre_norms=False, qk_norm=True, branch_norms=True, n_kv_heads=1, rotary_dim=6),
+        "gptj": dict(positional="rotary", rotary_dim=6, parallel_residual=True, qk_bias=False, head_dim=10),
+        "mistral": dict(attn_windows=[9, 9], n_kv_heads=1, head_dim=6, qk_bias=False, rotary_base=300.0),
         "opt": dict(positional="learned", act_fn="relu", n_ctx=37),
     }
     for case, want in expect.items():
@@ -164,8 +205,8 @@ def test_unknown_and_unsupported_configs_are_refused_in_one_line(tmp_path):
     _, d = build("opt", tmp_path)
     cfg = json.loads((d / "config.json").read_text())
     for change, needle in (({"model_type": "mamba"}, "model_type 'mamba'"),
-                           ({"do_layer_norm_before": False}, "post-LN"),
-                           ({"word_embed_proj_dim": 16}, "project_in")):
+                           ({"enable_bias": False}, "enable_bias"),
+                           ({"_remove_final_layer_norm": True}, "final")):
         (d / "config.json").write_text(json.dumps(cfg | change))
         with pytest.raises(HeadscopeError, match=needle) as e:
             headscope.load(d)
@@ -208,3 +249,27 @@ def test_vocabulary_neighbours_leave_padding_rows_out(tmp_path):
     assert again.neighbours[0].target_ids[0] == top
     for nb in again.neighbours:
         assert max(nb.target_ids) < n, (nb.token, nb.target_ids)
+
+
+REFUSED = {"olmo2": "QK-norm.*un-normalised residual stream", "opt_350m": "post-LN"}
+
+
+@pytest.mark.parametrize("case", ["mistral", "gptj", "gemma2", "phi3", "olmo2", "opt_350m"])
+def test_new_families_atlas_runs_or_refuses_with_the_reason(case, tmp_path):
+    """The weight atlas and composition run on each new family's tiny checkpoint, except OLMo 2 (QK-norm,
+    no pre-norms) and OPT-350m (post-LN), which leave no fixed QK/OV circuit: refused with that reason."""
+    from headscope._errors import NotApplicable
+    from headscope.maps.atlas import atlas
+    from headscope.maps.composition import composition
+
+    _, d = build(case, tmp_path, n_tokens=1024)
+    model = headscope.load(d)
+    if case in REFUSED:
+        for run in (lambda: atlas(model, n_tokens=300), lambda: composition(model)):
+            with pytest.raises(NotApplicable, match=REFUSED[case]) as e:
+                run()
+            assert "\n" not in str(e.value)
+        return
+    rows = atlas(model, n_tokens=300).to_dict()
+    assert json.dumps(rows, allow_nan=False)
+    composition(model)

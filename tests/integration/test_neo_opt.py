@@ -18,6 +18,7 @@ from headscope import Processing
 from headscope._errors import HeadscopeError
 from headscope.core.families import read_config
 from headscope.testing.hub import cache_directory
+from headscope.core.forward import run_with_cache
 
 D, H, M, V, N_CTX, WINDOW, P = 24, 3, 40, 97, 32, 5, 20
 
@@ -200,8 +201,6 @@ def _opt_json(**kw):
 
 
 @pytest.mark.parametrize("change, words", [
-    ({"do_layer_norm_before": False}, "do_layer_norm_before false (post-LN"),
-    ({"word_embed_proj_dim": 16}, "project_in"),
     ({"enable_bias": False}, "enable_bias false"),
     ({"layer_norm_elementwise_affine": False}, "layer_norm_elementwise_affine false"),
     ({"_remove_final_layer_norm": True}, "_remove_final_layer_norm true"),
@@ -213,13 +212,19 @@ def test_opt_unsupported_configs_refused_in_one_line(change, words):
     assert words in str(e.value) and "\n" not in str(e.value)
 
 
-def test_opt_post_ln_checkpoint_refused_on_load(tmp_path):
-    """An OPT-350m-style (post-LN, project_in/out) checkpoint: load fails with one HeadscopeError line."""
+def test_opt_post_ln_checkpoint_loads_exactly(tmp_path):
+    """An OPT-350m-style (post-LN) checkpoint, refused before, loads and matches transformers
+    (project_in/project_out: tests/integration/test_families.py, case opt_350m)."""
     torch.manual_seed(0)
-    _opt(do_layer_norm_before=False).save_pretrained(tmp_path / "post")
+    hf = _opt(do_layer_norm_before=False).eval()
+    hf.save_pretrained(tmp_path / "post")
     _tokenizer_json(tmp_path / "post")
-    with pytest.raises(HeadscopeError, match="unsupported config: do_layer_norm_before false"):
-        headscope.load(tmp_path / "post")
+    model = headscope.load(tmp_path / "post")
+    assert model.cfg.post_ln and not model.cfg.pre_norms and not model.cfg.final_ln
+    tokens = torch.arange(5, 25)[None]
+    with torch.no_grad():
+        torch.testing.assert_close(run_with_cache(model.weights(Processing.none()), tokens, names=["logits"])["logits"], hf(tokens).logits,
+                                   rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("change, words", [

@@ -69,3 +69,26 @@ def test_applicable():
     assert Processing.default().applicable(llama) == Processing(fold_ln=True, center_unembed=True,
                                                                 fold_value_biases=True)
     assert Processing.none().applicable(llama) == Processing.none()
+
+
+GEMMA2_2B = {"model_type": "gemma2", "hidden_size": 2304, "intermediate_size": 9216, "num_attention_heads": 8,
+             "num_key_value_heads": 4, "head_dim": 256, "num_hidden_layers": 26, "vocab_size": 256000,
+             "max_position_embeddings": 8192, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+             "query_pre_attn_scalar": 256, "sliding_window": 4096, "attn_logit_softcapping": 50.0,
+             "final_logit_softcapping": 30.0, "hidden_activation": "gelu_pytorch_tanh", "hidden_act": "gelu_pytorch_tanh"}
+
+
+def test_gemma2_config_and_processing():
+    """Gemma-2-2B's config.json: alternating local (even layers) and global layers, caps, divisor √256;
+    final soft-capping drops center_unembed (c·tanh(l/c) is not shift-invariant)."""
+    from headscope.core.applicability import softcap_caveat
+
+    family, c = read_config(GEMMA2_2B)
+    assert family.tied(GEMMA2_2B) and c.attn_windows[:4] == (4096, 0, 4096, 0) and len(c.attn_windows) == 26
+    assert (c.attn_softcap, c.final_softcap, c.attn_scale(3), c.kv_heads, c.d_head) == (50.0, 30.0, 16.0, 4, 256)
+    assert Processing.default().applicable(c) == Processing(fold_ln=True, fold_value_biases=True)
+    assert "50" in softcap_caveat(c) and "30" in softcap_caveat(c)
+    _, llama = read_config(LLAMA_32_1B)
+    assert softcap_caveat(llama) is None
+    with pytest.raises(HeadscopeError, match="attention biases"):
+        read_config(GEMMA2_2B | {"attention_bias": True})

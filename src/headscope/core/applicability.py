@@ -19,11 +19,16 @@ from .config import Config
 
 #: family → its name in messages
 NAMES = {"gpt2": "GPT-2", "gpt_neo": "GPT-Neo", "gpt_neox": "GPT-NeoX (Pythia)", "opt": "OPT",
-         "llama": "Llama", "qwen2": "Qwen2"}
+         "llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral", "gptj": "GPT-J", "gemma2": "Gemma 2",
+         "olmo2": "OLMo 2", "phi3": "Phi-3"}
 
 
 def learned_positions(cfg: Config, analysis: str) -> None:
     """Refuse `analysis` on a model without a learned position table added to the embedding."""
+    if cfg.positional == "learned" and not cfg.pre_norms:
+        raise NotApplicable(
+            f"{analysis} are written for keys LN1(W_E[t] + W_pos[i]); {NAMES.get(cfg.family, cfg.family)} is post-LN "
+            "(OPT-350m): layer 0 reads W_E[t] + W_pos[i] without a norm and LN1 follows the residual add")
     if cfg.positional != "learned":
         raise NotApplicable(
             f"{analysis} needs learned absolute positions added to the token embedding (W_pos); "
@@ -38,3 +43,45 @@ def mlp_reads_attention(cfg: Config, analysis: str) -> None:
             f"{analysis} needs MLP0 to read layer-0 attention's output; {NAMES.get(cfg.family, cfg.family)} has a "
             "parallel residual (MLP0 reads the block's input x, not x + attention), so no layer-0 head reaches an "
             "MLP0 neuron (the contextual circuit itself applies: `headscope neurons --fidelity`)")
+
+
+def weight_circuits(cfg: Config, analysis: str) -> None:
+    """Refuse `analysis` — one that reads a head's QK circuit as the fixed bilinear form
+    x̂ W_Q W_Kᵀ ŷᵀ of effective embeddings x̂ = N₁(x), or its OV circuit as the linear map x̂ W_OV —
+    on a model where no such fixed form exists (OLMo 2), with the exact reason."""
+    reasons = []
+    if cfg.qk_norm:
+        reasons.append("queries and keys are RMS-normalised over all heads of their position (QK-norm: "
+                       "q = N(x W_Q) ⊙ w_q, k = N(x W_K) ⊙ w_k), so a score is x W_Q W_Kᵀ yᵀ divided by two "
+                       "token-dependent norms, not a fixed bilinear form")
+    if cfg.post_ln:
+        reasons.append("every LayerNorm follows a residual add (post-LN): heads read the un-normalised sum of the "
+                       "stream and their outputs are normalised together with it before anything reads them, so no "
+                       "effective embedding N₁(x) exists and a head's effect is not linear in its OV weights")
+    elif not cfg.pre_norms:
+        reasons.append("attention and MLP read the un-normalised residual stream and each branch's output is "
+                       "RMS-normalised as a whole before it is added, so no effective embedding N₁(x) exists and "
+                       "a head's output is not linear in its OV weights")
+    if reasons:
+        raise NotApplicable(f"{analysis} needs fixed QK and OV circuits; in {NAMES.get(cfg.family, cfg.family)} "
+                            + "; ".join(reasons))
+
+
+def softcap_caveat(cfg: Config) -> str | None:
+    """What soft-capping (Gemma 2) does to weight-based readings, in one sentence; None without it.
+
+    The forward pass applies the caps exactly. Weight-based analyses read the bilinear form
+    s = x W_QK yᵀ / divisor and the direct logits x W_U: both are the scores and logits *before* the
+    caps. c·tanh(·/c) is strictly increasing, so every ranking (which key a query prefers, which
+    token a direction promotes, signs) is exact; magnitudes are not: a capped score differs from s by
+    less than |s|³/(3c²), so probabilities computed by softmax of uncapped scores (the relative
+    kernel, any "attention from weights") are approximations that hold while |s| ≪ c."""
+    parts = []
+    if cfg.attn_softcap is not None:
+        parts.append(f"attention scores are soft-capped at {cfg.attn_softcap:g} (c·tanh(s/c))")
+    if cfg.final_softcap is not None:
+        parts.append(f"final logits are soft-capped at {cfg.final_softcap:g}")
+    if not parts:
+        return None
+    return ("; ".join(parts) + ": weight-based scores and logits are the uncapped ones — orderings and signs exact, "
+            "probabilities from them approximate (error < |s|³/3c² per score)")

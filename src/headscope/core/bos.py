@@ -17,6 +17,11 @@ llama         ``<|begin_of_text|>`` (Llama 3), ``<s>``   prepends it
               (Llama 2, TinyLlama), SmolLM's
               ``<|endoftext|>``
 qwen2         ``<|endoftext|>``                          prepends nothing (Qwen2 has no BOS)
+mistral       ``<s>`` (id 1)                             prepends it
+gptj          ``<|endoftext|>`` (GPT-2's tokenizer)      prepends nothing
+gemma2        ``<bos>`` (id 2)                           prepends it
+phi3          ``<s>`` (id 1)                             prepends nothing (add_bos_token false)
+olmo2         ``<|endoftext|>`` (its document separator)  not checked offline (recorded as nothing)
 ============  =========================================  ============================================
 
 Tokenizers are always called without their own special tokens (``add_special_tokens=False``),
@@ -33,6 +38,11 @@ TABLE: dict[str, tuple[tuple[str, ...], bool]] = {
     "opt": (("</s>",), True),
     "llama": (("<|begin_of_text|>", "<s>", "<|endoftext|>"), True),
     "qwen2": (("<|endoftext|>",), False),
+    "mistral": (("<s>",), True),
+    "gptj": (("<|endoftext|>",), False),
+    "gemma2": (("<bos>",), True),
+    "phi3": (("<s>",), False),
+    "olmo2": (("<|endoftext|>",), False),
 }
 
 

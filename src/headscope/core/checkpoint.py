@@ -121,7 +121,7 @@ class Checkpoint:
             name = family.canonical(key)
             layer, leaf = family.layer_leaf(name)
             known = (name in family.top.values() or leaf in family.leaves or leaf in buffers
-                     or name in family.top_buffers or (name == unembed and key == name))
+                     or name in family.top_buffers or (name in (unembed, family.unembed_bias) and key == name))
             if not known:
                 raise HeadscopeError(f"{where} holds an unexpected tensor {key!r} (not a weight of {family.hf_class})")
             if layer is not None and layer >= cfg.n_layers:
@@ -141,6 +141,13 @@ class Checkpoint:
             got = source.infos[self.names[name]][1]
             if got != shape:
                 raise HeadscopeError(expected_got(f"shape of {name}", list(shape), list(got)))
+        if family.unembed_bias is not None:                          # GPT-J's lm_head.bias, tied or not
+            if family.unembed_bias not in self.names:
+                raise HeadscopeError(f"checkpoint is missing tensor {family.unembed_bias!r}")
+            got = source.infos[family.unembed_bias][1]
+            if got != (cfg.d_vocab,):
+                raise HeadscopeError(expected_got(f"shape of {family.unembed_bias}", [cfg.d_vocab], list(got)))
+            self.shapes[family.unembed_bias] = (cfg.d_vocab,)
         self.untied = unembed in self.names
         if self.untied:
             shape, got = (cfg.d_vocab, cfg.d_model), source.infos[unembed][1]
@@ -258,12 +265,17 @@ class Checkpoint:
     def _top(self, dtype, device=None, *, share: bool = False) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """The tensors outside the blocks by Weights field (W_E, W_pos, ln_final_w, ln_final_b), and W_U."""
         f = self.family
-        stored = self.read(list(f.top.values()) + ([f.unembed] if self.untied else []), dtype, device, share=share)
+        stored = self.read(list(f.top.values()) + ([f.unembed] if self.untied else [])
+                           + ([f.unembed_bias] if f.unembed_bias else []), dtype, device, share=share)
         top = {field: stored[name] for field, name in f.top.items()}
+        top["b_U"] = (stored[f.unembed_bias] if f.unembed_bias else
+                      torch.zeros(self.cfg.d_vocab, dtype=dtype, device=device))
         W_U = (stored[f.unembed] if self.untied else top["W_E"]).T   # [d_vocab d] → [d d_vocab]
         del stored
         if f.top_from_hf is not None:
-            top = {field: f.top_from_hf(field, t, self.cfg) for field, t in top.items()}
+            top = {field: t if field == "b_U" else f.top_from_hf(field, t, self.cfg) for field, t in top.items()}
+        if f.top_combine is not None:
+            top, W_U = f.top_combine(top, W_U, self.cfg)
         if "ln_final_b" not in top:                                  # RMSNorm: no bias stored
             top["ln_final_b"] = torch.zeros_like(top["ln_final_w"])
         top.setdefault("W_pos", None)                                # rotary: no position table
@@ -280,7 +292,7 @@ class Checkpoint:
             _return_free_memory()
         return Weights(cfg=self.cfg, W_E=top["W_E"], W_pos=top["W_pos"], blocks=blocks,
                        ln_final_w=top["ln_final_w"], ln_final_b=top["ln_final_b"], W_U=W_U,
-                       b_U=torch.zeros(self.cfg.d_vocab, dtype=dtype, device=device))
+                       b_U=top["b_U"])
 
     def processed(self, processing: Processing, dtype: torch.dtype, device=None) -> Weights:
         """Processed weights, built block by block on the CPU in float32 (float64 for a float64
@@ -289,7 +301,7 @@ class Checkpoint:
         move = lambda t: t.to(device=device, dtype=dtype)  # noqa: E731 - no copy when nothing changes
         top, W_U = self._top(work)
         # W_U first: a tied W_U reads the raw W_E, which is then centred in place (no second copy)
-        W_U, b_U, ln_w, ln_b = process_unembed(W_U, torch.zeros(self.cfg.d_vocab, dtype=work),
+        W_U, b_U, ln_w, ln_b = process_unembed(W_U, top["b_U"],
                                                top["ln_final_w"], top["ln_final_b"], processing)
         if not W_U.is_contiguous() or W_U.data_ptr() == top["W_E"].data_ptr():
             W_U = W_U.clone(memory_format=torch.contiguous_format)   # processing left W_U alone: a dense raw copy

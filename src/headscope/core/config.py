@@ -66,8 +66,12 @@ class Config:
     positional: str = "learned"                  #: one of POSITIONAL
     rotary_dim: int = 0                          #: dims of each head rotated (rotary only; even, ≤ d_head)
     rotary_base: float = 10000.0                 #: rotary θ base
-    #: config.json's rope_scaling as sorted (key, value) pairs, () when absent (rotary only).
+    #: the rope scaling as resolved from config.json (``rope_type`` and the parameters that type reads)
+    #: as sorted (key, value) pairs, () for default RoPE (rotary only; core/rotary.py).
     rope_scaling: tuple = ()
+    #: the attention scores' divisor when it is not √d_head (Gemma 2's √query_pre_attn_scalar; YaRN and
+    #: LongRoPE fold their attention factor a in as √d_head / a²); None = √d_head (or 1, scale_attn_weights off)
+    attn_divisor: float | None = None
     norm: str = "layernorm"                      #: one of NORMS
     parallel_residual: bool = False              #: x + attn(ln1 x) + mlp(ln2 x) (GPT-NeoX)
     gated_mlp: bool = False                      #: MLP(x) = (act(x W_gate) ⊙ (x W_in)) W_out (SwiGLU)
@@ -76,6 +80,19 @@ class Config:
     #: per-layer local attention window (keys within the last `w` positions), 0 = global;
     #: () = every layer global (GPT-Neo's "local" layers set it).
     attn_windows: tuple = ()
+    #: an RMSNorm on each branch's output before it is added to the residual stream (Gemma 2's
+    #: post_attention/post_feedforward norms, OLMo 2's): Block.ln1_post_w, ln2_post_w
+    branch_norms: bool = False
+    #: a norm before each reader (LN1 before attention, LN2 before the MLP); OLMo 2 has none: its
+    #: attention and MLP read the residual stream itself (Block.ln1_w, ln2_w are then unused ones)
+    pre_norms: bool = True
+    #: QK-norm (OLMo 2): q and k are RMS-normalised over all heads together (Block.q_norm_w,
+    #: k_norm_w) before rotary, so a score is not a fixed bilinear form of the residual stream
+    qk_norm: bool = False
+    #: soft-capping c of the attention scores (score → c·tanh(score/c), before the mask; Gemma 2: 50)
+    attn_softcap: float | None = None
+    #: soft-capping c of the final logits (logit → c·tanh(logit/c); Gemma 2: 30)
+    final_softcap: float | None = None
     #: whether the checkpoint stores query/key biases (GPT-Neo and bias-free Llama do not: raw
     #: b_Q = b_K = 0 is all such a checkpoint can hold)
     qk_bias: bool = True
@@ -100,10 +117,12 @@ class Config:
     def attn_scale(self, layer: int) -> float:
         """The divisor of layer `layer`'s attention scores, ``score = q·k / attn_scale``.
 
-        √d_head (unless ``scale_attn_weights`` is off), times (layer + 1) when
+        √d_head (unless ``scale_attn_weights`` is off; ``attn_divisor`` when set), times (layer + 1) when
         ``scale_attn_by_inverse_layer_idx`` is set, as HF's GPT-2 scales them.
         """
         scale = math.sqrt(self.d_head) if self.scale_attn_weights else 1.0
+        if self.attn_divisor is not None:
+            scale = self.attn_divisor
         return scale * (layer + 1) if self.scale_attn_by_inverse_layer_idx else scale
 
     def check_layer(self, layer: int) -> int:
@@ -161,9 +180,19 @@ class Config:
             base = self.rotary_base
             if isinstance(base, bool) or not isinstance(base, (int, float)) or not math.isfinite(base) or base <= 1:
                 raise HeadscopeError(f"config: rope_theta must be a finite number > 1, got {_show(base)}")
-        for name in ("parallel_residual", "gated_mlp", "post_ln", "final_ln", "qk_bias"):
+        for name in ("attn_softcap", "final_softcap"):
+            c = getattr(self, name)
+            if c is not None and (isinstance(c, bool) or not isinstance(c, (int, float)) or not math.isfinite(c)
+                                  or c <= 0):
+                raise HeadscopeError(f"config: {name} must be a finite positive number or null, got {_show(c)}")
+        for name in ("parallel_residual", "gated_mlp", "post_ln", "final_ln", "qk_bias", "branch_norms", "pre_norms",
+                     "qk_norm"):
             if not isinstance(getattr(self, name), bool):
                 raise HeadscopeError(f"config: {name} must be true or false, got {_show(getattr(self, name))}")
+        dv = self.attn_divisor
+        if dv is not None and (isinstance(dv, bool) or not isinstance(dv, (int, float)) or not math.isfinite(dv)
+                               or dv <= 0):
+            raise HeadscopeError(f"config: the attention scale must be a finite positive number, got {_show(dv)}")
         if self.attn_windows:
             w = self.attn_windows
             if len(w) != self.n_layers or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in w):
@@ -179,8 +208,11 @@ class Config:
         d = dataclasses.asdict(self)
         d["d_head"] = self.d_head
         d["head_dim"], d["n_kv_heads"] = self.d_head, self.kv_heads     # resolved: numbers, never null
-        d["rope_scaling"] = dict(self.rope_scaling)
+        d["rope_scaling"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.rope_scaling}
         d["attn_windows"] = list(self.attn_windows)
+        for name in ("attn_divisor", "attn_softcap", "final_softcap"):   # numbers when set, absent when not
+            if d[name] is None:
+                del d[name]
         return d
 
 

@@ -14,18 +14,20 @@ name                             shape           meaning
 hook_embed                       [b p d]         W_E[tokens]
 hook_pos_embed                   [b p d]         W_pos[:p] (absent for rotary models)
 blocks.l.hook_resid_pre          [b p d]         residual stream entering block l
-blocks.l.ln1.hook_scale          [b p]           σ = sqrt(var + eps) of LayerNorm 1
+blocks.l.ln1.hook_scale          [b p]           σ = sqrt(var + eps) of LayerNorm 1 (1 without pre-norms)
 blocks.l.ln1.hook_normalized     [b p d]         LN1 output
-blocks.l.attn.hook_q / _k / _v   [b p h e]       x @ W_Q[h] + b_Q[h] … (q, k rotated by position
+blocks.l.attn.hook_q / _k / _v   [b p h e]       x @ W_Q[h] + b_Q[h] … (QK-normed with cfg.qk_norm; q, k rotated by position
                                                  in rotary models: scores = q·k/scale holds)
 blocks.l.attn.hook_attn_scores   [b h q k]       q·k / attn_scale(l), −inf above the diagonal (float32
-                                                 for float16/bfloat16 weights with reorder_and_upcast_attn)
+                                                 for float16/bfloat16 weights with reorder_and_upcast_attn);
+                                                 soft-capped c·tanh(·/c) when cfg.attn_softcap (Gemma 2)
 blocks.l.attn.hook_denom         [b h q]         logsumexp_k of the scores
 blocks.l.attn.hook_pattern       [b h q k]       softmax_k of the scores
 blocks.l.attn.hook_z             [b p h e]       Σ_k pattern · v
 blocks.l.attn.hook_result        [b p h d]       z @ W_O[h]   (per head, no bias)
-blocks.l.hook_attn_out           [b p d]         Σ_h result + b_O
-blocks.l.hook_resid_mid          [b p d]         resid_pre + attn_out (with a parallel residual
+blocks.l.hook_attn_out           [b p d]         Σ_h result + b_O (then RMSNorm ⊙ ln1_post_w with
+                                                 cfg.branch_norms: what the residual stream receives)
+blocks.l.hook_resid_mid          [b p d]         resid_pre + attn_out, LN1 of it with cfg.post_ln (with a parallel residual
                                                  the MLP reads resid_pre, not this)
 blocks.l.ln2.hook_scale          [b p]
 blocks.l.ln2.hook_normalized     [b p d]
@@ -34,7 +36,7 @@ blocks.l.mlp.hook_post           [b p m]         act(pre)
 blocks.l.hook_mlp_out            [b p d]
 blocks.l.hook_resid_post         [b p d]
 ln_final.hook_scale              [b p]
-logits                           [b p v]
+logits                           [b p v]         soft-capped when cfg.final_softcap (Gemma 2)
 ===============================  ==============  ===========================================
 """
 
@@ -113,6 +115,13 @@ def rms_norm(x: Float[Tensor, "... d"], w, eps: float) -> tuple[Tensor, Tensor]:
     rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)                                    # [... 1]
     out = w.to(dt) * (xf * rstd).to(x.dtype).to(dt)
     return out.to(torch.promote_types(x.dtype, w.dtype)), rstd.squeeze(-1).reciprocal()
+
+
+def reader_norm(x: Float[Tensor, "... d"], w, b, cfg) -> tuple[Tensor, Tensor]:
+    """LN1/LN2 before attention and MLP: :func:`normalize`, or (x, 1) without pre-norms (OLMo 2)."""
+    if not cfg.pre_norms:
+        return x, torch.ones(x.shape[:-1], dtype=x.dtype, device=x.device)
+    return normalize(x, w, b, cfg)
 
 
 def normalize(x: Float[Tensor, "... d"], w, b, cfg) -> tuple[Tensor, Tensor]:
@@ -203,12 +212,16 @@ def _attention(block: Block, x: Tensor, l: int, w: Weights, k: _Keeper) -> Tenso
     b_, p, d = x.shape
     h, e = cfg.n_heads, cfg.d_head
     pre = f"blocks.{l}."
-    ln, scale = normalize(x, block.ln1_w, block.ln1_b, cfg)
+    ln, scale = reader_norm(x, block.ln1_w, block.ln1_b, cfg)
     k.put(pre + "ln1.hook_scale", scale)
     k.put(pre + "ln1.hook_normalized", ln)
     W_qkv, b_qkv = _fused_qkv(block)                                                                        # [d 3he], [3he]
     qkv = torch.addmm(b_qkv, ln.reshape(b_ * p, d), W_qkv).view(b_, p, 3, h, e)                            # [b p 3 h e]
     q, key, v = qkv.unbind(2)                                                                                 # [b p h e]
+    if cfg.qk_norm:                       # OLMo 2: RMSNorm over all heads of a position, before rotary
+        q = rms_norm(q.reshape(b_, p, h * e), block.q_norm_w.reshape(h * e), cfg.ln_eps)[0].view(b_, p, h, e)
+        # keys expanded per query head: the mean square over h·e equals that over the stored kv·e
+        key = rms_norm(key.reshape(b_, p, h * e), block.k_norm_w.reshape(h * e), cfg.ln_eps)[0].view(b_, p, h, e)
     if cfg.positional == "rotary":                            # q and k rotated by position (core/rotary.py)
         rope = k.rope(p, cfg, q)
         q, key = rotary.rotate(q, *rope), rotary.rotate(key, *rope)
@@ -222,6 +235,8 @@ def _attention(block: Block, x: Tensor, l: int, w: Weights, k: _Keeper) -> Tenso
     above = torch.ones(p, p, dtype=torch.bool, device=x.device).triu_(1)
     if cfg.window(l):                                          # a local layer: keys j with i − window < j ≤ i
         above |= torch.ones(p, p, dtype=torch.bool, device=x.device).tril_(-cfg.window(l))
+    if cfg.attn_softcap is not None:                           # Gemma 2: c·tanh(s/c) before the mask
+        scores = scores.div_(cfg.attn_softcap).tanh_().mul_(cfg.attn_softcap)
     scores.masked_fill_(above, float("-inf"))                                                               # in place: fresh tensor
     k.put(pre + "attn.hook_attn_scores", scores)
     pattern = torch.softmax(scores, dim=-1)
@@ -237,8 +252,15 @@ def _attention(block: Block, x: Tensor, l: int, w: Weights, k: _Keeper) -> Tenso
         # per-head outputs first; their sum over heads is then the attention output (no second matmul)
         r = torch.bmm(z.permute(2, 0, 1, 3).reshape(h, b_ * p, e), block.W_O)                               # [h bp d]
         k.put(pre + "attn.hook_result", r.view(h, b_, p, d).permute(1, 2, 0, 3))                            # [b p h d]
-        return r.sum(0).add_(block.b_O).view(b_, p, d)                                                      # [b p d]
-    return torch.addmm(block.b_O, z.reshape(b_ * p, h * e), block.W_O.reshape(h * e, d)).view(b_, p, d)     # [b p d]
+        return _branch_norm(r.sum(0).add_(block.b_O).view(b_, p, d), block.ln1_post_w, cfg)                 # [b p d]
+    out = torch.addmm(block.b_O, z.reshape(b_ * p, h * e), block.W_O.reshape(h * e, d)).view(b_, p, d)     # [b p d]
+    return _branch_norm(out, block.ln1_post_w, cfg)
+
+
+def _branch_norm(out: Tensor, w, cfg) -> Tensor:
+    """A branch's output as added to the residual stream: RMSNorm(out) ⊙ w with branch norms
+    (Gemma 2, OLMo 2; ``cfg.branch_norms``), else `out` itself."""
+    return rms_norm(out, w, cfg.ln_eps)[0] if cfg.branch_norms else out
 
 
 def mlp(block: Block, x: Float[Tensor, "... d"], cfg) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
@@ -246,17 +268,18 @@ def mlp(block: Block, x: Float[Tensor, "... d"], cfg) -> tuple[Tensor, Tensor, T
     (SwiGLU, ``cfg.gated_mlp``): post = act(LN2(x) @ W_gate + b_gate) ⊙ (LN2(x) @ W_in + b_in).
 
     Returns (out [... d], LN2(x) [... d], σ₂ [...], pre [... m], post [... m]); for a gated MLP
-    ``pre`` is the gate's pre-activation.
+    ``pre`` is the gate's pre-activation; with branch norms (Gemma 2, OLMo 2) ``out`` is
+    RMSNorm(post @ W_out + b_out) ⊙ ln2_post_w, what the block adds to the residual stream.
     """
     shape, d = x.shape[:-1], x.shape[-1]
-    ln, scale = normalize(x, block.ln2_w, block.ln2_b, cfg)
+    ln, scale = reader_norm(x, block.ln2_w, block.ln2_b, cfg)
     if cfg.gated_mlp:
         pre = torch.addmm(block.b_gate, ln.reshape(-1, d), block.W_gate)                                     # [n m]
         post = activation(cfg.act_fn, pre) * torch.addmm(block.b_in, ln.reshape(-1, d), block.W_in)
     else:
         pre = torch.addmm(block.b_in, ln.reshape(-1, d), block.W_in)                                         # [n m]
         post = activation(cfg.act_fn, pre)
-    out = torch.addmm(block.b_out, post, block.W_out)                                                       # [n d]
+    out = _branch_norm(torch.addmm(block.b_out, post, block.W_out), block.ln2_post_w, cfg)                 # [n d]
     return out.view(*shape, d), ln, scale, pre.view(*shape, -1), post.view(*shape, -1)
 
 
@@ -290,6 +313,8 @@ def _forward(w: Weights, tokens: Tensor, keeper: _Keeper, stop_at_layer: int | N
         attn_out = _attention(block, x, l, w, keeper)
         keeper.put(f"blocks.{l}.hook_attn_out", attn_out)
         mid = x + attn_out
+        if cfg.post_ln:                                        # OPT-350m: LN1 after the residual add
+            mid = normalize(mid, block.ln1_w, block.ln1_b, cfg)[0]
         keeper.put(f"blocks.{l}.hook_resid_mid", mid)
         # parallel residual (GPT-NeoX): the MLP reads the block's input, not x + attention
         src = x if cfg.parallel_residual else mid
@@ -297,22 +322,29 @@ def _forward(w: Weights, tokens: Tensor, keeper: _Keeper, stop_at_layer: int | N
         if not left:
             return
         if left <= {f"blocks.{l}.ln2.hook_scale", f"blocks.{l}.ln2.hook_normalized"}:
-            ln, scale = normalize(src, block.ln2_w, block.ln2_b, cfg)   # all that is left: LN2, not the MLP
+            ln, scale = reader_norm(src, block.ln2_w, block.ln2_b, cfg)   # all that is left: LN2, not the MLP
             keeper.put(f"blocks.{l}.ln2.hook_scale", scale)
             keeper.put(f"blocks.{l}.ln2.hook_normalized", ln)
             return
         mlp_out = _mlp(block, src, l, w, keeper)
         keeper.put(f"blocks.{l}.hook_mlp_out", mlp_out)
         x = mid + mlp_out
+        if cfg.post_ln:                                        # and LN2 after the MLP's
+            x = normalize(x, block.ln2_w, block.ln2_b, cfg)[0]
         keeper.put(f"blocks.{l}.hook_resid_post", x)
     if n < cfg.n_layers:
         return
-    ln, scale = normalize(x, w.ln_final_w, w.ln_final_b, cfg)
-    keeper.put("ln_final.hook_scale", scale)
+    if cfg.final_ln:
+        ln, scale = normalize(x, w.ln_final_w, w.ln_final_b, cfg)
+        keeper.put("ln_final.hook_scale", scale)
+    else:                                                      # post-LN OPT: the stream is normalised already
+        ln = x
     if keeper.wants("logits"):
         logits = torch.mm(ln.reshape(b_ * p, -1), w.W_U).view(b_, p, -1)                                    # [b p v]
         if bool(w.b_U.any()):
             logits.add_(w.b_U)  # raw GPT-2 has b_U = 0: skip a pass over b·p·d_vocab floats
+        if cfg.final_softcap is not None:                      # Gemma 2: c·tanh(logit/c)
+            logits.div_(cfg.final_softcap).tanh_().mul_(cfg.final_softcap)
         keeper.put("logits", logits)
 
 

@@ -89,7 +89,7 @@ EOT = "<|endoftext|>"
 #: families whose embedding may have more rows than the tokenizer has tokens (padded to a
 #: multiple of 64/128 for speed: Pythia 50304 rows for 50277 tokens); the extra rows are never
 #: produced by the tokenizer.
-PADDED_FAMILIES = ("gpt_neox", "opt", "llama", "qwen2")
+PADDED_FAMILIES = ("gpt_neox", "opt", "llama", "qwen2", "mistral", "gptj", "gemma2", "olmo2", "phi3")
 
 
 def check_tokenizer(tokenizer, d_vocab: int, where, family: str = "gpt2") -> None:

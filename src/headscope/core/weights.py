@@ -84,11 +84,23 @@ class Processing:
         the model), and the norm's output is not in 1⊥ (``center_reading_weights`` neither).
         ``fold_ln`` (the weight w folds into the readers; RMSNorm has no bias), ``center_unembed``
         (softmax ignores a constant per position) and ``fold_value_biases`` (patterns sum to one)
-        stay exact.
+        stay exact. Final-logit soft-capping (Gemma 2) drops ``center_unembed`` too: c·tanh(l/c)
+        is not invariant under adding a constant to every logit.
         """
+        out = self
+        if cfg.post_ln:
+            # post-LN (OPT-350m): each LayerNorm follows a residual add and no reader normalises its own
+            # input, so nothing folds into a reader and the embeddings' d_model mean reaches layer 0
+            out = dataclasses.replace(out, fold_ln=False, center_reading_weights=False, center_writing_weights=False)
         if cfg.norm == "rmsnorm":
-            return dataclasses.replace(self, center_writing_weights=False, center_reading_weights=False)
-        return self
+            out = dataclasses.replace(out, center_writing_weights=False, center_reading_weights=False)
+        if cfg.final_softcap is not None:
+            # c·tanh(l/c) is not shift-invariant: a constant added to every logit changes the probabilities
+            out = dataclasses.replace(out, center_unembed=False)
+        if cfg.branch_norms:
+            # a branch norm divides the branch's whole output by its RMS: centring W_O/W_out changes it
+            out = dataclasses.replace(out, center_writing_weights=False)
+        return out
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -121,6 +133,14 @@ class Block:
     #: gated MLPs only (``cfg.gated_mlp``, SwiGLU): MLP(x) = (act(x @ W_gate + b_gate) ⊙ (x @ W_in + b_in)) @ W_out + b_out
     W_gate: Float[Tensor, "d_model d_mlp"] | None = None
     b_gate: Float[Tensor, "d_mlp"] | None = None
+    #: branch norms only (``cfg.branch_norms``; Gemma 2, OLMo 2): the RMSNorm weights applied to the
+    #: attention output and to the MLP output before each is added to the residual stream
+    ln1_post_w: Float[Tensor, "d_model"] | None = None
+    ln2_post_w: Float[Tensor, "d_model"] | None = None
+    #: QK-norm only (``cfg.qk_norm``; OLMo 2): the RMSNorm weights of the queries and keys, per head
+    #: (keys expanded like W_K); the norm is taken over all heads of a position together
+    q_norm_w: Float[Tensor, "head d_head"] | None = None
+    k_norm_w: Float[Tensor, "head d_head"] | None = None
 
     def shapes(self, cfg: Config) -> dict[str, tuple[int, ...]]:
         """Name → shape of every tensor this block holds under `cfg` (W_gate/b_gate only when gated)."""
@@ -135,6 +155,10 @@ class Block:
         }
         if cfg.gated_mlp:
             out.update({"W_gate": (d, m), "b_gate": (m,)})
+        if cfg.branch_norms:
+            out.update({"ln1_post_w": (d,), "ln2_post_w": (d,)})
+        if cfg.qk_norm:
+            out.update({"q_norm_w": (h, e), "k_norm_w": (h, e)})
         return out
 
 

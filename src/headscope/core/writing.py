@@ -29,6 +29,8 @@ def _hf_from_weights(w: Weights, key: str, family: Family = GPT2) -> torch.Tenso
     if layer is not None:
         return family.hf_from_block(w.blocks[layer], leaf, w.cfg)
     field = {n: f for f, n in family.top.items()}
+    if name == family.unembed_bias:
+        return w.b_U.detach().to("cpu", torch.float32).contiguous()
     t = w.W_U.T if name == family.unembed else getattr(w, field[name])
     if family.top_to_hf is not None and name != family.unembed:
         t = family.top_to_hf(field[name], t, w.cfg)                  # e.g. OPT's position table: + 2 rows
@@ -39,7 +41,7 @@ def _check_writable(w: Weights) -> bool:
     """Whether `w` is untied; refuses what a checkpoint of its family cannot hold."""
     if w.processing != Processing.none():
         raise HeadscopeError("only raw weights can be written as a checkpoint")
-    if bool(w.b_U.abs().max() > 0):
+    if bool(w.b_U.abs().max() > 0) and FAMILIES[w.cfg.family].unembed_bias is None:
         raise HeadscopeError("checkpoints of the families headscope writes have no b_U (unembedding bias)")
     return not w.tied
 

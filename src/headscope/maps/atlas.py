@@ -338,6 +338,8 @@ def atlas(model: Model, layers: Sequence[int] | None = None, *, n_tokens: int = 
     """
     cfg = model.cfg
     layers = _check_layers(cfg, layers)
+    from ..core.applicability import weight_circuits
+    weight_circuits(cfg, "the atlas")                              # OLMo 2 (QK-norm, no pre-norms): refused
     if n_tokens < 2:
         raise HeadscopeError(f"tokens: expected ≥ 2, got {n_tokens}")
     W = model.weights()

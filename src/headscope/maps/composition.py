@@ -85,6 +85,8 @@ def composition_scores(weights: Weights, max_elements: int = 1 << 24) -> dict[st
     a reader layer meet its heads in one matrix product ([writers·e d] @ [d heads·e]),
     chunked to at most `max_elements` entries.
     """
+    from ..core.applicability import weight_circuits
+    weight_circuits(weights.cfg, "composition scores")             # OLMo 2 (QK-norm, no pre-norms): refused
     cfg = weights.cfg
     L, H, e = cfg.n_layers, cfg.n_heads, cfg.d_head
     st = lambda name: torch.stack([getattr(b, name).double() for b in weights.blocks])  # noqa: E731

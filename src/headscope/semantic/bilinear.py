@@ -120,6 +120,8 @@ def effective_embeddings_by_layer(
     rows are processed `chunk` at a time. Needs ``attn_means`` for blocks 0..upto−1.
     With ``scales=True`` it yields (l, x̂, σ) with σ [n] LN1_l's scale of each residual.
     """
+    from ..core.applicability import weight_circuits
+    weight_circuits(weights.cfg, "the QK bilinear form of effective embeddings")
     cfg = weights.cfg
     upto = cfg.n_layers - 1 if upto is None else cfg.check_layer(upto)
     if len(attn_means) < upto:
@@ -148,6 +150,8 @@ def effective_embeddings(
     chunk: int = 4096,
 ) -> Float[Tensor, "n d_model"]:
     """x̂_t for the heads of `layer` (see module docstring); all tokens by default."""
+    from ..core.applicability import weight_circuits
+    weight_circuits(weights.cfg, "the QK bilinear form of effective embeddings")
     cfg = weights.cfg
     if variant not in VARIANTS:
         raise HeadscopeError(f"embedding variant: expected one of {', '.join(VARIANTS)}, got {variant!r}")
@@ -177,6 +181,8 @@ def qk_matrix(weights: Weights, layer: int, head: int, *, centred: bool | None =
               ) -> Float[Tensor, "d_model d_model"]:
     """W_QK = P W_Q W_Kᵀ P in float64 (P = I − 11ᵀ/d projects onto 1⊥; off with centred=False;
     default: on when the readers see 1⊥, :attr:`Weights.reads_centred` — not under RMSNorm)."""
+    from ..core.applicability import weight_circuits
+    weight_circuits(weights.cfg, "the QK bilinear form of effective embeddings")
     centred = weights.reads_centred if centred is None else centred
     b = weights.blocks[layer]
     W = b.W_Q[head].double() @ b.W_K[head].double().T                                  # [d d]

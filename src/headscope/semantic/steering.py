@@ -88,6 +88,8 @@ def _check_steerable(alpha: float, W_new: Tensor, cfg) -> None:
 def steered_qk(weights: Weights, layer: int, head: int, alpha: float, *, select: str | list[int] = "negative",
                keep_skew: bool = True, rel_tol: float = 1e-9) -> Rebuild:
     """Processed W_Q', W_K', b_Q', b_K' of the steered head (module docstring)."""
+    from ..core.applicability import weight_circuits
+    weight_circuits(weights.cfg, "steering the QK form")          # post-LN, QK-norm: refused with the reason
     if not weights.processing.fold_ln:
         raise HeadscopeError("steering needs weights processed with fold_ln (the default processing)")
     cfg = weights.cfg

@@ -21,7 +21,11 @@ SPECIALS = {
     "llama": ((), ("<|begin_of_text|>", "<|end_of_text|>")),
     "llama2": (("<unk>", "<s>", "</s>"), ()),
     "qwen2": ((), ("<|endoftext|>", "<|im_start|>", "<|im_end|>")),
+    "gemma2": (("<pad>", "<eos>", "<bos>", "<unk>"), ()),
+    "olmo2": ((), ("<|endoftext|>", "<|pad|>")),
 }
+#: SentencePiece-style flavours ("▁" for spaces, "<unk>" for unknown characters)
+SENTENCEPIECE = ("llama2", "gemma2")
 
 
 def training_text() -> str:
@@ -40,7 +44,8 @@ def training_text() -> str:
 def build_tokenizer(family: str, n_tokens: int):
     """A ``tokenizers.Tokenizer`` of exactly `n_tokens` tokens with `family`'s special tokens.
 
-    ``llama2`` is SentencePiece-style, as Llama 2's and TinyLlama's tokenizer.json are: a
+    ``llama2`` (and ``gemma2``, with Gemma's specials first) is SentencePiece-style, as Llama 2's,
+    TinyLlama's and Gemma's tokenizer.json are: a
     normalizer that prepends "▁" and turns every space into "▁", no pre-tokenizer, "<unk>" for
     characters outside the vocabulary (so ``" red"`` encodes as ``["▁", "▁red"]``). The others
     are byte-level BPE.
@@ -50,7 +55,7 @@ def build_tokenizer(family: str, n_tokens: int):
     first, last = SPECIALS[family]
     size = n_tokens - len(last)
     lines = training_text().split("\n")
-    if family == "llama2":
+    if family in SENTENCEPIECE:
         tok = Tokenizer(models.BPE(unk_token="<unk>"))
         tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")   # training only
         alphabet = sorted({c for line in lines for c in line.replace(" ", "▁")})
@@ -62,7 +67,7 @@ def build_tokenizer(family: str, n_tokens: int):
     trainer = trainers.BpeTrainer(vocab_size=size, special_tokens=list(first), show_progress=False,
                                   initial_alphabet=alphabet)
     tok.train_from_iterator(lines, trainer)
-    if family == "llama2":                                  # the hub's legacy layout, as it encodes
+    if family in SENTENCEPIECE:                             # the hub's legacy layout, as it encodes
         tok.pre_tokenizer = None
         tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
         tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.Fuse(), decoders.Strip(" ", 1, 0)])

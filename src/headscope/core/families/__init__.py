@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from ..._errors import HeadscopeError
 from ..config import Config, _show
-from . import gpt2, gpt_neo, gpt_neox, llama, opt, qwen2
+from . import gemma2, gpt2, gpt_neo, gpt_neox, gptj, llama, mistral, olmo2, opt, phi3, qwen2
 from .base import Family
 
 #: every family headscope reads, in the order messages list them.
-MODULES = (gpt2, gpt_neo, gpt_neox, opt, llama, qwen2)
+MODULES = (gpt2, gpt_neo, gpt_neox, gptj, opt, llama, qwen2, mistral, gemma2, phi3, olmo2)
 FAMILIES: dict[str, Family] = {t: m.FAMILY for m in MODULES for t in m.FAMILY.model_types}
 GPT2 = gpt2.FAMILY
 

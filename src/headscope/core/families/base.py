@@ -69,6 +69,13 @@ class Family:
     #: other optional prefixes of stored keys (OPT: the hub's OPTModel files say "decoder.", not
     #: "model.decoder."); headscope writes :attr:`prefix`
     alt_prefixes: tuple[str, ...] = ()
+    #: (top tensors by field, W_U [d_model d_vocab], cfg) → (top, W_U), after :attr:`top_from_hf`: for tops
+    #: built from several stored tensors (OPT-350m: W_E = embed_tokens @ project_inᵀ, W_U through
+    #: project_out); pseudo-fields it consumes are popped. None = nothing to combine
+    top_combine: Callable | None = None
+    #: stored key (unprefixed, like :attr:`unembed`) of the unembedding bias b_U [d_vocab] (GPT-J's
+    #: ``lm_head.bias``, stored tied or not); None = the family has none (b_U = 0)
+    unembed_bias: str | None = None
 
     def canonical(self, key: str) -> str:
         """A stored key without the optional prefix (or one of the :attr:`alt_prefixes`)."""
@@ -85,7 +92,8 @@ class Family:
     def write_keys(self, cfg: Config, untied: bool) -> list[tuple[str, tuple[int, ...]]]:
         """(key, shape) of a checkpoint as headscope writes it: prefixed keys, the unembedding when untied."""
         out = [(self.prefix + n, s) for n, s in self.shapes(cfg).items()]
-        return out + ([(self.unembed, (cfg.d_vocab, cfg.d_model))] if untied else [])
+        out += [(self.unembed, (cfg.d_vocab, cfg.d_model))] if untied else []
+        return out + ([(self.unembed_bias, (cfg.d_vocab,))] if self.unembed_bias else [])
 
 
 # -- config.json readers shared by the families --------------------------------------------------
@@ -184,35 +192,84 @@ def layered_shapes(head: dict, leaf: dict, tail: dict, n_layers: int, block_name
     return out | tail
 
 
-def rope_config(hf: dict, d_head: int, *, base_keys=("rope_theta",), pct_keys=("partial_rotary_factor",),
-                default_base: float = 10000.0, default_pct: float = 1.0) -> dict:
-    """Config fields of a rotary family: rotary_dim, rotary_base and rope_scaling, read from the hub's
-    keys (``rope_theta``, ``rope_scaling``, ``rotary_pct`` …) or transformers 5's ``rope_parameters``.
+def rope_config(hf: dict, d_head: int, n_ctx: int, *, theta_key: str = "rope_theta", default_theta: float = 10000.0,
+                pct_key: str = "partial_rotary_factor", default_pct: float | None = None, partial: bool = False,
+                top_original: int | None = None, type_aliases: dict | None = None,
+                scale_divisor: float | None = None) -> dict:
+    """Config fields of a rotary family (positional, rotary_dim, rotary_base, rope_scaling,
+    attn_divisor), resolved as transformers 5.25 resolves them (``convert_rope_params_to_dict`` and
+    ``standardize_rope_params``):
 
-    rotary_dim = int(d_head · partial factor), as transformers computes it."""
-    from ..rotary import check_scaling
+    1. the parameters are config.json's ``rope_scaling`` when it is a non-empty object, else its
+       ``rope_parameters`` (never a merge of the two);
+    2. ``rope_theta`` and the partial factor inside them win over the top-level keys
+       (`theta_key`, `pct_key`; defaults `default_theta`, `default_pct`);
+    3. the type is ``rope_type``, else the old ``type`` key, else "default";
+    4. llama3/yarn/longrope take ``original_max_position_embeddings`` from the top level when the
+       family's config class has that field (`top_original`, its default: Phi-3's 4096), else from
+       the parameters, else ``max_position_embeddings``; `type_aliases` renames types first (Phi-3
+       reads "su" and "yarn" as longrope).
 
-    params = hf.get("rope_parameters")
-    if params is not None and not isinstance(params, dict):
-        raise HeadscopeError(f"config: rope_parameters must be an object, got {_show(params)}")
-    params = dict(params or {})
-    scaling = hf.get("rope_scaling")
-    if scaling is not None and not isinstance(scaling, dict):
-        raise HeadscopeError(f"config: rope_scaling must be an object or null, got {_show(scaling)}")
-    scaling = {**params, **(scaling or {})}
-    base = next((hf[k] for k in base_keys if k in hf), scaling.pop("rope_theta", default_base))
-    pct = next((hf[k] for k in pct_keys if k in hf), scaling.pop("partial_rotary_factor", default_pct))
-    scaling.pop("rope_theta", None)
-    scaling.pop("partial_rotary_factor", None)
-    base = number({"rope_theta": base}, "rope_theta")
-    pct = number({"partial_rotary_factor": pct}, "partial_rotary_factor")
+    rotary_dim = int(d_head · partial factor) for families whose rotary embedding honours it
+    (`partial`: GPT-NeoX, Phi-3); the others (Llama, Qwen2, Mistral …) rotate every dim with
+    default RoPE whatever the factor says, and cannot run a scaled RoPE with a factor < 1 (their
+    cos/sin would be narrower than the heads): refused. `scale_divisor` is the family's score
+    divisor before the attention factor (default √d_head)."""
+    import math
+
+    from ..rotary import attention_factor, check_scaling
+
+    def obj(key):
+        v = hf.get(key)
+        if v is not None and not isinstance(v, dict):
+            raise HeadscopeError(f"config: {key} must be an object or null, got {_show(v)}")
+        return v
+    scaling, params = obj("rope_scaling"), obj("rope_parameters")
+    p = dict(scaling) if scaling else dict(params or {})
+    if any(isinstance(v, dict) for v in p.values()):
+        raise HeadscopeError("unsupported config: rope parameters per layer type (nested objects)")
+    p.setdefault("rope_theta", hf.get(theta_key, default_theta))
+    pct = hf.get(pct_key, default_pct)
+    if pct is not None:
+        p.setdefault("partial_rotary_factor", pct)
+    if (type_aliases or {}).get(p.get("rope_type", p.get("type"))) is not None:     # Phi-3: "su", "yarn" → longrope
+        p["rope_type"] = type_aliases[p.get("rope_type", p.get("type"))]
+    kind = p.setdefault("rope_type", p.get("type", "default"))
+    if not isinstance(kind, str):
+        raise HeadscopeError(f"config: rope_type must be a string, got {_show(kind)}")
+    if kind in ("llama3", "yarn", "longrope"):
+        if top_original is not None:
+            p["original_max_position_embeddings"] = hf.get("original_max_position_embeddings", top_original)
+        else:
+            p.setdefault("original_max_position_embeddings", n_ctx)
+    base = number({"rope_theta": p["rope_theta"]}, "rope_theta")
+    pct = number({"partial_rotary_factor": p.get("partial_rotary_factor", 1.0)}, "partial_rotary_factor")
     if pct > 1:
         raise HeadscopeError(f"config: the rotary fraction must be at most 1, got {pct}")
-    check_scaling(scaling)
-    kind = scaling.get("rope_type", scaling.get("type", "default"))
-    kept = () if kind in (None, "default") else tuple(sorted(
-        (k, v) for k, v in scaling.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)))
-    return {"positional": "rotary", "rotary_dim": int(d_head * pct), "rotary_base": base, "rope_scaling": kept}
+    rotary_dim = int(d_head * pct)
+    if not partial:
+        if kind != "default" and rotary_dim != d_head:
+            raise HeadscopeError(f"unsupported config: partial_rotary_factor {pct} with rope_type {kind!r} (this "
+                                 f"family's transformers class rotates all {d_head} dims of a head but builds {kind} "
+                                 f"tables for {rotary_dim}: it cannot run)")
+        rotary_dim = d_head
+    kept = check_scaling(p, rotary_dim)
+    a = attention_factor(kept, n_ctx)
+    if a != 1.0 and rotary_dim != d_head:
+        raise HeadscopeError(f"unsupported config: rope_type {kind!r} with attention factor {a:.6g} on a partial "
+                             f"rotary ({rotary_dim} of {d_head} dims; headscope applies the factor to whole scores)")
+    divisor = None
+    if a != 1.0 or scale_divisor is not None:
+        divisor = (scale_divisor if scale_divisor is not None else math.sqrt(d_head)) / (a * a)
+    return {"positional": "rotary", "rotary_dim": rotary_dim, "rotary_base": base,
+            "rope_scaling": tuple(sorted(kept.items())), "attn_divisor": divisor}
+
+
+def rope_hf(cfg: Config) -> dict:
+    """config.json keys that make transformers read `cfg`'s rotary settings back (``rope_scaling``
+    wins over anything else there; ``rope_theta`` fills it)."""
+    return {"rope_theta": cfg.rotary_base,
+            "rope_scaling": {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.rope_scaling} or None}
 
 
 def tie(hf: dict, default: bool) -> bool:

@@ -6,7 +6,8 @@ Config
 ``vocab_size`` (Pythia's is padded: 50304 rows for 50277 tokens), ``max_position_embeddings``
 (n_ctx), ``layer_norm_eps``, ``hidden_act`` (Pythia: exact ``gelu``). Rotary on the first
 ``int(d_head · rotary_pct)`` dims of each head (``rotary_pct`` / ``partial_rotary_factor``) with
-base ``rotary_emb_base`` / ``rope_theta`` (:mod:`headscope.core.rotary`); ``use_parallel_residual``
+base ``rotary_emb_base`` (or ``rope_parameters``, as transformers resolves them:
+:func:`.base.rope_config`; a top-level ``rope_theta`` is ignored, as there; :mod:`headscope.core.rotary`); ``use_parallel_residual``
 (default true: ``x + attn(ln1 x) + mlp(ln2 x)``); ``attention_bias`` (default true);
 ``tie_word_embeddings`` (default false: the unembedding ``embed_out.weight`` is its own tensor).
 
@@ -28,7 +29,7 @@ import torch
 from ..config import Config
 from ..weights import Block
 from .base import (Family, flag, heads_in, heads_in_inverse, heads_out, heads_out_inverse, layered_shapes, number,
-                   rope_config, size, tie)
+                   rope_config, rope_hf, size, tie)
 
 PREFIX = "gpt_neox."
 _LAYER_RE = re.compile(r"layers\.(0|[1-9][0-9]*)\.(.+)")
@@ -45,13 +46,14 @@ def config_from_hf(hf: dict) -> Config:
         from ..._errors import HeadscopeError
         raise HeadscopeError("unsupported config: attention_bias false (GPT-NeoX without attention biases)")
     act = hf.get("hidden_act", "gelu")
+    n_ctx = size(hf, "max_position_embeddings")
     return Config(
         n_layers=size(hf, "num_hidden_layers"), d_model=d, n_heads=h, d_mlp=size(hf, "intermediate_size"),
-        d_vocab=size(hf, "vocab_size"), n_ctx=size(hf, "max_position_embeddings"),
+        d_vocab=size(hf, "vocab_size"), n_ctx=n_ctx,
         ln_eps=number(hf, "layer_norm_eps", 1e-5), act_fn=act if isinstance(act, str) else repr(act),
         family="gpt_neox", parallel_residual=flag(hf, "use_parallel_residual", True),
-        **rope_config(hf, d // h, base_keys=("rotary_emb_base", "rope_theta"),
-                      pct_keys=("rotary_pct", "partial_rotary_factor")),
+        **rope_config(hf, d // h, n_ctx, theta_key="rotary_emb_base", pct_key="rotary_pct", default_pct=0.25,
+                      partial=True),
     )
 
 
@@ -63,7 +65,7 @@ def hf_config(cfg: Config, untied: bool = True) -> dict:
         "num_attention_heads": cfg.n_heads, "intermediate_size": cfg.d_mlp, "hidden_act": cfg.act_fn,
         "max_position_embeddings": cfg.n_ctx, "layer_norm_eps": cfg.ln_eps,
         "rotary_pct": cfg.rotary_dim / cfg.d_head, "rotary_emb_base": cfg.rotary_base,
-        "rope_scaling": dict(cfg.rope_scaling) or None,
+        "rope_scaling": rope_hf(cfg)["rope_scaling"],
         "use_parallel_residual": cfg.parallel_residual, "attention_bias": True,
         "hidden_dropout": 0.0, "attention_dropout": 0.0, "tie_word_embeddings": not untied,
         "bos_token_id": 0, "eos_token_id": 0,

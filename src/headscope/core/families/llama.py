@@ -5,8 +5,10 @@ Config
 ``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``, ``num_key_value_heads``
 (grouped-query attention; default: no grouping), ``head_dim`` (default hidden_size /
 heads), ``intermediate_size``, ``vocab_size``, ``max_position_embeddings`` (n_ctx),
-``rms_norm_eps``, ``hidden_act`` (silu), rotary on every head dim (``partial_rotary_factor``
-honoured) with ``rope_theta`` and ``rope_scaling`` (llama3, linear: :mod:`headscope.core.rotary`),
+``rms_norm_eps``, ``hidden_act`` (silu), rotary on every head dim (transformers' Llama ignores
+``partial_rotary_factor`` for default RoPE and cannot run it with a scaled one: refused) with
+``rope_theta`` and ``rope_scaling`` / ``rope_parameters`` resolved as transformers does
+(:func:`.base.rope_config`; every type of :mod:`headscope.core.rotary`),
 ``attention_bias`` (Q, K, V and O biases) and ``mlp_bias`` (default false),
 ``tie_word_embeddings`` (default false; true for Llama-3.2-1B and SmolLM).
 
@@ -35,7 +37,7 @@ import torch
 from ..config import Config
 from ..weights import Block
 from .base import (Family, expand_kv, flag, group_kv, heads_in, heads_in_inverse, heads_out, heads_out_inverse,
-                   layered_shapes, number, refuse, rope_config, size, tie)
+                   layered_shapes, number, refuse, rope_config, rope_hf, size, tie)
 
 PREFIX = "model."
 _LAYER_RE = re.compile(r"layers\.(0|[1-9][0-9]*)\.(.+)")
@@ -45,18 +47,21 @@ _ATTN = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.
 _MLP = ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
 
 
-def config_from_hf(hf: dict, family: str = "llama") -> Config:
+def config_from_hf(hf: dict, family: str = "llama", **fields) -> Config:
+    """Llama's config.json keys → Config; `fields` override (a Llama-layout family's own options)."""
     d, h = size(hf, "hidden_size"), size(hf, "num_attention_heads")
     kv = size(hf, "num_key_value_heads") if hf.get("num_key_value_heads") is not None else h
     e = size(hf, "head_dim") if hf.get("head_dim") is not None else None
     act = hf.get("hidden_act", "silu")
     refuse(hf, "pretraining_tp", 1, "tensor-parallel slices")
+    n_ctx = size(hf, "max_position_embeddings")
     return Config(
         n_layers=size(hf, "num_hidden_layers"), d_model=d, n_heads=h, d_mlp=size(hf, "intermediate_size"),
-        d_vocab=size(hf, "vocab_size"), n_ctx=size(hf, "max_position_embeddings"),
+        d_vocab=size(hf, "vocab_size"), n_ctx=n_ctx,
         ln_eps=number(hf, "rms_norm_eps", 1e-6), act_fn=act if isinstance(act, str) else repr(act),
         family=family, n_kv_heads=kv if kv != h else None, head_dim=e if e is not None and e * h != d else None,
-        norm="rmsnorm", gated_mlp=True, qk_bias=family != "llama" or biases(hf)[0], **rope_config(hf, e or d // h),
+        **({"norm": "rmsnorm", "gated_mlp": True, "qk_bias": family != "llama" or biases(hf)[0]}
+           | rope_config(hf, e or d // h, n_ctx) | fields),
     )
 
 
@@ -139,13 +144,10 @@ def make_family(name: str, title: str, hf_class: str, *, qkv_bias: bool, o_bias:
             "vocab_size": cfg.d_vocab, "hidden_size": cfg.d_model, "num_hidden_layers": cfg.n_layers,
             "num_attention_heads": cfg.n_heads, "num_key_value_heads": cfg.kv_heads, "head_dim": cfg.d_head,
             "intermediate_size": cfg.d_mlp, "hidden_act": cfg.act_fn, "max_position_embeddings": cfg.n_ctx,
-            "rms_norm_eps": cfg.ln_eps, "rope_theta": cfg.rotary_base,
-            "rope_scaling": dict(cfg.rope_scaling) or None, "tie_word_embeddings": not untied,
+            "rms_norm_eps": cfg.ln_eps, **rope_hf(cfg), "tie_word_embeddings": not untied,
             "attention_dropout": 0.0,
         }
-        if cfg.rotary_dim != cfg.d_head:
-            out["partial_rotary_factor"] = cfg.rotary_dim / cfg.d_head
-        return out | (extra_config or {})
+        return out | ((extra_config(cfg) if callable(extra_config) else extra_config) or {})
 
     return Family(
         name=name, title=title, model_types=(name,), hf_class=hf_class, prefix=PREFIX,
