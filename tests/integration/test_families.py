@@ -273,3 +273,30 @@ def test_new_families_atlas_runs_or_refuses_with_the_reason(case, tmp_path):
     rows = atlas(model, n_tokens=300).to_dict()
     assert json.dumps(rows, allow_nan=False)
     composition(model)
+
+
+SPLIT_REFUSED = {"olmo2": "QK-norm", "gemma2": "soft-caps scores"}
+
+
+@pytest.mark.parametrize("case", ["mistral", "gemma2", "olmo2"])
+def test_rotary_layer0_split_applies_or_refuses_with_the_reason(case, tmp_path):
+    """The rotary layer-0 split (denominators, calibration, circuit) refuses models where its premises fail —
+    QK-norm without a first norm (OLMo 2), soft-capped scores (Gemma 2) — and runs elsewhere; the seed's query
+    ' the' is the word after a space in a SentencePiece-style vocabulary too (▁the), not two tokens."""
+    from headscope._errors import NotApplicable
+    from headscope.layer0 import split
+    from headscope.core.applicability import mlp_reads_attention
+
+    _, d = build(case, tmp_path, n_tokens=1024)
+    model = headscope.load(d)
+    qid = split.token_id(model, " the")
+    assert model.tokenizer.decode([qid]).strip() == "the"
+    if case in SPLIT_REFUSED:
+        with pytest.raises(NotApplicable, match=SPLIT_REFUSED[case]) as e:
+            split.view(model)
+        assert "\n" not in str(e.value)
+    else:
+        assert split.view(model).cfg.n_layers == 1
+    if case == "gemma2":                  # post-attention norm: MLP0 does not read the heads' outputs linearly
+        with pytest.raises(NotApplicable, match="post-attention norm"):
+            mlp_reads_attention(model.cfg, "contextual MLP0 neurons")

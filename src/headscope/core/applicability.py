@@ -43,6 +43,11 @@ def mlp_reads_attention(cfg: Config, analysis: str) -> None:
             f"{analysis} needs MLP0 to read layer-0 attention's output; {NAMES.get(cfg.family, cfg.family)} has a "
             "parallel residual (MLP0 reads the block's input x, not x + attention), so no layer-0 head reaches an "
             "MLP0 neuron (the contextual circuit itself applies: `headscope neurons --fidelity`)")
+    if cfg.branch_norms:
+        raise NotApplicable(
+            f"{analysis} predicts MLP0's input as the embedding plus the layer-0 heads' outputs; "
+            f"{NAMES.get(cfg.family, cfg.family)} RMS-normalises attention's output as a whole before adding it "
+            "(a post-attention norm), so no head's contribution to MLP0 is linear in its own output")
 
 
 def weight_circuits(cfg: Config, analysis: str) -> None:
@@ -85,3 +90,24 @@ def softcap_caveat(cfg: Config) -> str | None:
         return None
     return ("; ".join(parts) + ": weight-based scores and logits are the uncapped ones — orderings and signs exact, "
             "probabilities from them approximate (error < |s|³/3c² per score)")
+
+
+def rotary_split(cfg: Config, analysis: str) -> None:
+    """Refuse `analysis` (the rotary layer-0 split of :mod:`headscope.layer0.rotary_split`) on a model where
+    its premises fail: layer 0's queries and keys are x̂_t W_Q, x̂_t W_K of x̂_t = N₁(W_E[t]), and a score is
+    the fixed bilinear rot(q, Δ)·k / divisor, additive in κ and the content term."""
+    name = NAMES.get(cfg.family, cfg.family)
+    if cfg.qk_norm:
+        raise NotApplicable(
+            f"{analysis} reads layer-0 queries and keys as N₁(W_E[t]) W_Q, N₁(W_E[t]) W_K; {name} RMS-normalises q and "
+            "k over all heads (QK-norm), so a key is not the mean key plus a content term shared by every head")
+    if not cfg.pre_norms:
+        raise NotApplicable(
+            f"{analysis} reads layer-0 queries and keys through the first norm N₁(W_E[t]); {name} has no norm before "
+            "attention")
+    if cfg.attn_softcap is not None:
+        raise NotApplicable(
+            f"{analysis} splits a layer-0 score additively into the relative kernel κ(Δ) and a content term; {name} "
+            f"soft-caps scores (c·tanh(s/c), c = {cfg.attn_softcap:g}), which is not additive, so the denominators' "
+            "split into Z · S does not hold")
+

@@ -42,6 +42,7 @@ from jaxtyping import Float, Int
 
 from .._errors import HeadscopeError
 from ..core import rotary
+from ..core.applicability import rotary_split as _premises
 from ..core.forward import normalize, run_with_cache
 from ..core.weights import Block, Weights
 
@@ -51,6 +52,7 @@ CHUNK = 8192
 
 def view(model) -> Weights:
     """W_E and block 0 of a rotary `model` as float64 on the CPU (no W_pos), one layer; kept per processing."""
+    _premises(model.cfg, "the rotary layer-0 split (denominators, calibration, contextual circuit)")
     return model.derived("layer0.rotary_view", _view)
 
 

@@ -61,6 +61,7 @@ from jaxtyping import Float, Int
 
 from .._errors import HeadscopeError
 from ..core.forward import layer_norm, run_with_cache
+from ..core.tokenizer import word_ids
 from ..core.weights import Block, Weights
 
 from ..core.applicability import learned_positions
@@ -126,8 +127,10 @@ def check_split(weights: Weights, layer: int = 0) -> None:
 
 
 def token_id(model, text: str, what: str = "query") -> int:
-    """The id of `text`, which must be exactly one token."""
-    ids = model.tokenizer.encode(text)
+    """The id of `text`, which must be exactly one token. A text with a leading space is the word as it
+    reads after a space inside a text (``core.tokenizer.word_ids``: " the" is ``▁the`` in a
+    SentencePiece-style vocabulary, ``Ġthe`` in byte-level BPE)."""
+    ids = word_ids(model.tokenizer, text) if text.startswith(" ") else model.tokenizer.encode(text)
     if len(ids) != 1:
         raise HeadscopeError(f"{what}: expected a single token, got {text!r} = {len(ids)} tokens")
     return int(ids[0])
