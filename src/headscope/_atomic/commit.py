@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import shutil
+import stat
 from pathlib import Path
 
 from .._errors import HeadscopeError
@@ -97,20 +98,30 @@ def recover(directory: str | os.PathLike) -> None:
         staging = root / name
         if not _STAGING_RE.match(name) or staging.is_symlink() or not staging.is_dir():
             continue
-        if not os.path.lexists(staging / _STAGING_LOCK):
+        try:
+            lock_mode = os.lstat(staging / _STAGING_LOCK).st_mode
+        except OSError:
+            lock_mode = None
+        if lock_mode is None and not os.path.lexists(staging / _COMMIT):
             with contextlib.suppress(OSError):
                 staging.rmdir()                              # killed before it held anything
-            continue
-        fd = _take_abandoned(staging / _STAGING_LOCK)
-        if fd is None:
-            continue                                         # a live writer's
+                continue
+        fd = None
+        if lock_mode is not None and stat.S_ISREG(lock_mode):
+            fd = _take_abandoned(staging / _STAGING_LOCK)
+            if fd is None:
+                continue                                     # a live writer's
+        # else: its lock is missing, or replaced by a directory, link, FIFO…: a live writer's lock is
+        # the regular file it created and holds from start to end, so this staging is abandoned
+        # (and the caller holds the directory's lock: no other run writes here now)
         try:
             if (staging / _COMMIT).is_file():
                 _roll_forward(root, staging)
             else:
                 shutil.rmtree(staging)
         finally:
-            os.close(fd)
+            if fd is not None:
+                os.close(fd)
     for dirpath, dirnames, _ in os.walk(root):
         dirnames[:] = [d for d in dirnames if not _STAGING_RE.match(d)]
         _remove_abandoned_temps(Path(dirpath))
