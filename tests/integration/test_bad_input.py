@@ -1036,6 +1036,9 @@ CASES += [
          lambda c: steer0(c)[:-1] + [earlier_steer(c, lambda d: os.link(c.file("victim.txt", "mine\n"),
                                                                       d / ".headscope-lock"))],
          ".headscope-lock is a hard link"),
+    Case("report --out whose manifest is over the manifest size limit (4 GiB, sparse)",
+         lambda c: ["report", c.model(), "--out", earlier_report(c, sparse(".headscope-manifest.json")), "--stages",
+                    "model", "--no-progress"], "is over headscope's size limit for a manifest"),
 ]
 
 

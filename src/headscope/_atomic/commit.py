@@ -13,7 +13,8 @@ from pathlib import Path
 from .._errors import HeadscopeError
 from .files import (_COMMIT, _DIR_LOCK, _STAGING_LOCK, _STAGING_RE, _remove_abandoned_temps, _take_abandoned,
                     pause_point, read_small_file)
-from .manifest import _check_dest, _contained, _make_parents, _read_manifest, _remove_listed, _write_manifest
+from .manifest import (_check_dest, _contained, _make_parents, _read_hashes, _read_manifest, _remove_listed,
+                       _write_manifest)
 
 
 def _read_record(root: Path, staging: Path) -> tuple[list[str], list[str]]:
@@ -43,7 +44,8 @@ def _roll_forward(root: Path, staging: Path) -> None:
         if os.path.lexists(staging / rel):
             _check_dest(root, rel, listed, root)
     stale = [rel for rel in stale if rel in listed]
-    _write_manifest(root, listed | set(files))          # every file about to appear is listed first
+    hashes = {k: v for k, v in _read_hashes(root).items() if k not in set(files)}   # replaced: no longer proven
+    _write_manifest(root, listed | set(files), hashes)          # every file about to appear is listed first
     for rel in files:
         src = staging / rel
         if os.path.lexists(src):
@@ -52,7 +54,7 @@ def _roll_forward(root: Path, staging: Path) -> None:
             pause_point("commit", rel)
     for rel in stale:
         _remove_listed(root, rel)
-    _write_manifest(root, (listed - set(stale)) | set(files))
+    _write_manifest(root, (listed - set(stale)) | set(files), hashes)
     shutil.rmtree(staging)
 
 

@@ -4,6 +4,7 @@ file or staged and committed together."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import secrets
@@ -15,9 +16,10 @@ from typing import Iterable
 from .._errors import HeadscopeError
 from .commit import _roll_forward, recover
 from .files import (_COMMIT, _DIR_LOCK, _O_CLOEXEC, _STAGING_LOCK, MANIFEST, _as_bytes, _follow, _lock, _replace,
-                    _umask, _write_temp, ensure_writable_dir, is_temporary_name, kind_of)
+                    _umask, _write_temp, ensure_writable_dir, is_temporary_name, kind_of, read_small_file)
 from .lock import _DirLock, _lock_dir
-from .manifest import _check_dest, _make_parents, _read_manifest, _remove_listed, _safe_rel, _write_manifest
+from .manifest import (_check_dest, _make_parents, _read_hashes, _read_manifest, _remove_listed, _safe_rel,
+                       _write_manifest, manifest_problem)
 
 
 class OutputDir:
@@ -36,6 +38,7 @@ class OutputDir:
         self.marker = marker
         self.what = what
         self.files: set[str] = set()
+        self.hashes: dict[str, str] = {}              # rel → sha256 of the files written with record_hash
         self.created = False
         self._open = False
         self._lock: _DirLock | None = None
@@ -73,7 +76,11 @@ class OutputDir:
         listed = _read_manifest(p)
         if listed is None or (self.marker is not None and self.marker not in listed):
             mark = f"{self.marker} listed in headscope's {MANIFEST}" if self.marker else f"headscope's {MANIFEST}"
-            legacy = listed is None and self.marker is not None and (p / self.marker).is_file()
+            problem = manifest_problem(p) if listed is None else None
+            legacy = problem is None and listed is None and self.marker is not None and (p / self.marker).is_file()
+            if problem is not None:
+                raise HeadscopeError(f"{self.what} {p}: its {MANIFEST} {problem}, so headscope cannot tell its "
+                                     "files from yours; remove that file, or choose an empty or new directory")
             hint = (" — it was written by a headscope older than its manifest, which cannot tell its files from "
                     "yours: remove it or choose an empty or new directory") if legacy else \
                 "; choose an empty or new directory"
@@ -96,6 +103,7 @@ class OutputDir:
         self._lock = _lock_dir(self.path, self.what)
         recover(self.path)
         self.files = _read_manifest(self.path) or set()
+        self.hashes = _read_hashes(self.path)
         self._open = True
         return self
 
@@ -103,19 +111,44 @@ class OutputDir:
         if not self._open:
             self.open()
 
-    def write(self, rel: str, data: bytes | str) -> Path:
-        """Write the file `rel` (e.g. ``heads/L0H3.html``) in place, atomically; returns its path."""
+    def write(self, rel: str, data: bytes | str, *, record_hash: bool = False) -> Path:
+        """Write the file `rel` (e.g. ``heads/L0H3.html``) in place, atomically; returns its path.
+
+        With `record_hash`, the manifest records the file's sha256, so that a later run can
+        reuse it only as written (:meth:`verified`); a file written without it loses its hash.
+        """
         self._require_open()
         rel = _safe_rel(rel)
         _check_dest(self.path, rel, self.files, self.path)
         _make_parents(self.path, rel)
-        if rel not in self.files:                     # listed before it appears
+        data = _as_bytes(data)
+        digest = hashlib.sha256(data).hexdigest() if record_hash else None
+        if rel not in self.files or self.hashes.get(rel) != digest:   # listed (and hashed) before it appears
             self.files.add(rel)
-            _write_manifest(self.path, self.files)
+            if digest is None:
+                self.hashes.pop(rel, None)
+            else:
+                self.hashes[rel] = digest
+            _write_manifest(self.path, self.files, self.hashes)
         dest = self.path / rel
-        tmp, fd = _write_temp(dest.parent, dest.name, _as_bytes(data))
+        tmp, fd = _write_temp(dest.parent, dest.name, data)
         _replace(tmp, fd, dest, rel)
         return dest
+
+    def verified(self, rel: str, limit: int) -> bytes | None:
+        """The bytes of the file `rel` if they are exactly what headscope wrote there (the sha256 the
+        manifest recorded with ``write(record_hash=True)``), else None: missing, edited by hand, not a
+        regular file, a link, or over `limit` bytes (never read whole then)."""
+        self._require_open()
+        want = self.hashes.get(rel)
+        path = self.path / _safe_rel(rel)
+        if want is None or any(q.is_symlink() for q in (path, *path.parents) if q != self.path and
+                               self.path in q.parents) or path.is_symlink():
+            return None
+        data = read_small_file(path, limit)
+        if data is None or hashlib.sha256(data).hexdigest() != want:
+            return None
+        return data
 
     def remove_stale(self, keep: Iterable[str]) -> list[str]:
         """Delete the files headscope wrote here earlier that are not in `keep`; returns them."""
@@ -126,7 +159,7 @@ class OutputDir:
             _remove_listed(self.path, rel)
         if stale:
             self.files -= set(stale)
-            _write_manifest(self.path, self.files)
+            _write_manifest(self.path, self.files, self.hashes)
         return stale
 
     @contextlib.contextmanager
@@ -153,6 +186,7 @@ class OutputDir:
             # the new output is complete; if this is interrupted, the next write finishes it
             _roll_forward(self.path, staging)
             self.files = committed
+            self.hashes = _read_hashes(self.path)
         finally:
             os.close(lock)
 

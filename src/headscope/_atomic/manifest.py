@@ -48,25 +48,68 @@ def _contained(directory: Path, names, source: str) -> list[str]:
     return out
 
 
+#: the largest manifest headscope reads (one name per file written: far above any real output)
+MANIFEST_LIMIT = 64 * 2**20
+
+
+def _manifest_doc(directory: Path) -> tuple[dict | None, str | None]:
+    """(the manifest's JSON object, None), or (None, why it is not a usable manifest; None if there is none)."""
+    path = directory / MANIFEST
+    if not os.path.lexists(path):
+        return None, None
+    if path.is_symlink():
+        return None, "is a symbolic link"
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        return None, f"cannot be read ({e.strerror})"
+    if not stat.S_ISREG(st.st_mode):
+        return None, f"is {kind_of(st.st_mode)}"
+    if st.st_size > MANIFEST_LIMIT:
+        return None, f"is over headscope's size limit for a manifest ({st.st_size} bytes, at most {MANIFEST_LIMIT})"
+    data = read_small_file(path, MANIFEST_LIMIT)
+    if data is None:
+        return None, "cannot be read"
+    try:
+        d = json.loads(data)
+    except (ValueError, RecursionError):
+        return None, "is not valid JSON"
+    if not isinstance(d, dict) or d.get("format") != MANIFEST_FORMAT or not isinstance(d.get("files"), list):
+        return None, "is not a headscope manifest"
+    return d, None
+
+
+def manifest_problem(directory: Path) -> str | None:
+    """Why `directory`'s manifest, which exists, cannot be used (None if it is usable or absent)."""
+    return _manifest_doc(directory)[1]
+
+
 def _read_manifest(directory: Path) -> set[str] | None:
     """The files listed in `directory`'s manifest, or None without a valid one.
 
     A manifest listing a name outside the directory (``../notes.txt``) is refused
     (:class:`HeadscopeError`), never used."""
-    data = read_small_file(directory / MANIFEST)
-    if data is None or (directory / MANIFEST).is_symlink():
-        return None
-    try:
-        d = json.loads(data)
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(d, dict) or d.get("format") != MANIFEST_FORMAT or not isinstance(d.get("files"), list):
-        return None
-    return set(_contained(directory, d["files"], MANIFEST))
+    d, _ = _manifest_doc(directory)
+    return None if d is None else set(_contained(directory, d["files"], MANIFEST))
 
 
-def _write_manifest(directory: Path, files: Iterable[str]) -> None:
-    text = json.dumps({"format": MANIFEST_FORMAT, "version": 1, "files": sorted(set(files))}, indent=1) + "\n"
+def _read_hashes(directory: Path) -> dict[str, str]:
+    """The content hashes (sha256 hex) the manifest records, by file: for the files headscope reuses."""
+    d, _ = _manifest_doc(directory)
+    h = d.get("sha256") if d is not None else None
+    if not isinstance(h, dict):
+        return {}
+    return {k: v for k, v in h.items() if isinstance(k, str) and isinstance(v, str) and k in d["files"]}
+
+
+def _write_manifest(directory: Path, files: Iterable[str], hashes: dict[str, str] | None = None) -> None:
+    """Write the manifest listing `files`, with the content hashes of those of them in `hashes`."""
+    files = sorted(set(files))
+    doc = {"format": MANIFEST_FORMAT, "version": 1, "files": files}
+    kept = {k: hashes[k] for k in sorted(hashes or ()) if k in set(files)}
+    if kept:
+        doc["sha256"] = kept
+    text = json.dumps(doc, indent=1) + "\n"
     tmp, fd = _write_temp(directory, MANIFEST, text.encode("utf-8"))
     _replace(tmp, fd, directory / MANIFEST, MANIFEST)
 
