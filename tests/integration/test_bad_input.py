@@ -298,7 +298,6 @@ CASES: list[Case] = [
     Case("steer head 1.7 on a 3-head model",
          lambda c: ["steer", c.model(), "1.7", "--scale-negative", "0", "--out", steer_out(c)], "head index 7 out of range"),
     Case("neuron 20 of 20", lambda c: ["neuron", c.model(), "20", "--text", text(c)], "neuron 20 out of range"),
-    Case("neuron -1", lambda c: ["neuron", c.model(), "-1", "--text", text(c)], "neuron -1 out of range"),
     Case("neurons --heads 7", lambda c: ["neurons", c.model(), "--calibration-text", text(c), "--heads", "7"],
          "--heads: expected indices in 0..2, got '7'"),
     Case("neurons --position not calibrated",
@@ -1039,6 +1038,14 @@ CASES += [
     Case("report --out whose manifest is over the manifest size limit (4 GiB, sparse)",
          lambda c: ["report", c.model(), "--out", earlier_report(c, sparse(".headscope-manifest.json")), "--stages",
                     "model", "--no-progress"], "is over headscope's size limit for a manifest"),
+    Case("neuron -1 (refused before the model loads)", lambda c: ["neuron", str(c.root / "never-read"), "-1", "--text",
+                                                                  str(c.file("t.txt", "Hello there."))],
+         "argument neuron: expected a neuron index ≥ 0, got -1"),
+    Case("kernels --n-ref 0 (refused before the model loads)", lambda c: ["kernels", str(c.root / "never-read"),
+                                                                         "--n-ref", "0"],
+         "argument --n-ref: expected a query position ≥ 1, got 0"),
+    Case("kernels --n-ref 5000 past n_ctx − 1 (no longer capped silently)",
+         lambda c: ["kernels", c.model(), "--n-ref", "5000"], "--n-ref: expected a query position in 1..39"),
 ]
 
 
