@@ -1046,6 +1046,18 @@ CASES += [
          "argument --n-ref: expected a query position ≥ 1, got 0"),
     Case("kernels --n-ref 5000 past n_ctx − 1 (no longer capped silently)",
          lambda c: ["kernels", c.model(), "--n-ref", "5000"], "--n-ref: expected a query position in 1..39"),
+    Case("layer_norm_epsilon 1e-50 with a zero embedding row (0/0 = NaN in float32)",
+         lambda c: ["atlas", c.ckpt(lambda d: (edit_config(layer_norm_epsilon=1e-50)(d),
+                                               edit_state(lambda s: s["transformer.wte.weight"][7].zero_())(d)))],
+         "the norm epsilon (layer_norm_epsilon, layer_norm_eps or rms_norm_eps) is 1e-50: expected at least 1.18e-38"),
+    Case("n_layer 2³¹ − 1 (checked against the weights before anything per layer is allocated)",
+         lambda c: ["info", c.ckpt(edit_config(n_layer=2**31 - 1))],
+         "config.json has n_layer 2147483647, but the weight files in", may_hang=True),
+    Case("GPT-Neo attention_types repeated 10⁹ times (counted, never expanded)",
+         lambda c: ["info", c.ckpt(edit_config(model_type="gpt_neo", num_layers=2, hidden_size=12, num_heads=3,
+                                               intermediate_size=20, max_position_embeddings=40, window_size=5,
+                                               attention_types=[[["global", "local"], 10**9]]))],
+         "attention_types expand to 2000000000 layers, expected 2", may_hang=True),
 ]
 
 

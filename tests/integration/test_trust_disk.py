@@ -80,3 +80,65 @@ def test_a_report_stage_cache_edited_by_hand_is_recomputed(edit, tiny_hf_dir, tm
     assert again == fresh
     assert main([*argv, "--out", str(out)]) == 0                     # unedited now: reused
     assert json.loads(capsys.readouterr().out)["stages"][0]["cached"] is True
+
+
+@pytest.mark.parametrize("how", ["replaced", "rewritten in place"])
+def test_a_model_in_memory_reads_only_the_checkpoint_it_loaded(how, tiny_hf_dir, tmp_path):
+    """The directory re-planted while its Model is in memory: a later read of the weights, or the fingerprint,
+    is refused in one line (it used to mix the new raw weights and fingerprint with the old config and caches)."""
+    import headscope
+    from headscope._errors import HeadscopeError
+    from safetensors.torch import load_file, save_file
+
+    d = tmp_path / "ckpt"
+    shutil.copytree(tiny_hf_dir, d)
+    model = headscope.load(d)
+    state = load_file(str(d / "model.safetensors"))
+    state = {k: v * 1.5 for k, v in state.items()}
+    if how == "replaced":
+        save_file(state, str(tmp_path / "new.safetensors"))
+        os.replace(tmp_path / "new.safetensors", d / "model.safetensors")
+    else:
+        st = os.stat(d / "model.safetensors")
+        save_file(state, str(d / "model.safetensors"))
+        os.utime(d / "model.safetensors", ns=(st.st_atime_ns, st.st_mtime_ns))     # even with its time kept
+    with pytest.raises(HeadscopeError, match="changed after the model was loaded"):
+        model.raw
+    with pytest.raises(HeadscopeError, match="changed after the model was loaded"):
+        model.fingerprint
+    fresh = headscope.load(d)                                          # loading again reads the new checkpoint
+    assert fresh.fingerprint != headscope.load(tiny_hf_dir).fingerprint
+
+
+def test_load_of_a_model_on_the_meta_device_is_one_clear_error():
+    """headscope.load of a transformers model whose weights are on the meta device: a HeadscopeError naming it
+    (it used to be a raw NotImplementedError from copying a meta tensor)."""
+    import headscope
+    import torch
+    from headscope._errors import HeadscopeError
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    with torch.device("meta"):
+        hf = GPT2LMHeadModel(GPT2Config(vocab_size=50257, n_positions=40, n_embd=12, n_layer=2, n_head=3, n_inner=20))
+    with pytest.raises(HeadscopeError, match="on the meta device"):
+        headscope.load(hf)
+
+
+@pytest.mark.parametrize("family, key, prefix", [
+    ("gpt2", "n_layer", "h.{}.attn.c_attn.weight"), ("gpt_neo", "num_layers", "transformer.h.{}.attn.attention.k_proj.weight"),
+    ("gpt_neox", "num_hidden_layers", "gpt_neox.layers.{}.attention.dense.weight"),
+    ("opt", "num_hidden_layers", "model.decoder.layers.{}.fc1.weight"),
+    ("llama", "num_hidden_layers", "model.layers.{}.mlp.up_proj.weight"),
+    ("qwen2", "num_hidden_layers", "model.layers.{}.self_attn.q_proj.bias")])
+def test_a_layer_count_past_the_weights_is_refused_before_allocating(family, key, prefix):
+    """Every family's layer count is checked against the layer indices the weight files hold (2³¹ − 1 layers used
+    to reach gigabytes before any check)."""
+    import types
+
+    from headscope._errors import HeadscopeError
+    from headscope.core.loading import check_layers_present
+
+    source = types.SimpleNamespace(infos={prefix.format(i): ("float32", (2, 2)) for i in range(3)})
+    check_layers_present({"model_type": family, key: 3}, source, "ckpt")
+    with pytest.raises(HeadscopeError, match=f"config.json has {key} 2147483647, but .* hold 3 layers"):
+        check_layers_present({"model_type": family, key: 2**31 - 1}, source, "ckpt")
