@@ -142,3 +142,24 @@ def test_a_layer_count_past_the_weights_is_refused_before_allocating(family, key
     check_layers_present({"model_type": family, key: 3}, source, "ckpt")
     with pytest.raises(HeadscopeError, match=f"config.json has {key} 2147483647, but .* hold 3 layers"):
         check_layers_present({"model_type": family, key: 2**31 - 1}, source, "ckpt")
+
+
+def test_a_bos_falling_back_on_a_padding_row_is_said():
+    """No BOS candidate in the vocabulary, no bos_token_id: the last id is prepended — a padding row past the
+    tokenizer's vocabulary here — and the BOS record (shown by `info`) says so; it used to say nothing."""
+    import types
+
+    from headscope.core.bos import bos
+
+    tok = types.SimpleNamespace(get_vocab=lambda: {"a": 0, "b": 1, "c": 2}, decode=lambda ids: f"<{ids[0]}>",
+                                bos_token_id=None)
+    padded = bos(tok, "llama", d_vocab=8)
+    assert padded["id"] == 7 and padded["source"] == "last id" and padded["padding_row"] is True
+    tok.get_vocab = lambda: {"a": 0, "b": 1, "<|endoftext|>": 2}
+    assert bos(tok, "qwen2", d_vocab=8)["padding_row"] is False
+
+
+def test_info_states_the_bos(tiny_hf_dir, capsys):
+    assert main(["info", str(tiny_hf_dir)]) == 0
+    line = [l for l in capsys.readouterr().out.splitlines() if l.startswith("bos")]
+    assert line == ["bos          '<|endoftext|>' (id 50256, gpt2 convention)"]
