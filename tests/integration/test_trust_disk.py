@@ -163,3 +163,31 @@ def test_info_states_the_bos(tiny_hf_dir, capsys):
     assert main(["info", str(tiny_hf_dir)]) == 0
     line = [l for l in capsys.readouterr().out.splitlines() if l.startswith("bos")]
     assert line == ["bos          '<|endoftext|>' (id 50256, gpt2 convention)"]
+
+
+def test_a_long_context_model_reads_long_samples_in_bounded_windows(tmp_path):
+    """max_position_embeddings far above GPT-2's: texts are cut into windows of at most 2048 tokens by default
+    (corpus.DEFAULT_WINDOW), and the report's sample stages read at most one such window per text — n_ctx 131072
+    with a long --samples file used to ask for a 58.6 GB pattern."""
+    import headscope
+    import torch
+    from headscope.corpus import DEFAULT_WINDOW, windows
+    from headscope.maps.activations import activation_profile
+    from headscope.maps.patterns import attention_summary
+    from headscope.shipped import Text
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    GPT2LMHeadModel(GPT2Config(vocab_size=50257, n_positions=3001, n_embd=12, n_layer=1, n_head=3,
+                               n_inner=20)).save_pretrained(tmp_path / "long")
+    from headscope.core.tokenizer import gpt2_bpe_files
+    vocab, merges = gpt2_bpe_files()
+    shutil.copyfile(vocab, tmp_path / "long" / "vocab.json")
+    shutil.copyfile(merges, tmp_path / "long" / "merges.txt")
+    model = headscope.load(tmp_path / "long")
+    text = " ".join(["harbour", "town", "gulls", "quay"] * 700)                  # 2800 tokens
+    assert max(len(w) for w in windows(model, [text])) == DEFAULT_WINDOW == 2048
+    summary = attention_summary(model, [Text("long", text)], [0])
+    assert summary.n_queries == DEFAULT_WINDOW - 1
+    profile = activation_profile(model, [Text("long", text)], n_neurons=2)
+    assert profile.n_tokens == DEFAULT_WINDOW - 1
