@@ -86,6 +86,16 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("headscope: interrupted", file=sys.stderr)
         return 130
+    except BaseException as e:
+        # a panic inside a Rust extension (tokenizers: a tokenizer.json whose pre-tokenizer regex backtracks
+        # catastrophically fails with Onig's retry limit) arrives as pyo3's PanicException, a BaseException
+        if type(e).__name__ != "PanicException":
+            raise
+        msg = (str(e).splitlines() or ["no message"])[0]
+        print(f"headscope: error: the tokenizer failed on this text (a panic in a Rust extension: {msg}); a "
+              "tokenizer.json whose pre-tokenizer regex backtracks catastrophically does this — fix or replace "
+              "that regex", file=sys.stderr)
+        return 2
     except OSError as e:
         # disk full, file-size limit, quota, read-only file system: the output rule kept the earlier output
         # whole (temporary + rename); report it in one line

@@ -191,3 +191,29 @@ def test_a_long_context_model_reads_long_samples_in_bounded_windows(tmp_path):
     assert summary.n_queries == DEFAULT_WINDOW - 1
     profile = activation_profile(model, [Text("long", text)], n_neurons=2)
     assert profile.n_tokens == DEFAULT_WINDOW - 1
+
+
+def test_a_tokenizer_regex_that_backtracks_catastrophically_ends_in_headscope_error(tiny_hf_dir, tmp_path):
+    """A pre-tokenizer regex ((a+)+$) that passes Onig's retry limit on the text: tokenizers panics; the run ends
+    with exit 2 and a last line "headscope: error: …" and no Python traceback (it used to be a PanicException
+    traceback). The Rust panic's own note, printed by the extension before Python sees it, may precede it."""
+    import subprocess
+    import sys
+
+    from tokenizers import Regex, pre_tokenizers
+
+    from headscope.core.tokenizer import load_tokenizer
+
+    d = tmp_path / "ckpt"
+    shutil.copytree(tiny_hf_dir, d)
+    tok = load_tokenizer(d)._tokenizer
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("(a+)+$"), behavior="isolated")
+    tok.save(str(d / "tokenizer.json"))
+    (tmp_path / "t.txt").write_text("a" * 40 + "b\n")
+    src = str(Path(__import__("headscope").__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": src, "RUST_BACKTRACE": "0"}
+    r = subprocess.run([sys.executable, "-m", "headscope", "neuron", str(d), "3", "--text", str(tmp_path / "t.txt")],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith("headscope: error: the tokenizer failed on this text")
