@@ -49,7 +49,7 @@ def config_from_hf(hf: dict) -> Config:
     d = size(hf, "hidden_size")
     if not flag(hf, "do_layer_norm_before", True):
         raise HeadscopeError("unsupported config: do_layer_norm_before false (post-LN OPT, e.g. opt-350m)")
-    if hf.get("word_embed_proj_dim", d) != d:
+    if hf.get("word_embed_proj_dim") not in (None, d):          # null: hidden_size, as transformers reads it
         raise HeadscopeError(f"unsupported config: word_embed_proj_dim {hf['word_embed_proj_dim']} ≠ hidden_size "
                              f"{d} (OPT's project_in/project_out, e.g. opt-350m)")
     for key, ok in (("enable_bias", True), ("layer_norm_elementwise_affine", True),
