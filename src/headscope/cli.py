@@ -86,6 +86,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("headscope: interrupted", file=sys.stderr)
         return 130
+    except OSError as e:
+        # disk full, file-size limit, quota, read-only file system: the output rule kept the earlier output
+        # whole (temporary + rename); report it in one line
+        if e.errno not in _WRITE_ERRNOS:
+            raise
+        where = f" {e.filename}" if e.filename else ""
+        print(f"headscope: error: cannot write{where}: {e.strerror} (an earlier output, if any, is unchanged)",
+              file=sys.stderr)
+        return 2
     except BaseException as e:
         # a panic inside a Rust extension (tokenizers: a tokenizer.json whose pre-tokenizer regex backtracks
         # catastrophically fails with Onig's retry limit) arrives as pyo3's PanicException, a BaseException
@@ -95,15 +104,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"headscope: error: the tokenizer failed on this text (a panic in a Rust extension: {msg}); a "
               "tokenizer.json whose pre-tokenizer regex backtracks catastrophically does this — fix or replace "
               "that regex", file=sys.stderr)
-        return 2
-    except OSError as e:
-        # disk full, file-size limit, quota, read-only file system: the output rule kept the earlier output
-        # whole (temporary + rename); report it in one line
-        if e.errno not in _WRITE_ERRNOS:
-            raise
-        where = f" {e.filename}" if e.filename else ""
-        print(f"headscope: error: cannot write{where}: {e.strerror} (an earlier output, if any, is unchanged)",
-              file=sys.stderr)
         return 2
 
 
