@@ -217,3 +217,26 @@ def test_a_tokenizer_regex_that_backtracks_catastrophically_ends_in_headscope_er
     assert r.returncode == 2, r.stderr
     assert "Traceback" not in r.stderr, r.stderr
     assert r.stderr.strip().splitlines()[-1].startswith("headscope: error: the tokenizer failed on this text")
+
+
+def test_a_reused_file_over_the_cap_is_never_read(tmp_path, monkeypatch):
+    """OutputDir.verified: a file headscope hashed, since replaced by a 3 GiB (sparse) one, is refused from its size
+    before a byte is read (a report's 3 GiB data/atlas.json used to be read whole, 5 GB); an edited file is refused
+    by its hash; the file as written is returned."""
+    from headscope._atomic import OutputDir
+
+    with OutputDir(tmp_path / "out", "m.json") as odir:
+        odir.write("m.json", "{}")
+        odir.write("data/a.json", '{"key": 1}', record_hash=True)
+    with OutputDir(tmp_path / "out", "m.json") as odir:
+        assert odir.verified("data/a.json", 1 << 20) == b'{"key": 1}'
+        (tmp_path / "out/data/a.json").write_text('{"key": 2}')
+        assert odir.verified("data/a.json", 1 << 20) is None
+        with open(tmp_path / "out/data/a.json", "wb") as f:
+            f.truncate(3 << 30)
+        reads = []
+        real = os.read
+        monkeypatch.setattr(os, "read", lambda fd, n: reads.append(n) or real(fd, n))
+        assert odir.verified("data/a.json", 64 << 20) is None
+        assert reads == []
+        assert odir.verified("m.json", 1 << 20) is None                   # written without a hash: never "proven"
