@@ -96,6 +96,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"headscope: error: cannot write{where}: {e.strerror} (an earlier output, if any, is unchanged)",
               file=sys.stderr)
         return 2
+    except BaseException as e:
+        # a panic inside a Rust extension (tokenizers: a tokenizer.json whose pre-tokenizer regex backtracks
+        # catastrophically fails with Onig's retry limit) arrives as pyo3's PanicException, a BaseException
+        if type(e).__name__ != "PanicException":
+            raise
+        msg = (str(e).splitlines() or ["no message"])[0]
+        print(f"headscope: error: the tokenizer failed on this text (a panic in a Rust extension: {msg}); a "
+              "tokenizer.json whose pre-tokenizer regex backtracks catastrophically does this — fix or replace "
+              "that regex", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -74,6 +74,16 @@ def read_corpus(paths: str | os.PathLike | Sequence[str | os.PathLike], *,
     return out
 
 
+#: the default window length for a model of long context: one window's attention patterns take
+#: h × n² floats (n_ctx 131072: 64 GB per head-layer batch); GPT-2 (1024) and its peers are below it
+DEFAULT_WINDOW = 2048
+
+
+def default_window(model) -> int:
+    """The window length :func:`windows` cuts texts into by default: n_ctx, at most :data:`DEFAULT_WINDOW`."""
+    return min(model.cfg.n_ctx, DEFAULT_WINDOW)
+
+
 def check_window(model, n_ctx: int) -> int:
     """`n_ctx`, a window length in 2..the model's n_ctx; refused otherwise."""
     if not 2 <= n_ctx <= model.cfg.n_ctx:
@@ -91,11 +101,11 @@ def windows(
     """Token windows ``[BOS] + tokens`` (1-D int64 tensors of length ≤ n_ctx).
 
     `texts` holds strings or ``(name, text)`` pairs (as :func:`read_corpus` returns);
-    `n_ctx` defaults to the model's; `max_windows` keeps the first windows only;
+    `n_ctx` defaults to the model's, at most :data:`DEFAULT_WINDOW`; `max_windows` keeps the first windows only;
     `stride` (default n_ctx − 1: disjoint windows) is the step between window starts,
     smaller for overlapping windows.
     """
-    n_ctx = check_window(model, model.cfg.n_ctx if n_ctx is None else n_ctx)
+    n_ctx = check_window(model, default_window(model) if n_ctx is None else n_ctx)
     if max_windows is not None and max_windows < 1:
         raise HeadscopeError(f"max_windows: expected ≥ 1, got {max_windows}")
     stride = n_ctx - 1 if stride is None else int(stride)

@@ -192,7 +192,7 @@ def test_padding_rows_and_bos(tmp_path):
     model = headscope.load(d)
     assert (model.cfg.d_vocab, len(model.tokenizer)) == (320, N_TOKENS)
     assert model.bos == {"token": "<|endoftext|>", "id": 0, "source": "gpt_neox convention",
-                         "prepended_by_tokenizer": False}
+                         "prepended_by_tokenizer": False, "padding_row": False}
     _, d = build("opt", tmp_path)
     assert headscope.load(d).bos["token"] == "</s>" and headscope.load(d).bos_id == 2
     _, d = build("llama", tmp_path)

@@ -92,3 +92,12 @@ def test_gemma2_config_and_processing():
     assert softcap_caveat(llama) is None
     with pytest.raises(HeadscopeError, match="attention biases"):
         read_config(GEMMA2_2B | {"attention_bias": True})
+
+
+def test_opt_word_embed_proj_dim_null_means_hidden_size():
+    """transformers reads word_embed_proj_dim null as hidden_size (no projection); it was refused as "None ≠ hidden_size"."""
+    from headscope.core.families import read_config
+
+    hf = {"model_type": "opt", "hidden_size": 24, "num_hidden_layers": 2, "num_attention_heads": 3, "ffn_dim": 40,
+          "max_position_embeddings": 37, "vocab_size": 304, "word_embed_proj_dim": None}
+    assert read_config(hf)[1].d_model == 24

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 import math
 import os
 import sys
@@ -14,6 +16,20 @@ from ..core.entry import load
 from ..core.model import Model
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def int_at_least(low: int, what: str = "an integer"):
+    """An argparse type: an integer ≥ `low`, so a bad value is refused before the model loads."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what} ≥ {low}, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected {what} ≥ {low}, got {value}")
+        return value
+    parse.__name__ = "integer"
+    return parse
 
 
 def load_model(args) -> Model:

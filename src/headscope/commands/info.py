@@ -26,6 +26,9 @@ def run(args) -> int:
         f"d_mlp        {c['d_mlp']}   d_vocab {c['d_vocab']}   n_ctx {c['n_ctx']}   act {c['act_fn']}",
         f"parameters   {d['n_parameters']:,}",
         f"dtype        {d['dtype']}",
+        f"bos          {d['bos']['token']!r} (id {d['bos']['id']}, {d['bos']['source']})"
+        + ("; WARNING: not a token of the tokenizer — an embedding padding row, most likely untrained"
+           if d["bos"]["padding_row"] else ""),
         "processing   " + ", ".join(k for k, v in d["processing_default"].items() if v) + " (default for analyses)",
     ] + [f"{label:<12} {value}" for label, value in architecture(c, d["bos"])])
     emit(args, d, text)

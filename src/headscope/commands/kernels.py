@@ -30,7 +30,7 @@ from ..layer0.kernels import DEFAULT_RULE, RULES, analyse_kernels
 from ..layer0.split import SEED_QUERY
 from ..report.views import kernels as V
 from ..shipped import sample_corpus
-from .args import emit, load_model
+from .args import emit, int_at_least, load_model
 
 OUT_MARKER = "kernels.json"
 
@@ -44,7 +44,8 @@ def add_arguments(p):
     p.add_argument("--window", type=int, default=None, help="window length in tokens (BOS included); default n_ctx")
     p.add_argument("--query", default=None, help="query token for the kernels; default ' the'")
     p.add_argument("--c", default=None, help="'measured' (default), 'gpt2' (3.5) or a positive number")
-    p.add_argument("--n-ref", type=int, default=None, help="reference query position; default 255 (capped at n_ctx-1)")
+    p.add_argument("--n-ref", type=int_at_least(1, "a query position"), default=None,
+                   help="reference query position, 1..n_ctx-1; default 255 (capped at n_ctx-1)")
     p.add_argument("--rule", default=None, choices=RULES,
                    help="category rule: 'shape' (default: fitted decay length at several n, position 0 left out) "
                         "or 'width' (effective width 1/Σpos² at n_ref)")

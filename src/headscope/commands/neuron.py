@@ -21,13 +21,13 @@ from .._input import read_text_file
 from ..layer0.neurons import neuron_trace
 from ..report import html as H
 from ..report.views import neuron as V
-from .args import emit, load_model
+from .args import emit, int_at_least, load_model
 from .circuit_args import add_calibration_arguments, circuit_from_args
 
 
 def add_arguments(p):
     p.add_argument("model", help="hub id (gpt2, …) or checkpoint directory")
-    p.add_argument("neuron", type=int, help="layer-0 MLP neuron index")
+    p.add_argument("neuron", type=int_at_least(0, "a neuron index"), help="layer-0 MLP neuron index")
     p.add_argument("--text", nargs="+", required=True, metavar="FILE", help="UTF-8 text files")
     add_calibration_arguments(p)
     p.add_argument("--out", metavar="HTML", help="write a token heatmap (HTML)")

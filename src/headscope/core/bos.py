@@ -47,8 +47,16 @@ TABLE: dict[str, tuple[tuple[str, ...], bool]] = {
 
 
 def bos(tokenizer, family: str, d_vocab: int, config_bos: int | None = None) -> dict:
-    """The BOS record of a model: token, id, how it was chosen and whether the family's own
-    tokenizer prepends it (module docstring)."""
+    """The BOS record of a model: token, id, how it was chosen, whether the family's own
+    tokenizer prepends it, and ``padding_row``: whether the id is no token of the tokenizer (an
+    embedding row past its vocabulary, added as padding and most likely never trained)."""
+    record = _choose(tokenizer, family, d_vocab, config_bos)
+    ids = set(tokenizer.get_vocab().values())
+    record["padding_row"] = record["id"] not in ids
+    return record
+
+
+def _choose(tokenizer, family: str, d_vocab: int, config_bos: int | None) -> dict:
     candidates, own = TABLE.get(family, TABLE["gpt2"])
     vocab = tokenizer.get_vocab()
     for token in candidates:

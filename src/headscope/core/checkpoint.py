@@ -190,10 +190,14 @@ class Checkpoint:
         files = self.source.files
         if not files:
             raise HeadscopeError("weights held in memory have no file fingerprint")
+        self.source.check_unchanged()           # the files this model loaded, before and after hashing
         if len(files) == 1:
-            return file_sha256(files[0])
-        lines = "".join(f"{file_sha256(p)}  {p.name}\n" for p in sorted(files, key=lambda p: p.name))
-        return hashlib.sha256(lines.encode("utf-8")).hexdigest()
+            digest = file_sha256(files[0])
+        else:
+            lines = "".join(f"{file_sha256(p)}  {p.name}\n" for p in sorted(files, key=lambda p: p.name))
+            digest = hashlib.sha256(lines.encode("utf-8")).hexdigest()
+        self.source.check_unchanged()
+        return digest
 
     def check_values(self) -> None:
         """Stream once through the weights: every value finite; an lm_head equal to wte is a tie.

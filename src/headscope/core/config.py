@@ -154,6 +154,10 @@ class Config:
         eps = self.ln_eps
         if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps <= 0:
             raise HeadscopeError(f"config: layer_norm_epsilon must be a finite positive number, got {_show(eps)}")
+        if eps < 1.1754943508222875e-38:         # float32's smallest normal number: below it, var + eps of a zero
+            raise HeadscopeError(                # residual (a zero embedding row) rounds to 0 and normalises as 0/0
+                f"config: the norm epsilon (layer_norm_epsilon, layer_norm_eps or rms_norm_eps) is {eps:g}: expected "
+                "at least 1.18e-38 (float32's smallest normal number), or a zero residual normalises as 0/0 = NaN")
         for name in ("scale_attn_by_inverse_layer_idx", "scale_attn_weights"):
             if not isinstance(getattr(self, name), bool):
                 raise HeadscopeError(f"config: {name} must be true or false, got {_show(getattr(self, name))}")

@@ -89,6 +89,11 @@ def from_transformers(hf_model, *, device="cpu", dtype: torch.dtype = torch.floa
     hf = config.to_dict()
     family, cfg = read_config(hf)
     state = hf_model.state_dict()                # detached by the state-dict source
+    meta = sorted(k for k, v in state.items() if isinstance(v, torch.Tensor) and v.device.type == "meta")
+    if meta:                                     # shapes without values: nothing to read
+        raise HeadscopeError(f"the model's weights are on the meta device (shapes without values, e.g. built "
+                             f"under init_empty_weights or torch.device('meta')): {meta[0]} and {len(meta) - 1} "
+                             "more; load its weights (from_pretrained, to_empty + load_state_dict) first")
     ckpt = state_dict_checkpoint(state, cfg, family=family, tie_word_embeddings=family.tied(hf),
                                  where="model in memory")
     ckpt.check_values()                          # finite, and inside the float32 bound (as a checkpoint on disk)

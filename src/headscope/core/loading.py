@@ -9,6 +9,7 @@ returns a :class:`Model` whose weights are built on demand.
 from __future__ import annotations
 
 import os
+import re
 
 import torch
 
@@ -19,7 +20,7 @@ from .config import read_hf_config
 from .families import read_config
 from .hub import resolve
 from .model import Model
-from .sources import FLOAT_DTYPES
+from .sources import FLOAT_DTYPES, open_source
 from .tokenizer import check_tokenizer, load_tokenizer
 
 def load_checkpoint(
@@ -40,13 +41,34 @@ def load_checkpoint(
     directory, source = resolve(model, revision)
     refuse_unfinished(directory)        # never a half-committed mix of two outputs
     hf = read_hf_config(directory / "config.json")
+    files = open_source(directory)      # the weight files' headers: what every size in config.json must fit
+    check_layers_present(hf, files, directory)
     family, cfg = read_config(hf)
-    ckpt = Checkpoint.open(directory, cfg, family=family, tie_word_embeddings=family.tied(hf))
+    ckpt = Checkpoint(files, cfg, family=family, tie_word_embeddings=family.tied(hf), where=str(directory))
     tokenizer = load_tokenizer(directory, cfg.family)
     check_tokenizer(tokenizer, cfg.d_vocab, directory, cfg.family)
     ckpt.check_values()
     return Model(cfg=cfg, checkpoint=ckpt, tokenizer=tokenizer, source=source, directory=directory,
                  device=torch.device(device), dtype=dtype, config_bos=hf.get("bos_token_id"))
+
+
+#: the keys that give the number of layers (GPT-2; GPT-Neo; Pythia, OPT, Llama, Qwen2)
+_LAYER_KEYS = ("n_layer", "num_layers", "num_hidden_layers")
+_FEW_LAYERS = 1 << 12        #: layer counts cheap to check tensor by tensor
+_LAYER_INDEX = re.compile(r"(?:^|\.)(?:h|layers)\.(\d{1,10})\.")
+
+
+def check_layers_present(hf: dict, source, directory) -> None:
+    """Refuse (one line) a config.json whose number of layers passes the layers the weight files hold,
+    before anything is allocated per layer (2³¹ − 1 layers used to take gigabytes before any check)."""
+    present = {int(m.group(1)) for key in source.infos if (m := _LAYER_INDEX.search(key))}
+    n = max(present) + 1 if present else 0
+    for key in _LAYER_KEYS:
+        value = hf.get(key)
+        # a few more layers than the files hold get the checkpoint's own message (the missing tensor, named)
+        if isinstance(value, int) and not isinstance(value, bool) and value > max(n, _FEW_LAYERS):
+            raise HeadscopeError(f"config.json has {key} {value}, but the weight files in {directory} hold "
+                                 f"{n} layer{'s' if n != 1 else ''}: expected {key} at most {n}")
 
 
 def check_dtype(dtype) -> None:

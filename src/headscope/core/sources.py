@@ -73,6 +73,30 @@ class Source:
     def open(self) -> contextlib.AbstractContextManager[Callable[[str], torch.Tensor]]:
         raise NotImplementedError
 
+    def pin(self) -> None:
+        """Remember what each weight file is now (device, inode, size, modification time)."""
+        self._pins = {path: _identity(path) for path in self.files}
+
+    def check_unchanged(self) -> None:
+        """Refuse (one line) to read a weight file that is not the one pinned at load.
+
+        A model reads its files lazily; a checkpoint re-planted or rewritten in place while it
+        is in memory would otherwise mix two checkpoints (raw weights new, processed weights
+        and config old). One model object sees one checkpoint.
+        """
+        for path, pinned in getattr(self, "_pins", {}).items():
+            if _identity(path) != pinned:
+                raise HeadscopeError(f"checkpoint file {path} changed after the model was loaded (replaced or "
+                                     "rewritten); a loaded model reads only the checkpoint it loaded: load it again")
+
+
+def _identity(path: Path) -> tuple | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
 
 def _corrupt(path: Path, e: Exception) -> HeadscopeError:
     return HeadscopeError(f"{path} is truncated or corrupt: {(str(e).splitlines() or [type(e).__name__])[0]}")
@@ -83,6 +107,7 @@ class _SafetensorsSource(Source):
         self.directory = directory
         self.layout = "safetensors" if weight_map is None else "sharded"
         self.files = tuple(directory / n for n in sorted(names))
+        self.pin()
         self.infos, self.key_file = {}, {}
         for path in self.files:
             try:
@@ -114,6 +139,7 @@ class _SafetensorsSource(Source):
                 name = self.key_file[key]
                 try:
                     if name not in handles:
+                        self.check_unchanged()
                         handles[name] = stack.enter_context(safe_open(str(self.directory / name), "pt"))
                     return handles[name].get_tensor(key)
                 except (SafetensorError, OSError, ValueError, RuntimeError) as e:
@@ -149,6 +175,7 @@ class _BinSource(Source):
     def __init__(self, path: Path):
         self.path = path
         self.files = (path,)
+        self.pin()
         self.zip = zipfile.is_zipfile(path)
         state = _torch_load(path, mmap=self.zip)
         self.infos = {k: (_dtype_name(v.dtype), tuple(v.shape)) for k, v in state.items()}
@@ -156,6 +183,8 @@ class _BinSource(Source):
 
     @contextlib.contextmanager
     def open(self) -> Iterator[Callable[[str], torch.Tensor]]:
+        if self._state is None:
+            self.check_unchanged()
         state = self._state if self._state is not None else _torch_load(self.path, mmap=True)
         yield state.__getitem__
 

@@ -338,9 +338,9 @@ def analyse_kernels(
     cfg = weights.cfg
     q_id = layer0.token_id(model, query)
     c_value, c_source = layer0.resolve_c(weights, c)
-    n = min(N_REF if n_ref is None else n_ref, cfg.n_ctx - 1)
-    if n < 1:
-        raise HeadscopeError(f"n_ref: expected 1..{cfg.n_ctx - 1}, got {n}")
+    n = min(N_REF, cfg.n_ctx - 1) if n_ref is None else n_ref    # the default is capped; a given n_ref is checked
+    if not 1 <= n <= cfg.n_ctx - 1:
+        raise HeadscopeError(f"--n-ref: expected a query position in 1..{cfg.n_ctx - 1} (n_ctx − 1), got {n}")
 
     kern = layer0.positional_kernel(weights, q_id, n, c_value)                   # [h n+1]
     cats = kernel_categories(weights, q_id, c_value, n, rule_name, kern=kern)

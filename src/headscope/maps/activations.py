@@ -16,6 +16,7 @@ from typing import Callable, Iterable, Sequence
 import torch
 
 from .._errors import NotApplicable
+from ..corpus import default_window
 from ..core.forward import run_with_cache
 from ..core.model import Model
 from ..shipped import Text
@@ -44,7 +45,7 @@ def activation_profile(model: Model, texts: Sequence[Text], *, neurons: Sequence
     """The module docstring's statistics of MLP0 neurons on `texts`."""
     cfg = model.cfg
     W = model.weights()
-    toks = [model.to_tokens(t.text)[: cfg.n_ctx] for t in texts]
+    toks = [model.to_tokens(t.text)[: default_window(model)] for t in texts]     # one window, ≤ 2048 tokens
     pres = []
     for t in (progress or iter)(toks):
         cache = run_with_cache(W, t[None], ["blocks.0.mlp.hook_pre"], stop_at_layer=1)

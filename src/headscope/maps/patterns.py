@@ -25,6 +25,7 @@ from typing import Callable, Iterable, Sequence
 import torch
 
 from .._errors import NotApplicable
+from ..corpus import default_window
 from ..core.forward import run_with_cache
 from ..core.model import Model
 from ..shipped import Text
@@ -123,7 +124,8 @@ def attention_summary(model: Model, texts: Sequence[Text], layers: Sequence[int]
     if not layers:
         raise NotApplicable(f"attention summary: the model has layers 0..{cfg.n_layers - 1}, none of {asked}")
     W = model.weights()
-    toks = [model.to_tokens(t.text)[: cfg.n_ctx] for t in texts]
+    # the first window of each text, at most 2048 tokens (corpus.default_window): a pattern is h × n² floats
+    toks = [model.to_tokens(t.text)[: default_window(model)] for t in texts]
     P = min(max_positions, min(len(t) for t in toks))
     D = min(max_positions, max(len(t) for t in toks))                              # every offset d < D is reached
     if D < 2:

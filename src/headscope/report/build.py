@@ -29,6 +29,7 @@ from typing import Sequence
 from .._version import __version__
 from .._atomic import OutputDir, read_small_file, refuse_foreign_dir
 from .._errors import HeadscopeError, NotApplicable
+from .._input import max_input_bytes
 from .._json import NOT_APPLICABLE, dumps, is_not_applicable, not_applicable
 from .._memory import peak_rss_mb, rss_mb
 from ..core.weights import Processing
@@ -150,7 +151,9 @@ def _build(model, out: Path, odir: OutputDir, options: ReportOptions, inputs, st
         key, parts = stage_key(stage, model, options, inputs, keys)
         path = data_path(out, stage)
         t0, c0 = time.perf_counter(), time.process_time()
-        data = read_cached(path, key) if options.use_cache else None
+        rel = path.relative_to(out).as_posix()
+        # reused only as this run would write it: its key, and the hash the manifest recorded (no hand edit)
+        data = read_cached(odir.verified(rel, max_input_bytes()), key) if options.use_cache else None
         raw = None
         cached = data is not None
         if data is None:
@@ -162,7 +165,7 @@ def _build(model, out: Path, odir: OutputDir, options: ReportOptions, inputs, st
             if not isinstance(raw, dict):
                 raise TypeError(f"stage {stage.name}: compute must return a dict, got {type(raw).__name__}")
             data = json.loads(dumps(raw))  # what is saved is exactly what later stages see
-            odir.write(path.relative_to(out).as_posix(), document(stage, key, parts, data))
+            odir.write(rel, document(stage, key, parts, data), record_hash=True)
         elif options.progress:
             print(f"[{i + 1}/{len(stages)}] {stage.name}: cached ({path.name})", file=sys.stderr)
         results[stage.name] = data

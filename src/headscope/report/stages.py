@@ -33,7 +33,6 @@ from typing import Any, Iterable, Sequence
 
 from tqdm.auto import tqdm
 
-from .._atomic import read_small_file
 from .._errors import HeadscopeError
 from .._json import clean, dumps
 from ..shipped import Text
@@ -228,14 +227,14 @@ def data_path(out: Path, stage: Stage) -> Path:
     return Path(out) / "data" / f"{stage.name}.json"
 
 
-def read_cached(path: Path, key: str) -> dict | None:
-    """The saved data of a stage if `path` holds the same key, else None."""
-    raw = read_small_file(path, limit=1 << 40)   # a regular file (a FIFO there is ignored, never opened to block)
+def read_cached(raw: bytes | None, key: str) -> dict | None:
+    """The saved data of a stage if `raw` (the bytes of its data file, proven unedited by the
+    manifest's hash: :meth:`headscope._atomic.OutputDir.verified`) holds the same key, else None."""
     try:
         doc = json.loads(raw.decode("utf-8")) if raw is not None else None
     except (ValueError, RecursionError):
         return None
-    if not isinstance(doc, dict) or doc.get("key") != key or "data" not in doc:
+    if not isinstance(doc, dict) or doc.get("key") != key or not isinstance(doc.get("data"), dict):
         return None
     return doc["data"]
 

@@ -44,7 +44,11 @@ def _layers(hf: dict, n_layers: int) -> list[str]:
     layers = hf.get("attention_layers")
     if "attention_types" in hf or layers is None:
         types = hf.get("attention_types", [[["global"], n_layers]])
-        try:
+        try:           # counted before it is expanded: [[["global", "local"], 10**9]] is 2·10⁹ layers
+            total = sum(len(kinds) * n for kinds, n in types if isinstance(n, int) and isinstance(kinds, list))
+            if total > n_layers:
+                raise HeadscopeError(f"config: attention_types expand to {total} layers, expected {n_layers} "
+                                     "(num_layers)")
             expanded = [kind for kinds, n in types for _ in range(n) for kind in kinds]
         except (TypeError, ValueError):
             raise HeadscopeError(f"config: attention_types must be [[kinds, repeat], …], got {_show(types)}") from None
