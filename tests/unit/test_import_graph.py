@@ -25,7 +25,7 @@ import pytest
 SRC = Path(__file__).resolve().parents[2] / "src"
 PKG = SRC / "headscope"
 
-ANALYSES = ("headscope.layer0", "headscope.semantic", "headscope.maps", "headscope.reproduce")
+ANALYSES = ("headscope.layer0", "headscope.semantic", "headscope.maps", "headscope.reproduce", "headscope.claims")
 PRESENTATION = ("headscope.report", "headscope.commands", "headscope.cli", "headscope.__main__")
 
 
