@@ -210,3 +210,15 @@ def test_query_dependence_is_over_every_kernel():
     w5 = types.SimpleNamespace(kernels=head_kernels(query_tv=tvs5), circuit=w.circuit)
     assert R._query_dependence(CLAIMS["query_dependence"], SEED, w)[3] is True
     assert R._query_dependence(CLAIMS["query_dependence"], SEED, w5)[3] is False
+
+
+def test_nulls_are_seeded_and_never_write_a_non_finite_number():
+    g = torch.Generator().manual_seed(5)
+    U, V = (torch.randn(96, 8, generator=g, dtype=torch.float64) for _ in range(2))
+    assert N.form_null(U, V, "k", centred=True) == N.form_null(U, V, "k", centred=True)
+    assert N.form_null(U, V, "k", centred=True) != N.form_null(U, V, "other", centred=True)
+    c = N.compare(float("inf"), [1.0, 2.0, float("inf")], statistic="loss", null="n", direction="below", margin=2.0,
+                  margin_kind="ratio")
+    assert not c.clears and c.to_dict()["measured"] is None and c.n_draws == 2
+    with pytest.raises(R.NotApplicable, match="no finite draw"):
+        N.compare(1.0, [float("nan")], statistic="s", null="n", direction="above", margin=0.1)

@@ -28,6 +28,7 @@ from typing import Sequence
 
 import torch
 
+from .._errors import NotApplicable
 from ..core.model import Model
 from ..core.weights import Weights
 from ..stats import null_tail
@@ -173,7 +174,9 @@ class NullComparison:
     null_passes: float | None = None    # share of the draws that pass the row's own tolerance
 
     def to_dict(self) -> dict:
-        return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in dataclasses.asdict(self).items()}
+        """Floats to 6 decimals; a non-finite one (a loss of +∞) as None, never NaN or inf in JSON."""
+        return {k: ((round(v, 6) if math.isfinite(v) else None) if isinstance(v, float) else v)
+                for k, v in dataclasses.asdict(self).items()}
 
     def text(self) -> str:
         pct = "p95" if self.direction == "above" else "p5"
@@ -190,6 +193,8 @@ def compare(measured: float, draws: Sequence[float], *, statistic: str, null: st
     unexplained share at most 1/margin of the null's."""
     if margin_kind not in MARGINS:
         raise ValueError(f"compare: expected margin_kind in {MARGINS}, got {margin_kind!r}")
+    if not any(math.isfinite(float(d)) for d in draws):
+        raise NotApplicable(f"the null of {statistic} has no finite draw")
     med, tail = null_tail(draws, direction)
     up = direction == "above"
     if margin_kind == "diff":
