@@ -117,3 +117,51 @@ def roc_auc(scores: Sequence[float], labels: Sequence[bool]) -> float | None:
         return None
     wins = sum((p > n) + 0.5 * (p == n) for p in pos for n in neg)
     return wins / (len(pos) * len(neg))
+
+
+def null_tail(draws: Sequence[float], direction: str) -> tuple[float, float]:
+    """(median, the 95th percentile in the claim's direction) of a null's finite draws.
+
+    ``direction`` "above": the claim's statistic is large, the tail is the 95th percentile;
+    "below": it is small, the tail is the 5th percentile (the 95th of −x). Linear
+    interpolation between order statistics (``torch.quantile``)."""
+    if direction not in ("above", "below"):
+        raise ValueError(f"null_tail: expected direction 'above' or 'below', got {direction!r}")
+    x = torch.tensor([float(v) for v in draws], dtype=torch.float64)
+    x = x[torch.isfinite(x)]
+    if x.numel() == 0:
+        raise ValueError("null_tail: expected at least one finite draw, got none")
+    q = 0.95 if direction == "above" else 0.05
+    return float(x.median()), float(torch.quantile(x, q))
+
+
+def sign_flip_means(d: Tensor, n_max: int = 4096, seed: int = 0) -> Tensor:
+    """The means of ``s ⊙ d`` over sign vectors s ∈ {±1}^n: the paired permutation null of mean(d).
+
+    Every one of the 2ⁿ sign vectors when 2ⁿ ≤ n_max (exact, in a fixed order), else n_max
+    seeded draws. Under the null that each paired difference is as likely negative as
+    positive, mean(d) is one draw of this distribution."""
+    d = d.reshape(-1).double()
+    n = d.numel()
+    if n == 0:
+        raise ValueError("sign_flip_means: expected at least one difference, got none")
+    if 2 ** n <= n_max:
+        bits = torch.arange(2 ** n).unsqueeze(1).bitwise_right_shift(torch.arange(n)).bitwise_and(1)   # [2ⁿ n]
+        signs = 1.0 - 2.0 * bits.double()
+    else:
+        g = torch.Generator().manual_seed(seed)
+        signs = 1.0 - 2.0 * torch.randint(0, 2, (n_max, n), generator=g).double()
+    return (signs * d).mean(-1)
+
+
+def hypergeometric_quantiles(V: int, k: int, q: float = 0.95) -> tuple[int, int]:
+    """(median, q-quantile) of the overlap of a uniformly random k-subset of V items with a fixed
+    k-subset (hypergeometric, exact): the overlap a selection that knows nothing of the other gets."""
+    total, acc, med = math.comb(V, k), 0, None
+    for x in range(k + 1):
+        acc += math.comb(k, x) * math.comb(V - k, k - x)
+        if med is None and 2 * acc >= total:
+            med = x
+        if acc >= q * total:
+            return med, x
+    return med, k

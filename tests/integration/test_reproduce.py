@@ -65,7 +65,11 @@ def test_planted_checkpoint_passes_every_claim(planted_json, planted_manifest):
     assert all(r["passed"] is True or (r["passed"] is None and "no verdict" in r["note"]) for r in d["rows"]), \
         [r for r in d["rows"] if r["passed"] is not True]
     assert {r["id"] for r in d["rows"] if r["passed"] is None} == {"denominator_vs_local", "denominator_decay",
-                                                                   "key_split_vs_crude"}
+                                                                   "key_split_vs_crude", "mostly_local"}
+    # issue 32: every planted mechanism clears its null; each row says what it was compared with
+    for rid in ("position_independence", "negative_eigenvalues", "neuron_704_texts", "tv_contextual",
+                "contextual_heads", "neuron_704_top", "neuron_704_bottom"):
+        assert rows_null(d)[rid]["clears"] is True and rows_null(d)[rid]["median"] is not None, rid
     assert all(r["source"] and r["rejects"] for r in d["rows"])
     rows = {r["id"]: r for r in d["rows"]}
     # the new rows of issue 22 measure something on the planted checkpoint
@@ -112,6 +116,10 @@ def test_planted_checkpoint_passes_every_claim(planted_json, planted_manifest):
     assert det["survey_seed_top5"]["prompts"]["length"] == 255
 
 
+def rows_null(d: dict) -> dict:
+    return {r["id"]: r["null"] for r in d["rows"]}
+
+
 def test_rerun_is_byte_identical_and_out_file_matches(planted_json, planted_dir, tmp_path, capsys):
     code, out = run(capsys, "reproduce", "--model", planted_dir, "--json", "--out", tmp_path / "claims.json")
     assert code == 0
@@ -133,10 +141,13 @@ def test_tampered_manifest_fails_the_right_rows(planted_dir, tmp_path, capsys):
     assert code == 1 and not res["ok"]
     rows = {r["id"]: r for r in res["rows"]}
     failed = sorted(r["id"] for r in res["rows"] if r["passed"] is False)
-    # heads 9 and 10 share the claimed heads' kernel (contextual_heads), the automatic choice
+    # the claimed four heads are very similar (contextual_heads passes: the sentence claims no
+    # exclusivity, issue 32, though heads 9 and 10 share their kernel), the automatic choice
     # finds six heads (contextual_heads_auto), 6 and 8 stay the least stable (worst heads);
     # the downstream rows run on the claimed four heads and still pass
-    want = ["contextual_heads", "contextual_heads_auto", "denominator_worst_heads", "negative_eigenvalues"]
+    want = ["contextual_heads_auto", "denominator_worst_heads", "negative_eigenvalues"]
+    assert "nearest other head 9" in rows["contextual_heads"]["note"] or \
+        "nearest other head 10" in rows["contextual_heads"]["note"]
     assert failed == want
     assert rows["denominator_worst_heads"]["measured"] == [6, 8]
     assert rows["circuit_fidelity"]["passed"] and rows["n_contextual_neurons"]["passed"]
@@ -145,7 +156,7 @@ def test_tampered_manifest_fails_the_right_rows(planted_dir, tmp_path, capsys):
     # and the text table says FAIL on those rows
     fails = [line.split()[0] for line in text.splitlines() if line.rstrip().endswith("FAIL")]
     assert fails == want
-    assert f"{len(rows) - 7} pass, 4 fail, 3 without a verdict" in text
+    assert f"{len(rows) - 7} pass, 3 fail, 4 without a verdict" in text
 
 
 def test_without_manifest_the_seed_figures_are_the_reference(planted_dir, tmp_path, capsys):
@@ -158,8 +169,8 @@ def test_without_manifest_the_seed_figures_are_the_reference(planted_dir, tmp_pa
     assert res["reference"] == "seed (GPT-2 Small)" and code == 1
     assert rows["contextual_heads"]["published"] == [0, 2, 6, 8, 9, 10] and rows["contextual_heads"]["passed"]
     assert rows["contextual_heads_auto"]["passed"] and rows["denominator_worst_heads"]["passed"]
-    # the planted circuit is exact: r and FVU outside the published figures' band (another convention)
-    assert rows["circuit_fidelity"]["passed"] is False and rows["circuit_fidelity"]["measured"][0] > 0.99
+    # the planted circuit is closer than the published figures: a closer fit never fails (issue 32)
+    assert rows["circuit_fidelity"]["passed"] is True and rows["circuit_fidelity"]["measured"][0] > 0.99
     # the authors' 8 categories are mostly not planted: L1H5 is no clear outlier on them
     assert rows["survey_outlier"]["passed"] is False
     assert rows["n_contextual_neurons"]["measured"] == 4 and rows["n_contextual_neurons"]["passed"] is False

@@ -25,7 +25,8 @@ import pytest
 SRC = Path(__file__).resolve().parents[2] / "src"
 PKG = SRC / "headscope"
 
-ANALYSES = ("headscope.layer0", "headscope.semantic", "headscope.maps", "headscope.reproduce", "headscope.sweep")
+ANALYSES = ("headscope.layer0", "headscope.semantic", "headscope.maps", "headscope.reproduce", "headscope.claims",
+            "headscope.sweep")
 PRESENTATION = ("headscope.report", "headscope.commands", "headscope.cli", "headscope.__main__")
 
 

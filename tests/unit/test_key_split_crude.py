@@ -39,7 +39,10 @@ def test_row_rejects_the_crude_split(tiny):
     c = {x["id"]: x for x in R.seed_claims()["claims"]}["key_split_vs_crude"]
     ref = R.seed_reference(R.seed_claims())
     ctx = types.SimpleNamespace(heads=[0, 2, 6, 8, 9, 10])
-    good = {"seed": [0.03] * 12, "crude": [0.2] * 12, "c": 3.5, "n_windows": 7}
-    same = {"seed": [0.2] * 12, "crude": [0.2] * 12, "c": 3.5, "n_windows": 7}      # the crude split as the seed's
+    good = {"seed": [0.03] * 12, "crude": [0.2] * 12, "c": 3.5, "n_windows": 7,
+            "seed_w": [[0.03 + 0.001 * k] * 12 for k in range(7)], "crude_w": [[0.2] * 12] * 7}
+    same = {"seed": [0.2] * 12, "crude": [0.2] * 12, "c": 3.5, "n_windows": 7,        # the crude split as the seed's
+            "seed_w": [[0.2] * 12] * 7, "crude_w": [[0.2] * 12] * 7}
     for d, ok in ((good, True), (same, False)):
-        assert R._key_split_vs_crude(c, ref, types.SimpleNamespace(split_tv=d, circuit=(None, ctx)))[3] is ok
+        out = R._key_split_vs_crude(c, ref, types.SimpleNamespace(split_tv=d, circuit=(None, ctx)))
+        assert R.verdict(out[3], out[5])[0] is ok

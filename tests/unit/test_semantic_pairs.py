@@ -30,10 +30,12 @@ def run(tiny, monkeypatch, how):
     w = types.SimpleNamespace(model=types.SimpleNamespace(tokenizer=tiny.tokenizer, bos_id=tiny.bos_id,
                                                           weights=lambda: None))
     w._check_head = lambda: (1, 5)
+    w.semantic_null = [w.model]          # the null draws: the other 11 heads of the fake pattern (no attention)
     return R._semantic_pairs(C, SEED, w)
 
 
 def test_semantic_pairs(tiny, monkeypatch):
     row = run(tiny, monkeypatch, "partners")
     assert row[3] is True and row[1] == "cat: 1.000; red: 1.000; Monday: 1.000"
+    assert R.verdict(row[3], row[5]) == (True, "PASS") and row[5].n_draws == 12
     assert run(tiny, monkeypatch, "uniform")[3] is False

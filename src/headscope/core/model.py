@@ -64,6 +64,14 @@ class Model:
         other.processing = processing
         return other
 
+    def with_weights(self, weights: Weights) -> "Model":
+        """This model with other processed weights under its bound processing (a null draw, an
+        edit): shares the files and the tokenizer, not the caches of weights or derived views."""
+        other = copy.copy(self)
+        other._processed = {self.resolved_processing(): weights}
+        other._derived = {}
+        return other
+
     def resolved_processing(self, processing: Processing | None = None) -> Processing:
         """`processing` (default: the bound one, else the seed studies') with the options that are
         exact for this family only."""

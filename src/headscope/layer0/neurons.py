@@ -21,7 +21,7 @@ are *contextual*, reported with the tokens of largest and smallest score.
 
 **Threshold.** 5.0 is the seed's value for GPT-2 Small and is the default. On the
 planted checkpoint (seed 0, shipped calibration text, n = 1023) the four planted
-neurons score 7.5–8.6 and every other neuron ≤ 0.44 (variant ``paper``; ``scaled``
+neurons score 9.1–12.6 and every other neuron ≤ 0.645 (variant ``paper``; ``scaled``
 multiplies every score by 1/σ̄₂ ≈ 6.4) *provided the contextual heads' value dims beyond
 the planted features are zero*; 5.0 then separates them (the integration tests check
 precision and recall). While those dims still hold the base's
