@@ -300,3 +300,14 @@ def test_rotary_layer0_split_applies_or_refuses_with_the_reason(case, tmp_path):
     if case == "gemma2":                  # post-attention norm: MLP0 does not read the heads' outputs linearly
         with pytest.raises(NotApplicable, match="post-attention norm"):
             mlp_reads_attention(model.cfg, "contextual MLP0 neurons")
+
+
+def test_relative_kernel_refused_without_a_fixed_qk_form(tmp_path, capsys):
+    """OLMo 2's QK-norm leaves no fixed QK form: `headscope kernels` refuses the relative kernel in one line."""
+    from headscope.cli import main
+
+    _, d = build("olmo2", tmp_path, n_tokens=1024)
+    capsys.readouterr()
+    assert main(["kernels", str(d)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("headscope: error: ") and "QK-norm" in err[0], err

@@ -43,6 +43,7 @@ from jaxtyping import Float
 
 from .._errors import HeadscopeError
 from ..core import rotary
+from ..core.applicability import weight_circuits
 from ..core.forward import normalize
 from ..core.weights import Weights
 from . import kernels as K
@@ -112,6 +113,7 @@ class RelativeKernels:
 def relative_kernels(w: Weights, n_ref: int | None = None) -> RelativeKernels:
     """κ, peaks and categories of every layer-0 head of a rotary model (module docstring)."""
     cfg = w.cfg
+    weight_circuits(cfg, "the relative kernel (layer 0's mean query against its mean key)")
     kappa = relative_logits(w)                                                        # [h Δ]
     D = kappa.shape[1]
     n_ref = min(K.N_REF if n_ref is None else n_ref, D - 1)
