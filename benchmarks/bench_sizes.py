@@ -269,7 +269,7 @@ def table(res: dict) -> str:
 
 
 def rows(res: dict) -> list[dict]:
-    s, b = res["size"], res["baseline"]
+    s, b, r = res["size"], res["baseline"], res["report"]
     t, m = res["report_wall_s"], res["report_peak_mb"]
     return [
         {"name": f"{s} full report, wall", "measured": round(t, 1), "baseline": round(b["process_wall_s"], 1),
