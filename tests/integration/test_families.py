@@ -23,8 +23,8 @@ import torch
 import headscope
 from headscope._errors import HeadscopeError
 from headscope.core.forward import run_with_cache
-from headscope.core.weights import Processing
 from headscope.testing.hub import cache_directory
+from headscope.testing import assert_matches_transformers
 from headscope.testing.tokenizers import write_family_tokenizer
 
 transformers = pytest.importorskip("transformers")
@@ -144,12 +144,7 @@ def test_family_matches_transformers(case, tmp_path, offline_cache):
     model = headscope.load(repo)
     assert model.cfg.family == hf.config.model_type
     tokens = _tokens(model)
-    with torch.no_grad():
-        out = hf(tokens, output_attentions=True)
-    cache = run_with_cache(model.weights(Processing.none()), tokens)
-    torch.testing.assert_close(cache["logits"], out.logits, rtol=1e-5, atol=1e-5)
-    for l, att in enumerate(out.attentions):
-        torch.testing.assert_close(cache[f"blocks.{l}.attn.hook_pattern"], att, rtol=1e-5, atol=1e-6)
+    out = assert_matches_transformers(model, hf, tokens)
     # default processing (the options exact for this family) keeps the log-probabilities
     processed = run_with_cache(model.weights(), tokens, names=["logits"])
     torch.testing.assert_close(processed["logits"].log_softmax(-1), out.logits.log_softmax(-1), rtol=1e-4, atol=1e-4)

@@ -14,8 +14,7 @@ import torch
 
 import headscope
 from headscope._errors import HeadscopeError
-from headscope.core.forward import run_with_cache
-from headscope.core.weights import Processing
+from headscope.testing import assert_matches_transformers
 from headscope.testing.tokenizers import write_family_tokenizer
 
 transformers = pytest.importorskip("transformers")
@@ -93,12 +92,7 @@ def test_rope_settings_match_transformers(name, checkpoints, tmp_path):
     model = headscope.load(d)
     for n in (29, 12):                                  # longrope switches tables at its original length
         tokens = torch.arange(3, 3 + n)[None]
-        with torch.no_grad():
-            out = hf(tokens, output_attentions=True)
-        cache = run_with_cache(model.weights(Processing.none()), tokens)
-        torch.testing.assert_close(cache["logits"], out.logits, rtol=1e-5, atol=1e-5)
-        for l, att in enumerate(out.attentions):
-            torch.testing.assert_close(cache[f"blocks.{l}.attn.hook_pattern"], att, rtol=1e-5, atol=1e-6)
+        out = assert_matches_transformers(model, hf, tokens)
     # the written-back config.json reads the same in transformers
     saved = model.save(tmp_path / "saved")
     again = transformers.AutoModelForCausalLM.from_pretrained(saved, attn_implementation="eager").eval()
