@@ -98,8 +98,9 @@ def test_serial_run_writes_the_grid(serial_run):
 
 
 @contextmanager
-def dask_processes(env: dict, tmp: Path):
-    """`dask scheduler` + two `dask worker --no-nanny` on 127.0.0.1, random ports, one thread, no dashboard."""
+def dask_processes(env: dict, tmp: Path, workers: dict[str, list[str]] | None = None):
+    """`dask scheduler` + `dask worker --no-nanny`s on 127.0.0.1, random ports, no dashboard: `workers`
+    name → extra arguments (default: w1 and w2, one thread each)."""
     procs: list[subprocess.Popen] = []
     logs = open(tmp / "dask.log", "w")
     try:
@@ -111,18 +112,18 @@ def dask_processes(env: dict, tmp: Path):
         while not (sched.is_file() and sched.stat().st_size) and time.monotonic() < deadline:
             time.sleep(0.1)
         address = json.loads(sched.read_text())["address"]
-        workers = {}
-        for name in ("w1", "w2"):
-            workers[name] = subprocess.Popen(
-                [sys.executable, "-m", "dask", "worker", address, "--nthreads", "1", "--no-nanny", "--no-dashboard",
-                 "--host", "127.0.0.1", "--name", name, "--memory-limit", "4GiB"],
+        spawned = {}
+        for name, extra in (workers or {"w1": ["--nthreads", "1"], "w2": ["--nthreads", "1"]}).items():
+            spawned[name] = subprocess.Popen(
+                [sys.executable, "-m", "dask", "worker", address, "--no-nanny", "--no-dashboard",
+                 "--host", "127.0.0.1", "--name", name, "--memory-limit", "4GiB", *extra],
                 env=env, stdout=logs, stderr=subprocess.STDOUT)
-            procs.append(workers[name])
+            procs.append(spawned[name])
         from distributed import Client
 
         with Client(address, timeout=60) as c:
-            c.wait_for_workers(2, timeout=120)
-        yield address, workers
+            c.wait_for_workers(len(spawned), timeout=120)
+        yield address, spawned
     finally:
         for p in procs:
             if p.poll() is None:
@@ -232,4 +233,78 @@ def test_a_missing_revision_is_one_line_and_its_cells_are_marked(serial_run, hub
     d = json.loads((out / "sweep.json").read_text())
     assert [(c["revision"], c["status"]) for c in d["cells"]] == [("step0", "ok"), ("step5", "failed")]
     assert "tiny-org/alpha,step5,5,composition,,,,failed" in (out / "sweep.csv").read_text()
+    assert (out / d["cells"][0]["file"]).is_file() and not (out / d["cells"][1]["file"]).exists()
+
+
+def test_tasks_declare_their_memory_so_two_models_never_share_a_worker(hub_cache, tmp_path, monkeypatch, capsys):
+    """One `dask worker` with two threads whose MEMORY resource holds one task's declared need but not two:
+    it runs its tasks one at a time (polled from the worker itself; without the declaration, two at once)."""
+    import threading
+
+    from distributed import Client
+
+    from headscope.sweep.cluster import task_memory
+    from headscope.testing.hub import cached_snapshot
+
+    def running(dask_worker) -> int:                                # pickled by value: the worker runs it
+        return sum(str(ts.key).startswith("headscope-task") for ts in dask_worker.state.executing)
+
+    weights = sum(p.stat().st_size for p in cached_snapshot(hub_cache, "tiny-org/alpha").iterdir()
+                  if p.name.endswith(".safetensors"))
+    room = int(1.5 * task_memory(weights))                          # one task's need fits, two do not
+    offline(monkeypatch, hub_cache)
+    env = _env(hub_cache, tmp_path)
+    with dask_processes(env, tmp_path, {"w": ["--nthreads", "2", "--resources", f"MEMORY={room}"]}) as (address, _):
+        result: dict = {}
+        capsys.readouterr()
+        sweep = threading.Thread(target=lambda: result.setdefault("code", main(
+            ["sweep", "tiny-org/alpha", "--analyses", "survey,composition", "--revisions", "step0:2000:1000",
+             "--set", "survey.prompts=8", "--out", str(tmp_path / "out"), "--scheduler", address])))
+        sweep.start()
+        seen = []
+        try:
+            with Client(address, timeout=30) as c:
+                while sweep.is_alive():
+                    seen += c.run(running).values()
+                    time.sleep(0.02)
+        finally:
+            sweep.join(timeout=300)
+        err = capsys.readouterr().err
+    assert result.get("code") == 0, err
+    assert err.count(": computed") == 6, err
+    assert max(seen) == 1 and len(seen) > 20, seen                 # tasks seen running, never two at once
+
+
+@pytest.fixture(scope="module")
+def wide_model(hub_cache, tmp_path_factory) -> str:
+    """big-org/wide at step0 in the test's cache: one layer, d_model 1024 (218 MB of float32 weights), whose
+    task peaks near 1 GiB in a worker — over a 768 MiB limit, under which a tiny-org task stays (≈ 0.53 GiB)."""
+    from headscope.testing.hub import cache_directory, write_hub_checkpoint
+
+    d = tmp_path_factory.mktemp("wide") / "ckpt"
+    write_hub_checkpoint(d, n_layer=1, n_embd=1024, n_head=4, n_ctx=24, n_inner=36)
+    cache_directory(hub_cache, "big-org/wide", d, revision="step0")
+    return "big-org/wide"
+
+
+def test_a_task_killed_for_memory_is_reported_with_its_model_and_revision_and_the_rest_goes_on(
+        wide_model, hub_cache, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "mem"
+    offline(monkeypatch, hub_cache)
+    monkeypatch.setenv("PYTHONPATH", _env(hub_cache, tmp_path)["PYTHONPATH"])
+    capsys.readouterr()
+    code = main(["sweep", "tiny-org/alpha", wide_model, "--analyses", "composition", "--revisions", "step0",
+                 "--out", str(out), "--workers", "1", "--worker-memory", "768MiB"])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err, err
+    assert "memory limit 768.0 MiB per worker (--worker-memory)" in err, err
+    errors = [l for l in err.splitlines() if l.startswith("headscope: error:")]
+    assert len(errors) == 1, err
+    assert errors[0].startswith(f"headscope: error: {wide_model}@step0 composition: killed for memory — its "
+                                "worker exceeded its memory limit (RSS "), errors
+    d = json.loads((out / "sweep.json").read_text())
+    assert [(c["model"], c["revision"], c["status"]) for c in d["cells"]] == [
+        ("tiny-org/alpha", "step0", "ok"), (wide_model, "step0", "failed")]
+    assert "killed for memory" in d["cells"][1]["error"]
+    assert f"{wide_model},step0,0,composition,,,,failed" in (out / "sweep.csv").read_text()
     assert (out / d["cells"][0]["file"]).is_file() and not (out / d["cells"][1]["file"]).exists()

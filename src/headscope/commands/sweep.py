@@ -54,6 +54,9 @@ def add_arguments(p):
     g.add_argument("--workers", type=int, default=None, metavar="N",
                    help="the embedded LocalCluster's workers (default: sized from cores and memory)")
     g.add_argument("--serial", action="store_true", help="run every task in this process, one after another")
+    p.add_argument("--worker-memory", default=None, metavar="SIZE",
+                   help="the LocalCluster's memory limit per worker, e.g. 4GiB (default: 80 %% of the available "
+                        "memory shared out); a worker over it is restarted and its task reported as killed for memory")
     p.add_argument("--connect-timeout", type=float, default=20.0, metavar="S",
                    help="seconds to reach --scheduler (default 20)")
 
@@ -123,13 +126,34 @@ def say(line: str) -> None:
 
 
 def progress_line(o, done: int, total: int) -> None:
+    cpu = (f", {o.cpu_seconds:.1f} CPU-s on {o.threads} thread{'s' if o.threads != 1 else ''}"
+           if o.cpu_seconds is not None and o.threads is not None else "")
     rss = f", worker peak RSS {o.peak_rss / 2**20:.0f} MiB" if o.peak_rss else ""
-    what = f"failed: {o.error}" if o.status == "failed" else f"{o.status} ({o.seconds:.1f} s{rss})"
+    what = f"failed: {o.error}" if o.status == "failed" else f"{o.status} ({o.seconds:.1f} s{cpu}{rss})"
     say(f"[{done}/{total}] {o.label}: {what}")
+
+
+def worker_memory(text: str | None) -> int | None:
+    """--worker-memory as bytes (Dask's sizes: 4GiB, 500MB, 2e9); one line when it is not one."""
+    if text is None:
+        return None
+    from dask.utils import parse_bytes
+
+    try:
+        n = parse_bytes(text)
+    except (ValueError, TypeError):
+        n = None
+    if not isinstance(n, int) or n < 2**20:
+        raise HeadscopeError(f"--worker-memory: expected a size of at least 1MiB such as 4GiB or 500MB, got {text!r}")
+    return n
 
 
 def executor_for(args, spec_list):
     """(executor, a close function): --serial, --scheduler, or the LocalCluster (the plan printed)."""
+    memory = worker_memory(args.worker_memory)
+    if memory is not None and (args.serial or args.scheduler):
+        raise HeadscopeError("--worker-memory sizes the LocalCluster's workers; not with --serial or --scheduler "
+                             "(there: `dask worker --memory-limit`)")
     if args.serial:
         return SerialExecutor(), lambda: None
     from ..sweep.cluster import DaskExecutor, connect, plan_local, start_local
@@ -145,7 +169,7 @@ def executor_for(args, spec_list):
         return DaskExecutor(client, args.scheduler), client.close
     if args.workers is not None and args.workers < 1:
         raise HeadscopeError(f"--workers: expected ≥ 1, got {args.workers}")
-    n, limit, why = plan_local([s for s in spec_list if not isinstance(s, tuple)], args.workers)
+    n, limit, why = plan_local([s for s in spec_list if not isinstance(s, tuple)], args.workers, memory)
     say(f"LocalCluster: {why}")
     client, cluster = start_local(n, limit)               # no dashboard: it needs bokeh and a free port
 

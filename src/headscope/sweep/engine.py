@@ -76,6 +76,8 @@ class Outcome:
     error: str | None = None
     seconds: float = 0.0            #: not in any JSON (determinism)
     peak_rss: int | None = None     #: the worker process's peak RSS after the task (bytes)
+    cpu_seconds: float | None = None  #: the worker process's CPU time over the task (all its threads)
+    threads: int | None = None      #: torch's intra-op threads in that process
 
 
 # -- the index and reuse ------------------------------------------------------------------------
@@ -176,6 +178,7 @@ def run_tasks(odir: OutputDir, cells: Sequence[TaskSpec | tuple[str, str]], exec
     for j, res in executor.run(specs):
         i, spec = todo[j]
         seconds, rss = res.get("seconds", 0.0), res.get("peak_rss")
+        usage = {"cpu_seconds": res.get("cpu_seconds"), "threads": res.get("threads")}
         if "error" in res:
             finish(i, Outcome(spec, spec.label, "failed", error=res["error"], seconds=seconds, peak_rss=rss))
             continue
@@ -187,7 +190,7 @@ def run_tasks(odir: OutputDir, cells: Sequence[TaskSpec | tuple[str, str]], exec
         odir.write(spec.file, data)
         index[spec.file] = {"key": spec.key, "sha256": sha256_bytes(data)}
         write_index(odir, index)
-        finish(i, Outcome(spec, spec.label, "computed", digest(spec, doc), seconds=seconds, peak_rss=rss))
+        finish(i, Outcome(spec, spec.label, "computed", digest(spec, doc), seconds=seconds, peak_rss=rss, **usage))
         del doc, data, res
     ours = {s.file for s in cells if isinstance(s, TaskSpec)}
     if set(index) - ours:                            # entries of files no longer in the grid

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import json
+import re
 import resource
 import sys
 import time
@@ -21,6 +22,9 @@ from .._json import dumps
 from ..maps.revisions import training_step
 from .analyses import kind
 from .engine import TaskSpec
+
+#: torch's messages for a refused CPU / GPU allocation
+_OOM_RE = re.compile(r"can't allocate memory|not enough memory|out of memory", re.IGNORECASE)
 
 
 def task_json(spec: TaskSpec, model) -> str:
@@ -47,22 +51,34 @@ def load_spec(spec: TaskSpec):
 
 
 def run_task(spec: TaskSpec, load=None) -> dict:
-    """Run `spec` here (`load`: spec → model, default :func:`load_spec`): {"json": text, "seconds": wall time, "peak_rss": this process's peak RSS in bytes}.
+    """Run `spec` here (`load`: spec → model, default :func:`load_spec`): {"json": text, "seconds": wall time,
+    "cpu_seconds": this process's CPU time over it (all threads), "threads": torch's intra-op threads, "peak_rss":
+    this process's peak RSS in bytes}. None of these is in the JSON (determinism).
 
     Errors the user can act on come back as {"error": one line} (the sweep marks the cell and
-    goes on); anything else propagates (a bug: the sweep reports it as the task's failure).
+    goes on), an allocation refused for memory too (one line naming the model and revision);
+    anything else propagates (a bug: the sweep reports it as the task's failure).
     """
-    t0 = time.perf_counter()
+    import torch
+
+    t0, c0 = time.perf_counter(), time.process_time()
     try:
         model = (load or load_spec)(spec)
         text = task_json(spec, model)
     except HeadscopeError as e:
         return {"error": str(e), "seconds": time.perf_counter() - t0}
+    except (MemoryError, RuntimeError) as e:             # an allocation refused (torch: a RuntimeError)
+        if not isinstance(e, MemoryError) and not _OOM_RE.search(str(e)):
+            raise
+        return {"error": f"{spec.label}: out of memory — an allocation was refused in the task "
+                         f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else 'no message'}); "
+                         "the rest of the sweep went on", "seconds": time.perf_counter() - t0}
     finally:
         model = None
         gc.collect()
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
-    return {"json": text, "seconds": time.perf_counter() - t0, "peak_rss": rss}
+    return {"json": text, "seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0,
+            "threads": torch.get_num_threads(), "peak_rss": rss}
 
 
 class SerialExecutor:
