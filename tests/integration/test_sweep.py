@@ -308,3 +308,16 @@ def test_a_task_killed_for_memory_is_reported_with_its_model_and_revision_and_th
     assert "killed for memory" in d["cells"][1]["error"]
     assert f"{wide_model},step0,0,composition,,,,failed" in (out / "sweep.csv").read_text()
     assert (out / d["cells"][0]["file"]).is_file() and not (out / d["cells"][1]["file"]).exists()
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--worker-memory", "lots"], "--worker-memory: expected a size of at least 1MiB such as 4GiB or 500MB, got 'lots'"),
+    (["--worker-memory", "1GiB", "--serial"], "--worker-memory sizes the LocalCluster's workers; not with --serial"),
+])
+def test_a_bad_worker_memory_is_one_line_and_writes_nothing(hub_cache, tmp_path, monkeypatch, capsys, extra, message):
+    offline(monkeypatch, hub_cache)
+    out = tmp_path / "out"
+    code = main(["sweep", "tiny-org/alpha", "--analyses", "composition", "--out", str(out), *extra])
+    cap = capsys.readouterr()
+    assert code == 2 and cap.err.startswith(f"headscope: error: {message}") and cap.err.count("\n") == 1, cap.err
+    assert not out.exists()

@@ -7,11 +7,14 @@
 
 --revisions: names and START:STOP:STRIDE ranges (step0:143000:1000 = step0, step1000, …,
 step143000, filtered to the branches that exist). --set ANALYSIS.OPTION=VALUE sets an
-analysis's option (a JSON value, else a string; `--set atlas.layers=[0,1]`). --spec FILE.toml
-holds the same (models, analyses, revisions, [options.ANALYSIS]); sweep.json records the grid.
+analysis's option (a JSON value, else a string; `--set atlas.layers=[0,1]`); any other plain
+keyword argument of the analysis's function passes through by name (`--set reproduce.find=true`
+→ reproduce(…, find=True) where that argument exists). --spec FILE.toml holds the same (models,
+analyses, revisions, [options.ANALYSIS]); sweep.json records the grid.
 
 Engine: by default an embedded Dask LocalCluster, one thread per worker (one model per worker),
-sized from the cores and the available memory (the plan is printed); --workers N fixes its size;
+sized from the cores and the available memory (the plan is printed); --workers N fixes its size,
+--worker-memory SIZE each worker's memory limit;
 --scheduler tcp://HOST:PORT submits to a running Dask cluster (`dask scheduler`, `dask worker
 ADDRESS --nthreads 1`; each worker needs the models: a shared or its own HF cache); --serial
 runs in this process. Each finished task's JSON is written at once into DIR/tasks/; a rerun

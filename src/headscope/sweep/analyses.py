@@ -9,11 +9,19 @@ loaded model, and turns the result's JSON into
   composition, per claim for reproduce (``component`` empty);
 - ``summarise(doc)``: per metric the max and min over components and which attain them
   (:func:`headscope.maps.revisions.summarise_atlas` for the atlas, the claims for reproduce).
+
+Pass-through: every other keyword argument of the analysis's function (``Kind.function``, e.g.
+:func:`headscope.reproduce.reproduce`) whose default is a bool, int, float or str — or whose
+annotation is made of those and None — is an option too, under its own name, passed to the
+function as given (``--set reproduce.find=true`` → ``reproduce(model, …, find=True)`` once
+that argument exists). Such an option enters the task's options (and key) only when given, so
+adding one to a function leaves earlier tasks reusable.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 from typing import Callable
 
@@ -29,15 +37,39 @@ class Kind:
     tidy: Callable[[dict], list]                    #: the result's dict → [(metric, component, value)]
     required: tuple[str, ...]                       #: keys a complete JSON of it holds
     summarise: Callable[[dict], dict] | None = None
+    function: Callable[[], Callable] | None = None  #: the analysis's function (imported when asked)
+    sets: tuple[str, ...] = ()                      #: its keyword arguments that `run` sets from the options
+
+    def passthrough(self) -> dict[str, tuple]:
+        """name → (default, accepted types): the function's other plain keyword arguments (module docstring)."""
+        if self.function is None:
+            return {}
+        out = {}
+        params = list(inspect.signature(self.function()).parameters.values())[1:]      # after the model
+        for prm in params:
+            if prm.name in self.sets or prm.name in self.defaults or prm.default is inspect.Parameter.empty or \
+                    prm.kind not in (prm.KEYWORD_ONLY, prm.POSITIONAL_OR_KEYWORD):
+                continue
+            types = _plain_types(prm.annotation, prm.default)
+            if types:
+                out[prm.name] = (prm.default, types)
+        return out
 
     def options(self, given: dict | None) -> dict:
         """`given` over the defaults; unknown names and values of the wrong type are one line."""
         given = dict(given or {})
-        unknown = sorted(set(given) - set(self.defaults))
+        extra = self.passthrough() if set(given) - set(self.defaults) else {}
+        unknown = sorted(set(given) - set(self.defaults) - set(extra))
         if unknown:
             raise HeadscopeError(f"{self.name}: unknown option(s) {', '.join(unknown)}; expected some of "
-                                 f"{', '.join(sorted(self.defaults))}")
+                                 f"{', '.join(sorted([*self.defaults, *self.passthrough()]))}")
         out = dict(self.defaults)
+        for k in sorted(set(given) & set(extra)):                 # only when given: earlier keys unchanged
+            v, (d, types) = given.pop(k), extra[k]
+            if not _is(v, types):
+                raise HeadscopeError(f"{self.name}.{k}: expected {' or '.join(_name(t) for t in types)} "
+                                     f"(default {d!r}), got {v!r}")
+            out[k] = v
         for k, v in given.items():
             d = self.defaults[k]
             ok = (v is None or isinstance(v, (str, int, float, bool, list))) and not (
@@ -50,8 +82,45 @@ class Kind:
             out[k] = v
         return out
 
+    def execute(self, model, options: dict):
+        """Run on `model` with checked `options` (:meth:`options`): the pass-through ones as keyword arguments."""
+        extra = {k: options[k] for k in self.passthrough() if k in options}
+        return self.run(model, {k: v for k, v in options.items() if k not in extra}, **extra)
+
     def summary(self, doc: dict) -> dict:
         return self.summarise(doc) if self.summarise is not None else summarise_rows(self.tidy(doc))
+
+
+_PLAIN = {"bool": bool, "int": int, "float": float, "str": str, "None": type(None)}
+
+
+def _plain_types(annotation, default) -> tuple:
+    """The JSON types an argument takes: from its annotation when it names only bool/int/float/str/None,
+    else from a plain default; () when neither (an object, a callable, a tensor: not an option)."""
+    if isinstance(annotation, type) and annotation.__name__ in _PLAIN:
+        annotation = annotation.__name__
+    if isinstance(annotation, str):
+        names = [a.strip() for a in annotation.strip("'\"").replace("Optional[", "").rstrip("]").split("|")]
+        if all(n in _PLAIN for n in names):
+            return tuple(_PLAIN[n] for n in names)
+        return ()
+    if annotation is inspect.Parameter.empty and type(default) in (bool, int, float, str):
+        return (type(default),)
+    return ()
+
+
+def _name(t: type) -> str:
+    return "None" if t is type(None) else t.__name__
+
+
+def _is(v, types: tuple) -> bool:
+    if isinstance(v, bool):
+        return bool in types
+    if isinstance(v, int):
+        return int in types or float in types
+    if isinstance(v, float):
+        return float in types and math.isfinite(v)
+    return isinstance(v, tuple(t for t in types if t not in (int, float, bool)))
 
 
 def _num(x) -> bool:
@@ -79,12 +148,12 @@ def _head(r: dict) -> str:
 # -- atlas --------------------------------------------------------------------------------------
 
 
-def _atlas_run(model, o: dict):
+def _atlas_run(model, o: dict, **extra):
     from ..maps.atlas import atlas
 
     layers = None if o["layers"] is None else [model.cfg.check_layer(l) for l in o["layers"]]
     return atlas(model, layers, n_tokens=o["tokens"], corpus=o["corpus"], kernels=o["kernels"],
-                 survey=o["survey"], logit_diff=None if o["logit_diff"] is None else tuple(o["logit_diff"]))
+                 survey=o["survey"], logit_diff=None if o["logit_diff"] is None else tuple(o["logit_diff"]), **extra)
 
 
 def _atlas_tidy(doc: dict) -> list:
@@ -95,12 +164,12 @@ def _atlas_tidy(doc: dict) -> list:
 # -- reproduce ----------------------------------------------------------------------------------
 
 
-def _reproduce_run(model, o: dict):
+def _reproduce_run(model, o: dict, **extra):
     from ..layer0.neurons import parse_variant
     from ..reproduce import reproduce
 
     variant = parse_variant(o["variant"]) if o["variant"] is not None else None
-    return reproduce(model, details=o["details"], heads=o["heads"], variant=variant)
+    return reproduce(model, details=o["details"], heads=o["heads"], variant=variant, **extra)
 
 
 def _reproduce_tidy(doc: dict) -> list:
@@ -117,7 +186,7 @@ def _reproduce_tidy(doc: dict) -> list:
 _KERNEL_METRICS = ("width", "spread", "decay_rate", "translation_tv", "query_tv", "content_std", "content_boost")
 
 
-def _kernels_run(model, o: dict):
+def _kernels_run(model, o: dict, **extra):
     from ..layer0.kernels import analyse_kernels
 
     model.cfg.check_layer(o["layer"])
@@ -145,7 +214,7 @@ def _kernels_tidy(doc: dict) -> list:
 # -- neurons ------------------------------------------------------------------------------------
 
 
-def _neurons_run(model, o: dict):
+def _neurons_run(model, o: dict, **extra):
     from .. import shipped
     from ..layer0.calibration import calibrate
     from ..layer0.contextual import HEAD_SETS, build_circuit
@@ -161,7 +230,7 @@ def _neurons_run(model, o: dict):
     cal = calibrate(model, shipped.calibration_text().text, query=o["query"], window=o["window"])
     circuit, choice = build_circuit(model, cal, heads=None if heads is None else list(heads), position=o["position"])
     return scan_neurons(circuit, choice, model.tokenizer, threshold=float(o["threshold"]), top=o["top"],
-                        variant=variant)
+                        variant=variant, **extra)
 
 
 def _neurons_tidy(doc: dict) -> list:
@@ -177,13 +246,13 @@ def _neurons_tidy(doc: dict) -> list:
 _SURVEY_METRICS = ("semantic_loss", "self_attention", "copy_attention", "same_category", "bos_fallback")
 
 
-def _survey_run(model, o: dict):
+def _survey_run(model, o: dict, **extra):
     from ..semantic.survey import survey
 
     layers = None if o["layer"] is None else [model.cfg.check_layer(o["layer"])]
     bos = None if o["bos_query"] is None else o["bos_query"] == "include"
     return survey(model, layers, n_prompts=o["prompts"], length=o["length"], seed=o["seed"], preset=o["preset"],
-                  include_bos_query=bos)
+                  include_bos_query=bos, **extra)
 
 
 def _survey_tidy(doc: dict) -> list:
@@ -193,10 +262,10 @@ def _survey_tidy(doc: dict) -> list:
 # -- composition --------------------------------------------------------------------------------
 
 
-def _composition_run(model, o: dict):
+def _composition_run(model, o: dict, **extra):
     from ..maps.composition import composition
 
-    return composition(model, k=o["edges"])
+    return composition(model, k=o["edges"], **extra)
 
 
 def _composition_tidy(doc: dict) -> list:
@@ -210,6 +279,15 @@ def _composition_tidy(doc: dict) -> list:
     return rows
 
 
+def _function(module: str, name: str) -> Callable[[], Callable]:
+    """The analysis function `module`.`name`, looked up when asked (a patched or newer one is what runs)."""
+    def get():
+        import importlib
+
+        return getattr(importlib.import_module(module, __package__), name)
+    return get
+
+
 def _kinds() -> dict[str, Kind]:
     from ..layer0.kernels import DEFAULT_RULE
     from ..layer0.split import SEED_QUERY
@@ -218,16 +296,23 @@ def _kinds() -> dict[str, Kind]:
 
     return {k.name: k for k in (
         Kind("atlas", {"layers": None, "tokens": DEFAULT_TOKENS, "corpus": None, "survey": False, "kernels": True,
-                       "logit_diff": None}, _atlas_run, _atlas_tidy, ("rows", "metrics", "spec"), summarise_atlas),
+                       "logit_diff": None}, _atlas_run, _atlas_tidy, ("rows", "metrics", "spec"), summarise_atlas,
+             _function("..maps.atlas", "atlas"), ("layers", "n_tokens", "corpus", "kernels", "survey", "logit_diff",
+                                                  "progress")),
         Kind("reproduce", {"details": True, "heads": "published", "variant": None}, _reproduce_run, _reproduce_tidy,
-             ("rows", "ok", "n_pass", "n_fail"), summarise_reproduce),
+             ("rows", "ok", "n_pass", "n_fail"), summarise_reproduce, _function("..reproduce", "reproduce"),
+             ("details", "heads", "variant", "reference")),
         Kind("kernels", {"layer": 0, "query": SEED_QUERY, "c": "measured", "n_ref": None, "rule": DEFAULT_RULE},
              _kernels_run, _kernels_tidy, ()),
         Kind("neurons", {"threshold": 5.0, "top": 50, "heads": "auto", "variant": None, "query": SEED_QUERY,
-                         "window": None, "position": None}, _neurons_run, _neurons_tidy, ("neurons",)),
+                         "window": None, "position": None}, _neurons_run, _neurons_tidy, ("neurons",), None,
+             _function("..layer0.neurons", "scan_neurons"), ("tokenizer", "threshold", "top", "position", "variant",
+                                                             "dtype")),
         Kind("survey", {"layer": None, "preset": "headscope", "prompts": None, "length": None, "bos_query": None,
-                        "seed": 0}, _survey_run, _survey_tidy, ("rows",)),
-        Kind("composition", {"edges": EDGES}, _composition_run, _composition_tidy, ("incoming", "edges")),
+                        "seed": 0}, _survey_run, _survey_tidy, ("rows",), None, _function("..semantic.survey", "survey"),
+             ("layers", "n_prompts", "length", "seed", "preset", "include_bos_query", "categories")),
+        Kind("composition", {"edges": EDGES}, _composition_run, _composition_tidy, ("incoming", "edges"), None,
+             _function("..maps.composition", "composition"), ("k",)),
     )}
 
 

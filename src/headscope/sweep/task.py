@@ -29,7 +29,7 @@ _OOM_RE = re.compile(r"can't allocate memory|not enough memory|out of memory", r
 
 def task_json(spec: TaskSpec, model) -> str:
     """The task's JSON text for a loaded `model` (what :func:`run_task` returns)."""
-    res = kind(spec.analysis).run(model, spec.options)
+    res = kind(spec.analysis).execute(model, spec.options)
     doc = json.loads(dumps(res.to_dict()))
     del res
     doc["revision_run"] = {"command": spec.analysis, "model": spec.model, "revision": spec.revision,
