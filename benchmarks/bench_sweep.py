@@ -103,8 +103,10 @@ def describe(name: str, run: dict) -> str:
     per = (f"; per task median {walls[len(walls) // 2]:.1f} s wall" +
            (f", {cpus[len(cpus) // 2]:.1f} CPU-s ({sum(cpus) / sum(walls):.2f} cores busy in tasks)" if cpus else "")
            + (f", torch on {'/'.join(map(str, th))} thread(s)" if th else "")) if walls else ""
+    each = ", ".join(f"{x['wall']:.1f}/{x['cpu']:.1f}" for x in t if x["cpu"] is not None)
     return (f"{name}: {run['wall']:.1f} s wall, {run['cpu']:.1f} CPU-s "
-            f"({run['cpu'] / run['wall']:.2f} cores busy on average){per}")
+            f"({run['cpu'] / run['wall']:.2f} cores busy on average){per}" +
+            (f"\n    each task in finishing order, s wall/CPU-s: {each}" if each else ""))
 
 
 def task_files(out: Path) -> dict[str, bytes]:
