@@ -38,7 +38,7 @@ class Kind:
     required: tuple[str, ...]                       #: keys a complete JSON of it holds
     summarise: Callable[[dict], dict] | None = None
     function: Callable[[], Callable] | None = None  #: the analysis's function (imported when asked)
-    sets: tuple[str, ...] = ()                      #: its keyword arguments that `run` sets from the options
+    sets: tuple[str, ...] = ()                      #: its keyword arguments that are no option (`run` sets them)
 
     def passthrough(self) -> dict[str, tuple]:
         """name → (default, accepted types): the function's other plain keyword arguments (module docstring)."""
