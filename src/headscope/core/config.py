@@ -110,6 +110,16 @@ class Config:
         """Layer `layer`'s local attention window (0 = global)."""
         return self.attn_windows[layer] if self.attn_windows else 0
 
+    def hidden_keys(self, layer: int, q_pos, k_pos):
+        """True where the query at position `q_pos` cannot see the key at `k_pos` in layer `layer`:
+        k > q (causal), or k ≤ q − window on a local layer (visible: q − window < k ≤ q). Tensors or
+        ints, broadcast (``hidden_keys(l, n[:, None], i[None, :])``; offsets Δ: ``hidden_keys(l, Δ, 0)``).
+        The one mask: the forward and every analysis that builds scores from weights call it."""
+        hidden = k_pos > q_pos
+        if self.window(layer):
+            hidden = hidden | (k_pos <= q_pos - self.window(layer))
+        return hidden
+
     def truncated(self, n_layers: int) -> "Config":
         """This config with its first `n_layers` layers only (per-layer settings cut to match)."""
         return dataclasses.replace(self, n_layers=n_layers, attn_windows=self.attn_windows[:n_layers])

@@ -103,8 +103,7 @@ def rotated(w: Weights, q: Float[Tensor, "h e"], D: int) -> Float[Tensor, "D h e
 
 def _offset_mask(w: Weights, D: int) -> Tensor:
     """True where offset Δ < D is outside layer 0's attention window (none when global)."""
-    win = w.cfg.window(0)
-    return torch.arange(D) >= win if win else torch.zeros(D, dtype=torch.bool)
+    return w.cfg.hidden_keys(0, torch.arange(D), 0)                              # offset Δ = n − i
 
 
 def kernel_logits(w: Weights, rq: Float[Tensor, "D h e"]) -> Float[Tensor, "h D"]:
@@ -181,11 +180,8 @@ def fixed_query_scores(w: Weights, k: Float[Tensor, "b p head e"], token: int) -
     cos, sin = rotary.cos_sin(torch.arange(p, device=k.device), w.cfg, dtype=k.dtype)
     qr = rotary.rotate(q[None].expand(p, *q.shape), cos, sin)                      # [p h e]
     scores = torch.einsum("qhe,bkhe->bhqk", qr, k) / w.cfg.attn_scale(0)
-    off = torch.arange(p)[:, None] - torch.arange(p)[None, :]                      # n − i
-    bad = off < 0
-    if w.cfg.window(0):
-        bad |= off >= w.cfg.window(0)
-    return scores.masked_fill(bad.to(k.device), float("-inf"))
+    pos = torch.arange(p, device=k.device)
+    return scores.masked_fill(w.cfg.hidden_keys(0, pos[:, None], pos[None, :]), float("-inf"))
 
 
 @torch.no_grad()
@@ -214,7 +210,7 @@ def split_patterns(w: Weights, tokens: Int[Tensor, "p"], block: int = 16
         o = off[ns]                                                                 # [m k]
         logits = kap.gather(2, o.clamp_min(0)[:, None, :].expand(-1, kap.shape[1], -1))   # κ_n(n − i) [m h k]
         logits = logits + torch.einsum("khe,mhe->mhk", K, qt) / s
-        logits = logits.masked_fill((o < 0)[:, None, :], -math.inf)
+        logits = logits.masked_fill(w.cfg.hidden_keys(0, o, 0)[:, None, :], -math.inf)   # i > n, or outside the window
         approx[:, ns] = torch.softmax(logits, dim=-1).transpose(0, 1)
     return true, approx
 

@@ -422,7 +422,9 @@ def atlas(model: Model, layers: Sequence[int] | None = None, *, n_tokens: int = 
         elif l == 0:
             share = pos_l0
         else:
-            share = _positional_share_deep(X, sigma, win, _f64(W.W_pos), _f64(b.ln1_w), W_Q, b_Q, W_K, s)
+            pos = torch.arange(len(win))
+            share = _positional_share_deep(X, sigma, win, _f64(W.W_pos), _f64(b.ln1_w), W_Q, b_Q, W_K, s,
+                                           cfg.hidden_keys(l, pos[:, None], pos[None, :]))
         for h in range(H):
             n_neg, n_top, frac = negative_fraction(lam[h])
             qk_self, n_rows = mean_self_score(z[h])
