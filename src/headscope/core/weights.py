@@ -260,8 +260,9 @@ class Weights:
         return self.W_U.shape == self.W_E.T.shape and bool(torch.equal(self.W_U, self.W_E.T))
 
     def embedding_norms(self, chunk: int = 8192) -> tuple[Tensor, Tensor]:
-        """(|W_E[t]| for every token [d_vocab], |W_pos[i]| for every position [n_ctx])."""
-        emb = torch.cat([self.W_E[i:i + chunk].norm(dim=-1) for i in range(0, self.cfg.d_vocab, chunk)])
+        """(|W_E[t]| for every token [cfg.vocab: no padding rows], |W_pos[i]| for every position [n_ctx])."""
+        V = self.cfg.vocab
+        emb = torch.cat([self.W_E[i:min(i + chunk, V)].norm(dim=-1) for i in range(0, V, chunk)])
         return emb, (self.W_pos.norm(dim=-1) if self.W_pos is not None else torch.zeros(0, dtype=emb.dtype))
 
     @property
@@ -330,8 +331,13 @@ def process_embed(W_E: Tensor, W_pos: Tensor, processing: Processing, *,
 
 def process_unembed(
     W_U: Tensor, b_U: Tensor, ln_final_w: Tensor, ln_final_b: Tensor, processing: Processing,
+    vocab: int | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """(W_U, b_U, ln_final_w, ln_final_b) under `processing` (fold_ln of ln_final, center_unembed).
+
+    center_unembed subtracts the mean over the first `vocab` columns (``Config.vocab``: the tokens,
+    not the padding rows of a padded vocabulary) from every column: a constant per position either
+    way (exact), but one the padding rows cannot move.
 
     ``W_U`` may be a transposed view of ``W_E`` (GPT-2's tie); it is read, never
     written: the processed W_U is one new dense [d_model d_vocab] tensor, rewritten in
@@ -346,8 +352,9 @@ def process_unembed(
             W_U.sub_(W_U.mean(dim=0, keepdim=True))
         ln_final_w, ln_final_b = torch.ones_like(ln_final_w), torch.zeros_like(ln_final_b)
     if processing.center_unembed:
-        W_U.sub_(W_U.mean(dim=-1, keepdim=True))
-        b_U = _center(b_U)
+        n = W_U.shape[-1] if vocab is None else vocab
+        W_U.sub_(W_U[:, :n].mean(dim=-1, keepdim=True))
+        b_U = b_U - b_U[:n].mean()
     return W_U, b_U, ln_final_w, ln_final_b
 
 
@@ -378,7 +385,7 @@ def process(
                              "there: Processing.applicable(cfg) gives the exact options)")
     W_E, W_pos = process_embed(weights.W_E, weights.W_pos, processing)
     W_U, b_U, ln_w, ln_b = process_unembed(weights.W_U, weights.b_U, weights.ln_final_w, weights.ln_final_b,
-                                           processing)
+                                           processing, weights.cfg.vocab)
     blocks = [process_block(b, processing) for b in weights.blocks]
     # every tensor is a new one, as before: callers may modify the result in place
     fresh = lambda t, old: t.clone() if any(t is o for o in old) else t  # noqa: E731

@@ -193,7 +193,7 @@ class Circuit:
         """contribution[n, t_q, t] for the given tokens (default: the whole vocabulary)."""
         fr = self.frame(n)
         w, b = self.weights, self.weights.blocks[0]
-        tokens = torch.arange(w.cfg.d_vocab) if tokens is None else tokens
+        tokens = torch.arange(w.cfg.vocab) if tokens is None else tokens
         a = self.token_weights(fr, tokens)                                 # [H t]
         X = layer0.value_inputs(w, tokens, n)                                  # [t d]
         out = torch.zeros(len(tokens), w.cfg.d_model, dtype=X.dtype)

@@ -350,7 +350,7 @@ def analyse_kernels(
     trans = translation_tv({m: layer0.positional_logits(weights, [q_id], m, c_value)[0].double()
                             for m in sorted({min(m, n) for m in TRANSLATION_POSITIONS} | {n})}, logits=True)
     g = torch.Generator().manual_seed(QUERY_SAMPLE_SEED)
-    others = torch.randint(0, cfg.d_vocab, (QUERY_SAMPLE,), generator=g).tolist()
+    others = torch.randint(0, cfg.vocab, (QUERY_SAMPLE,), generator=g).tolist()
     qtv = (0.5 * (layer0.positional_kernels(weights, others, n, c_value) - kern).abs().sum(-1)).mean(0)  # [h]
     logc = layer0.log_content_factors(weights, q_id, n)                          # [h v]
 

@@ -65,9 +65,9 @@ def mean_query_key(w: Weights) -> tuple[Float[Tensor, "h e"], Float[Tensor, "h e
     """(q̄, k̄): the mean layer-0 query and key over the vocabulary (module docstring)."""
     b = w.blocks[0]
     total = torch.zeros(w.cfg.d_model, dtype=torch.float64)                          # Σ_t x̂_t [d]
-    for a in range(0, w.cfg.d_vocab, CHUNK):                 # no vocab-sized float64 copy (Llama 3: 2 GB)
-        total += normalised_embeddings(w, torch.arange(a, min(a + CHUNK, w.cfg.d_vocab))).sum(0)
-    x = total / w.cfg.d_vocab                                                        # [d]
+    for a in range(0, w.cfg.vocab, CHUNK):                   # no vocab-sized float64 copy (Llama 3: 2 GB)
+        total += normalised_embeddings(w, torch.arange(a, min(a + CHUNK, w.cfg.vocab))).sum(0)
+    x = total / w.cfg.vocab                                                          # [d] (padding rows left out)
     q = torch.einsum("d,hde->he", x, b.W_Q.double()) + b.b_Q.double()               # [h e]
     k = torch.einsum("d,hde->he", x, b.W_K.double()) + b.b_K.double()               # [h e]
     return q, k

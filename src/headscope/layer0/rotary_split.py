@@ -88,9 +88,9 @@ def mean_key(w: Weights) -> Float[Tensor, "h e"]:
     if memo is not None and memo[0] == key:
         return memo[1]
     total = torch.zeros(w.cfg.d_model, dtype=w.W_E.dtype)                        # Σ_t x̂_t: k is linear in x̂
-    for a in range(0, w.cfg.d_vocab, CHUNK):
-        total += normalised(w, torch.arange(a, min(a + CHUNK, w.cfg.d_vocab))).sum(0)
-    out = torch.einsum("d,hde->he", total / w.cfg.d_vocab, b.W_K) + b.b_K
+    for a in range(0, w.cfg.vocab, CHUNK):                                       # tokens only, no padding rows
+        total += normalised(w, torch.arange(a, min(a + CHUNK, w.cfg.vocab))).sum(0)
+    out = torch.einsum("d,hde->he", total / w.cfg.vocab, b.W_K) + b.b_K
     b.__dict__["_rotary_mean_key"] = (key, out, (w.W_E, b.W_K, b.b_K, b.ln1_w))
     return out
 
@@ -168,7 +168,7 @@ def log_content_factors(w: Weights, token: int, n: int, tokens: Int[Tensor, "t"]
                         ) -> Float[Tensor, "h t"]:
     """log content[n, t] for `tokens` (default: the whole vocabulary)."""
     fr = frame(w, token, n)
-    tokens = torch.arange(w.cfg.d_vocab) if tokens is None else tokens
+    tokens = torch.arange(w.cfg.vocab) if tokens is None else tokens
     return torch.cat([fr.content_logits(w, ids) for ids in tokens.split(CHUNK)], dim=1)
 
 
@@ -261,9 +261,9 @@ def token_values(w: Weights, token: int, heads: list[int], log_S: Float[Tensor, 
     b = w.blocks[0]
     fr = frame(w, token, n)
     H, e = len(heads), w.cfg.d_head
-    Y = torch.empty(w.cfg.d_vocab, H * e, dtype=dtype)
-    for s in range(0, w.cfg.d_vocab, chunk):
-        ids = torch.arange(s, min(s + chunk, w.cfg.d_vocab))
+    Y = torch.empty(w.cfg.vocab, H * e, dtype=dtype)
+    for s in range(0, w.cfg.vocab, chunk):
+        ids = torch.arange(s, min(s + chunk, w.cfg.vocab))
         X = normalised(w, ids)                                                    # [c d]
         a = ((X @ fr.Kq[:, heads]) + fr.bq[heads] - log_S).exp()                  # [c H]
         v = torch.einsum("cd,hde->che", X, b.W_V[heads]) + b.b_V[heads]           # [c H e]

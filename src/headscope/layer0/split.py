@@ -350,7 +350,7 @@ def log_content_factors(w: Weights, query_token: int, n: int, tokens: Int[Tensor
     if _rotary(w.cfg):
         return _rs().log_content_factors(w, query_token, n, tokens)
     fr = frame(w, query_token, n, c=1.0)                                          # c does not enter content
-    tokens = torch.arange(w.cfg.d_vocab) if tokens is None else tokens
+    tokens = torch.arange(w.cfg.vocab) if tokens is None else tokens
     return torch.cat([fr.content_logits(w, ids) for ids in tokens.split(CONTENT_CHUNK)], dim=1).double()
 
 

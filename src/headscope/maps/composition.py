@@ -53,8 +53,9 @@ def vocab_gram(weights: Weights, chunk: int = CHUNK) -> Float[Tensor, "d d"]:
     """W_U W_E [d_model d_model] in float64, summed over vocabulary chunks (no vocab-sized float64 copy)."""
     d = weights.cfg.d_model
     G = torch.zeros(d, d, dtype=torch.float64)
-    for i in range(0, weights.cfg.d_vocab, chunk):
-        G += weights.W_U[:, i:i + chunk].double() @ weights.W_E[i:i + chunk].double()
+    V = weights.cfg.vocab                                                                # tokens: no padding rows
+    for i in range(0, V, chunk):
+        G += weights.W_U[:, i:min(i + chunk, V)].double() @ weights.W_E[i:min(i + chunk, V)].double()
     return G
 
 
