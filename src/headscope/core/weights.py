@@ -277,6 +277,20 @@ def _center(t: Tensor, dim: int = -1) -> Tensor:
     return t - t.mean(dim=dim, keepdim=True)
 
 
+def written_W_O(block: Block, cfg: Config) -> Float[Tensor, "head d_head d_model"]:
+    """W_O as the residual stream receives it, up to one positive scale per position.
+
+    With ``cfg.branch_norms`` (Gemma 2's post-attention norm) the branch output r = Σ_h z_h W_O[h] + b_O is
+    RMS-normalised and scaled by ln1_post_w before it is added, so head h adds z_h (W_O[h] ⊙ w) / σ with
+    σ = sqrt(mean r² + eps): one scalar per position, shared by every head of the layer (the forward's
+    ``hook_result`` is z_h W_O[h], before the norm). Returns W_O[h] ⊙ ln1_post_w there, W_O otherwise; the
+    OV, composition and direct-logit readings use it (:func:`headscope.core.applicability.branch_norm_caveat`
+    says what σ leaves approximate)."""
+    if not cfg.branch_norms or block.ln1_post_w is None:
+        return block.W_O
+    return block.W_O * block.ln1_post_w.to(block.W_O.dtype)
+
+
 def process_block(block: Block, processing: Processing) -> Block:
     """One raw block under `processing` (fold_ln, centring of W_O/W_out/b_O/b_out, value biases).
 
