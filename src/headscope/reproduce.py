@@ -443,9 +443,7 @@ class _Work:
     def vocab_index(self) -> dict[str, int]:
         """Decoded token string → its first id (every id decoded on its own, as to_str_tokens)."""
         out: dict[str, int] = {}
-        from .core.tokenizer import n_tokens
-
-        for i, t in enumerate(self.model.to_str_tokens(list(range(n_tokens(self.model.tokenizer, self.model.cfg.d_vocab))))):
+        for i, t in enumerate(self.model.to_str_tokens(list(range(self.model.cfg.vocab)))):
             out.setdefault(t, i)
         return out
 

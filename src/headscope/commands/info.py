@@ -23,7 +23,9 @@ def run(args) -> int:
         f"directory    {d['directory']}",
         f"sha256       {d['fingerprint']}",
         f"layers       {c['n_layers']}   heads {c['n_heads']}   d_model {c['d_model']}   d_head {c['d_head']}",
-        f"d_mlp        {c['d_mlp']}   d_vocab {c['d_vocab']}   n_ctx {c['n_ctx']}   act {c['act_fn']}",
+        f"d_mlp        {c['d_mlp']}   d_vocab {c['d_vocab']}"
+        + (f" ({c['n_tokens']} tokens + {c['d_vocab'] - c['n_tokens']} padding rows, left out of every analysis)"
+           if "n_tokens" in c else "") + f"   n_ctx {c['n_ctx']}   act {c['act_fn']}",
         f"parameters   {d['n_parameters']:,}",
         f"dtype        {d['dtype']}",
         f"bos          {d['bos']['token']!r} (id {d['bos']['id']}, {d['bos']['source']})"

@@ -92,6 +92,21 @@ def softcap_caveat(cfg: Config) -> str | None:
             "probabilities from them approximate (error < |s|³/3c² per score)")
 
 
+def branch_norm_caveat(cfg: Config) -> str | None:
+    """What a post-attention norm (Gemma 2) leaves approximate in the OV readings, in one sentence; None without.
+
+    Head h adds z_h (W_O[h] ⊙ w_post) / σ to the residual stream, σ = rms(Σ_h z_h W_O[h] + b_O) at that position
+    (:func:`headscope.core.weights.written_W_O`). Scale-free readings (composition scores, copying scores,
+    eigenvalue signs, singular directions, rankings) are exact per head; magnitudes (direct logit attribution)
+    are those at σ = 1, the same factor for every head of a layer at a position."""
+    if not cfg.branch_norms:
+        return None
+    return ("post-attention norm: head h writes z_h (W_O[h] ⊙ w_post) / σ, σ = rms(Σ_h z_h W_O[h] + b_O) at each "
+            "position, one scale shared by every head of the layer; OV, composition and DLA read W_O ⊙ w_post, so "
+            "ratios, signs, rankings and composition/copying scores are exact per head and DLA magnitudes are those "
+            "at σ = 1 (the same factor for every head of a layer)")
+
+
 def rotary_split(cfg: Config, analysis: str) -> None:
     """Refuse `analysis` (the rotary layer-0 split of :mod:`headscope.layer0.rotary_split`) on a model where
     its premises fail: layer 0's queries and keys are x̂_t W_Q, x̂_t W_K of x̂_t = N₁(W_E[t]), and a score is

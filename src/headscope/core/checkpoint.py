@@ -306,7 +306,7 @@ class Checkpoint:
         top, W_U = self._top(work)
         # W_U first: a tied W_U reads the raw W_E, which is then centred in place (no second copy)
         W_U, b_U, ln_w, ln_b = process_unembed(W_U, top["b_U"],
-                                               top["ln_final_w"], top["ln_final_b"], processing)
+                                               top["ln_final_w"], top["ln_final_b"], processing, self.cfg.vocab)
         if not W_U.is_contiguous() or W_U.data_ptr() == top["W_E"].data_ptr():
             W_U = W_U.clone(memory_format=torch.contiguous_format)   # processing left W_U alone: a dense raw copy
         W_E, W_pos = process_embed(top["W_E"], top.get("W_pos"), processing, inplace=True)

@@ -96,6 +96,16 @@ class Config:
     #: whether the checkpoint stores query/key biases (GPT-Neo and bias-free Llama do not: raw
     #: b_Q = b_K = 0 is all such a checkpoint can hold)
     qk_bias: bool = True
+    #: token ids are 0..n_tokens−1: one past the tokenizer's largest id, set at load
+    #: (:func:`headscope.core.tokenizer.n_tokens`); rows from there on are padding of a padded
+    #: vocabulary (Pythia, OLMo, Phi-3) that no text reaches. None: every row is a token.
+    n_tokens: int | None = None
+
+    @property
+    def vocab(self) -> int:
+        """How many leading rows of W_E (columns of W_U) are tokens: what every whole-vocabulary
+        tensor of an analysis ranges over (``d_vocab`` less the padding rows)."""
+        return self.d_vocab if self.n_tokens is None else self.n_tokens
 
     @property
     def d_head(self) -> int:
@@ -109,6 +119,16 @@ class Config:
     def window(self, layer: int) -> int:
         """Layer `layer`'s local attention window (0 = global)."""
         return self.attn_windows[layer] if self.attn_windows else 0
+
+    def hidden_keys(self, layer: int, q_pos, k_pos):
+        """True where the query at position `q_pos` cannot see the key at `k_pos` in layer `layer`:
+        k > q (causal), or k ≤ q − window on a local layer (visible: q − window < k ≤ q). Tensors or
+        ints, broadcast (``hidden_keys(l, n[:, None], i[None, :])``; offsets Δ: ``hidden_keys(l, Δ, 0)``).
+        The one mask: the forward and every analysis that builds scores from weights call it."""
+        hidden = k_pos > q_pos
+        if self.window(layer):
+            hidden = hidden | (k_pos <= q_pos - self.window(layer))
+        return hidden
 
     def truncated(self, n_layers: int) -> "Config":
         """This config with its first `n_layers` layers only (per-layer settings cut to match)."""
@@ -197,6 +217,9 @@ class Config:
         if dv is not None and (isinstance(dv, bool) or not isinstance(dv, (int, float)) or not math.isfinite(dv)
                                or dv <= 0):
             raise HeadscopeError(f"config: the attention scale must be a finite positive number, got {_show(dv)}")
+        nt = self.n_tokens
+        if nt is not None and (not isinstance(nt, int) or isinstance(nt, bool) or not 0 < nt <= self.d_vocab):
+            raise HeadscopeError(f"config: n_tokens must be an integer in 1..d_vocab ({self.d_vocab}), got {_show(nt)}")
         if self.attn_windows:
             w = self.attn_windows
             if len(w) != self.n_layers or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in w):
@@ -214,7 +237,7 @@ class Config:
         d["head_dim"], d["n_kv_heads"] = self.d_head, self.kv_heads     # resolved: numbers, never null
         d["rope_scaling"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.rope_scaling}
         d["attn_windows"] = list(self.attn_windows)
-        for name in ("attn_divisor", "attn_softcap", "final_softcap"):   # numbers when set, absent when not
+        for name in ("attn_divisor", "attn_softcap", "final_softcap", "n_tokens"):   # numbers when set, absent when not
             if d[name] is None:
                 del d[name]
         return d

@@ -232,9 +232,8 @@ def _attention(block: Block, x: Tensor, l: int, w: Weights, k: _Keeper) -> Tenso
     if cfg.reorder_and_upcast_attn and q.dtype in (torch.float16, torch.bfloat16):
         qs, ks = q.float(), key.float()  # HF's upcast: scores and softmax in float32, pattern back in v's dtype
     scores = torch.matmul(qs.transpose(1, 2), ks.permute(0, 2, 3, 1)).div_(cfg.attn_scale(l))              # [b h q k]
-    above = torch.ones(p, p, dtype=torch.bool, device=x.device).triu_(1)
-    if cfg.window(l):                                          # a local layer: keys j with i − window < j ≤ i
-        above |= torch.ones(p, p, dtype=torch.bool, device=x.device).tril_(-cfg.window(l))
+    pos = torch.arange(p, device=x.device)
+    above = cfg.hidden_keys(l, pos[:, None], pos[None, :])     # [q k] causal; local layer: i − window < j ≤ i
     if cfg.attn_softcap is not None:                           # Gemma 2: c·tanh(s/c) before the mask
         scores = scores.div_(cfg.attn_softcap).tanh_().mul_(cfg.attn_softcap)
     scores.masked_fill_(above, float("-inf"))                                                               # in place: fresh tensor

@@ -39,7 +39,7 @@ from .checkpoint import state_dict_checkpoint
 from .loading import check_device
 from .model import Model
 from .sources import DictSource
-from .tokenizer import bundled_gpt2_tokenizer, check_tokenizer
+from .tokenizer import bundled_gpt2_tokenizer, check_tokenizer, with_tokens
 from .weights import Processing
 
 
@@ -94,10 +94,6 @@ def from_transformers(hf_model, *, device="cpu", dtype: torch.dtype = torch.floa
         raise HeadscopeError(f"the model's weights are on the meta device (shapes without values, e.g. built "
                              f"under init_empty_weights or torch.device('meta')): {meta[0]} and {len(meta) - 1} "
                              "more; load its weights (from_pretrained, to_empty + load_state_dict) first")
-    ckpt = state_dict_checkpoint(state, cfg, family=family, tie_word_embeddings=family.tied(hf),
-                                 where="model in memory")
-    ckpt.check_values()                          # finite, and inside the float32 bound (as a checkpoint on disk)
-    raw = ckpt.raw(dtype, device).validate()     # shares the transformers tensors where no cast or move is needed
     if tokenizer is None:
         tokenizer = bundled_gpt2_tokenizer()
         if len(tokenizer) != cfg.d_vocab:
@@ -108,6 +104,11 @@ def from_transformers(hf_model, *, device="cpu", dtype: torch.dtype = torch.floa
             raise BadArgument(expected_got("tokenizer=", "a transformers GPT-2 tokenizer (encode, decode, get_vocab, "
                                            "len)", type(tokenizer).__name__))
         check_tokenizer(tokenizer, cfg.d_vocab, "tokenizer=")
+    cfg = with_tokens(cfg, tokenizer)            # padding rows of a padded vocabulary: Config.vocab
+    ckpt = state_dict_checkpoint(state, cfg, family=family, tie_word_embeddings=family.tied(hf),
+                                 where="model in memory")
+    ckpt.check_values()                          # finite, and inside the float32 bound (as a checkpoint on disk)
+    raw = ckpt.raw(dtype, device).validate()     # shares the transformers tensors where no cast or move is needed
     return InMemoryModel(cfg=cfg, checkpoint=ckpt, tokenizer=tokenizer, source=f"memory:{type(hf_model).__name__}",
                          directory=None, device=torch.device(device), dtype=dtype, _processed={Processing.none(): raw},
                          weights_sha256=_sha256(ckpt.source.state, family))

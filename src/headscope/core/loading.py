@@ -21,7 +21,7 @@ from .families import read_config
 from .hub import resolve
 from .model import Model
 from .sources import FLOAT_DTYPES, open_source
-from .tokenizer import check_tokenizer, load_tokenizer
+from .tokenizer import check_tokenizer, load_tokenizer, with_tokens
 
 def load_checkpoint(
     model: str | os.PathLike,
@@ -47,6 +47,7 @@ def load_checkpoint(
     ckpt = Checkpoint(files, cfg, family=family, tie_word_embeddings=family.tied(hf), where=str(directory))
     tokenizer = load_tokenizer(directory, cfg.family)
     check_tokenizer(tokenizer, cfg.d_vocab, directory, cfg.family)
+    ckpt.cfg = cfg = with_tokens(cfg, tokenizer)     # padding rows of a padded vocabulary: Config.vocab
     ckpt.check_values()
     return Model(cfg=cfg, checkpoint=ckpt, tokenizer=tokenizer, source=source, directory=directory,
                  device=torch.device(device), dtype=dtype, config_bos=hf.get("bos_token_id"))

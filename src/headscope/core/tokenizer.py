@@ -116,6 +116,15 @@ def n_tokens(tokenizer, d_vocab: int) -> int:
     return min(d_vocab, top + 1)
 
 
+def with_tokens(cfg, tokenizer):
+    """`cfg` with ``n_tokens`` set from `tokenizer` (:func:`n_tokens`) when the embedding has padding
+    rows; unchanged otherwise. The one place the real vocabulary size is taken (``Config.vocab``)."""
+    import dataclasses
+
+    n = n_tokens(tokenizer, cfg.d_vocab)
+    return cfg if n == cfg.d_vocab else dataclasses.replace(cfg, n_tokens=n)
+
+
 def word_ids(tokenizer, word: str) -> list[int]:
     """The token ids of `word` as it reads after a space inside a text.
 

@@ -260,8 +260,9 @@ class Weights:
         return self.W_U.shape == self.W_E.T.shape and bool(torch.equal(self.W_U, self.W_E.T))
 
     def embedding_norms(self, chunk: int = 8192) -> tuple[Tensor, Tensor]:
-        """(|W_E[t]| for every token [d_vocab], |W_pos[i]| for every position [n_ctx])."""
-        emb = torch.cat([self.W_E[i:i + chunk].norm(dim=-1) for i in range(0, self.cfg.d_vocab, chunk)])
+        """(|W_E[t]| for every token [cfg.vocab: no padding rows], |W_pos[i]| for every position [n_ctx])."""
+        V = self.cfg.vocab
+        emb = torch.cat([self.W_E[i:min(i + chunk, V)].norm(dim=-1) for i in range(0, V, chunk)])
         return emb, (self.W_pos.norm(dim=-1) if self.W_pos is not None else torch.zeros(0, dtype=emb.dtype))
 
     @property
@@ -274,6 +275,20 @@ class Weights:
 
 def _center(t: Tensor, dim: int = -1) -> Tensor:
     return t - t.mean(dim=dim, keepdim=True)
+
+
+def written_W_O(block: Block, cfg: Config) -> Float[Tensor, "head d_head d_model"]:
+    """W_O as the residual stream receives it, up to one positive scale per position.
+
+    With ``cfg.branch_norms`` (Gemma 2's post-attention norm) the branch output r = Σ_h z_h W_O[h] + b_O is
+    RMS-normalised and scaled by ln1_post_w before it is added, so head h adds z_h (W_O[h] ⊙ w) / σ with
+    σ = sqrt(mean r² + eps): one scalar per position, shared by every head of the layer (the forward's
+    ``hook_result`` is z_h W_O[h], before the norm). Returns W_O[h] ⊙ ln1_post_w there, W_O otherwise; the
+    OV, composition and direct-logit readings use it (:func:`headscope.core.applicability.branch_norm_caveat`
+    says what σ leaves approximate)."""
+    if not cfg.branch_norms or block.ln1_post_w is None:
+        return block.W_O
+    return block.W_O * block.ln1_post_w.to(block.W_O.dtype)
 
 
 def process_block(block: Block, processing: Processing) -> Block:
@@ -330,8 +345,13 @@ def process_embed(W_E: Tensor, W_pos: Tensor, processing: Processing, *,
 
 def process_unembed(
     W_U: Tensor, b_U: Tensor, ln_final_w: Tensor, ln_final_b: Tensor, processing: Processing,
+    vocab: int | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """(W_U, b_U, ln_final_w, ln_final_b) under `processing` (fold_ln of ln_final, center_unembed).
+
+    center_unembed subtracts the mean over the first `vocab` columns (``Config.vocab``: the tokens,
+    not the padding rows of a padded vocabulary) from every column: a constant per position either
+    way (exact), but one the padding rows cannot move.
 
     ``W_U`` may be a transposed view of ``W_E`` (GPT-2's tie); it is read, never
     written: the processed W_U is one new dense [d_model d_vocab] tensor, rewritten in
@@ -346,8 +366,9 @@ def process_unembed(
             W_U.sub_(W_U.mean(dim=0, keepdim=True))
         ln_final_w, ln_final_b = torch.ones_like(ln_final_w), torch.zeros_like(ln_final_b)
     if processing.center_unembed:
-        W_U.sub_(W_U.mean(dim=-1, keepdim=True))
-        b_U = _center(b_U)
+        n = W_U.shape[-1] if vocab is None else vocab
+        W_U.sub_(W_U[:, :n].mean(dim=-1, keepdim=True))
+        b_U = b_U - b_U[:n].mean()
     return W_U, b_U, ln_final_w, ln_final_b
 
 
@@ -378,7 +399,7 @@ def process(
                              "there: Processing.applicable(cfg) gives the exact options)")
     W_E, W_pos = process_embed(weights.W_E, weights.W_pos, processing)
     W_U, b_U, ln_w, ln_b = process_unembed(weights.W_U, weights.b_U, weights.ln_final_w, weights.ln_final_b,
-                                           processing)
+                                           processing, weights.cfg.vocab)
     blocks = [process_block(b, processing) for b in weights.blocks]
     # every tensor is a new one, as before: callers may modify the result in place
     fresh = lambda t, old: t.clone() if any(t is o for o in old) else t  # noqa: E731

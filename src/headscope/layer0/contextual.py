@@ -193,7 +193,7 @@ class Circuit:
         """contribution[n, t_q, t] for the given tokens (default: the whole vocabulary)."""
         fr = self.frame(n)
         w, b = self.weights, self.weights.blocks[0]
-        tokens = torch.arange(w.cfg.d_vocab) if tokens is None else tokens
+        tokens = torch.arange(w.cfg.vocab) if tokens is None else tokens
         a = self.token_weights(fr, tokens)                                 # [H t]
         X = layer0.value_inputs(w, tokens, n)                                  # [t d]
         out = torch.zeros(len(tokens), w.cfg.d_model, dtype=X.dtype)
@@ -234,7 +234,7 @@ class Circuit:
             content = torch.einsum("mkd,mdh->mhk", X, Kq[:, :, H]) + bq[:, H, None]      # [m H k]
             kernel = pos[:, H].mean(1)                                                  # [m k] shared kernel
             a = (content - log_S[:, :, None]).exp() * kernel[:, None, :]                 # [m H k]
-            a = a.masked_fill((torch.arange(k)[None, :] > ns[:, None])[:, None, :], 0.0)
+            a = a.masked_fill(layer0.hidden(w, ns, k)[:, None, :], 0.0)                # keys n does not see
             u = torch.einsum("mhk,mkd->mhd", a, X)                                     # [m H d]
             rw, scale = layer0.positional_basis(w, k, self.calibration.c)              # [n_ctx d], [k]
             ps = pos[:, H] * scale                                                     # [m H k]

@@ -110,10 +110,13 @@ def fit_decay_rate(kernel: Float[Tensor, "i"], *, logits: bool = False) -> float
     Position 0 is dropped and the rest renormalised; κ̂ solves mean_q(δ) = Σ δ p(δ) on
     δ = 0..n−1 by bisection (the mean decreases monotonically in κ). Returns 0.0 for
     n < 2 (nothing to fit); |κ̂| ≤ 50. With ``logits=True`` `kernel` holds the logits
-    q·P[n, i]/s and the rest is renormalised as a softmax of its own logits: exact even
+    q·P[n, i]/s (−inf: keys outside a local window, left out) and the rest is renormalised as a
+    softmax of its own logits: exact even
     when position 0 holds all but e^{−800} of the mass (the probabilities would underflow).
     """
     x = kernel[1:].double().flip(0)                                               # [δ] δ = n − i
+    if logits:
+        x = x[x > -math.inf]              # keys outside a local window (−inf logits, the largest δ) not fitted
     N = x.numel()
     if N < 2:
         return 0.0
@@ -347,7 +350,7 @@ def analyse_kernels(
     trans = translation_tv({m: layer0.positional_logits(weights, [q_id], m, c_value)[0].double()
                             for m in sorted({min(m, n) for m in TRANSLATION_POSITIONS} | {n})}, logits=True)
     g = torch.Generator().manual_seed(QUERY_SAMPLE_SEED)
-    others = torch.randint(0, cfg.d_vocab, (QUERY_SAMPLE,), generator=g).tolist()
+    others = torch.randint(0, cfg.vocab, (QUERY_SAMPLE,), generator=g).tolist()
     qtv = (0.5 * (layer0.positional_kernels(weights, others, n, c_value) - kern).abs().sum(-1)).mean(0)  # [h]
     logc = layer0.log_content_factors(weights, q_id, n)                          # [h v]
 

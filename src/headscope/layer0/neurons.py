@@ -136,9 +136,9 @@ def token_values(circuit: Circuit, n: int, dtype=torch.float32, chunk: int = CHU
     bq, bV = fr.bq[circuit.heads].to(dtype), b.b_V[circuit.heads].reshape(H * e).to(dtype)
     W_E, wpos = w.W_E.to(dtype), w.W_pos[n].to(dtype)
     ln_w, ln_b = b.ln1_w.to(dtype), b.ln1_b.to(dtype)
-    Y = torch.empty(w.cfg.d_vocab, H * e, dtype=dtype)
-    for s in range(0, w.cfg.d_vocab, chunk):
-        x = W_E[s:s + chunk] + wpos                                                  # [c d]
+    Y = torch.empty(w.cfg.vocab, H * e, dtype=dtype)                                 # tokens: no padding rows
+    for s in range(0, w.cfg.vocab, chunk):
+        x = W_E[s:min(s + chunk, w.cfg.vocab)] + wpos                                # [c d]
         x = x - x.mean(-1, keepdim=True)
         sigma = (x.pow(2).mean(-1, keepdim=True) + w.cfg.ln_eps).sqrt()              # [c 1]
         x = x / sigma * ln_w + ln_b
@@ -164,7 +164,7 @@ def _log_token_weights(circuit: Circuit, n: int, chunk: int = CHUNK) -> Tensor:
     """log content_h[n, t] − log S̄_h[n] for the chosen heads over the vocabulary [H V] (float64)."""
     fr = circuit.frame(n)
     log_S = circuit.calibration.log_seed_denom[circuit.heads, n].to(fr.q.dtype)
-    V = circuit.weights.cfg.d_vocab
+    V = circuit.weights.cfg.vocab
     return torch.cat([fr.content_logits(circuit.weights, torch.arange(s, min(s + chunk, V)))[circuit.heads]
                       for s in range(0, V, chunk)], dim=1) - log_S[:, None]
 
@@ -301,10 +301,7 @@ def _scored_tokens(circuit: Circuit, v: ContributionVariant, n: int, dtype, chun
         Y = token_values(circuit, n, dtype, chunk, position_part=v.position_part)     # [V H*e]
     ids = torch.arange(Y.shape[0])
     drop = excluded_tokens(circuit, v, tokenizer)
-    if tokenizer is not None:      # padding rows of a padded embedding (OPT, Pythia): ids no text has
-        from ..core.tokenizer import n_tokens
-
-        drop = sorted(set(drop) | set(range(n_tokens(tokenizer, Y.shape[0]), Y.shape[0])))
+    drop = sorted(set(drop) | set(range(circuit.weights.cfg.vocab, Y.shape[0])))   # padding rows (code variant)
     if drop:
         keep = torch.ones(Y.shape[0], dtype=torch.bool)
         keep[drop] = False

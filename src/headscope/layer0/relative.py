@@ -65,9 +65,9 @@ def mean_query_key(w: Weights) -> tuple[Float[Tensor, "h e"], Float[Tensor, "h e
     """(q̄, k̄): the mean layer-0 query and key over the vocabulary (module docstring)."""
     b = w.blocks[0]
     total = torch.zeros(w.cfg.d_model, dtype=torch.float64)                          # Σ_t x̂_t [d]
-    for a in range(0, w.cfg.d_vocab, CHUNK):                 # no vocab-sized float64 copy (Llama 3: 2 GB)
-        total += normalised_embeddings(w, torch.arange(a, min(a + CHUNK, w.cfg.d_vocab))).sum(0)
-    x = total / w.cfg.d_vocab                                                        # [d]
+    for a in range(0, w.cfg.vocab, CHUNK):                   # no vocab-sized float64 copy (Llama 3: 2 GB)
+        total += normalised_embeddings(w, torch.arange(a, min(a + CHUNK, w.cfg.vocab))).sum(0)
+    x = total / w.cfg.vocab                                                          # [d] (padding rows left out)
     q = torch.einsum("d,hde->he", x, b.W_Q.double()) + b.b_Q.double()               # [h e]
     k = torch.einsum("d,hde->he", x, b.W_K.double()) + b.b_K.double()               # [h e]
     return q, k
@@ -88,8 +88,14 @@ def relative_logits(w: Weights, q: Float[Tensor, "h e"] | None = None, k: Float[
     return torch.einsum("ahe,he->ha", q_rot, k.double()) / cfg.attn_scale(0)          # [h Δ]
 
 
+def visible(w: Weights, kappa: Float[Tensor, "h delta"]) -> Float[Tensor, "h delta"]:
+    """κ with −inf at the offsets layer 0 does not see (Δ ≥ its local window; :meth:`Config.hidden_keys`)."""
+    return kappa.masked_fill(w.cfg.hidden_keys(0, torch.arange(kappa.shape[1]), 0), float("-inf"))
+
+
 def kernel_at(kappa: Float[Tensor, "h delta"], n: int) -> Float[Tensor, "h i"]:
-    """p_{h,n}(i) = softmax_{i ≤ n} κ_h(n − i): the kernel at query position n over keys i = 0..n."""
+    """p_{h,n}(i) = softmax_{i ≤ n} κ_h(n − i): the kernel at query position n over keys i = 0..n
+    (:func:`visible` κ: zero outside a local window)."""
     return torch.softmax(kappa[:, : n + 1].flip(-1), dim=-1)
 
 
@@ -117,14 +123,15 @@ def relative_kernels(w: Weights, n_ref: int | None = None) -> RelativeKernels:
     kappa = relative_logits(w)                                                        # [h Δ]
     D = kappa.shape[1]
     n_ref = min(K.N_REF if n_ref is None else n_ref, D - 1)
-    kern = kernel_at(kappa, n_ref)                                                    # [h n_ref+1]
+    seen = visible(w, kappa)                                                          # −inf outside the window
+    kern = kernel_at(seen, n_ref)                                                     # [h n_ref+1]
     widths = K.effective_width(kern).tolist()
     s_pos = K.shape_positions(D)
-    rates = [[K.fit_decay_rate(kappa[h, : m + 1].flip(0), logits=True) for m in s_pos] for h in range(cfg.n_heads)]
+    rates = [[K.fit_decay_rate(seen[h, : m + 1].flip(0), logits=True) for m in s_pos] for h in range(cfg.n_heads)]
     if not torch.isfinite(kappa).all():
         raise HeadscopeError("relative kernel: the mean query or key is not finite")
     return RelativeKernels(
-        kappa=kappa.tolist(), peak_offset=kappa[:, : n_ref + 1].argmax(-1).tolist(), n_ref=n_ref,
+        kappa=kappa.tolist(), peak_offset=seen[:, : n_ref + 1].argmax(-1).tolist(), n_ref=n_ref,
         widths=widths, positions=s_pos, rates=rates,
         width=[K.categorise(x, n_ref) for x in widths],
         shape=[K.categorise_shape(dict(zip(s_pos, r))) for r in rates],

@@ -88,9 +88,9 @@ def mean_key(w: Weights) -> Float[Tensor, "h e"]:
     if memo is not None and memo[0] == key:
         return memo[1]
     total = torch.zeros(w.cfg.d_model, dtype=w.W_E.dtype)                        # Σ_t x̂_t: k is linear in x̂
-    for a in range(0, w.cfg.d_vocab, CHUNK):
-        total += normalised(w, torch.arange(a, min(a + CHUNK, w.cfg.d_vocab))).sum(0)
-    out = torch.einsum("d,hde->he", total / w.cfg.d_vocab, b.W_K) + b.b_K
+    for a in range(0, w.cfg.vocab, CHUNK):                                       # tokens only, no padding rows
+        total += normalised(w, torch.arange(a, min(a + CHUNK, w.cfg.vocab))).sum(0)
+    out = torch.einsum("d,hde->he", total / w.cfg.vocab, b.W_K) + b.b_K
     b.__dict__["_rotary_mean_key"] = (key, out, (w.W_E, b.W_K, b.b_K, b.ln1_w))
     return out
 
@@ -103,8 +103,7 @@ def rotated(w: Weights, q: Float[Tensor, "h e"], D: int) -> Float[Tensor, "D h e
 
 def _offset_mask(w: Weights, D: int) -> Tensor:
     """True where offset Δ < D is outside layer 0's attention window (none when global)."""
-    win = w.cfg.window(0)
-    return torch.arange(D) >= win if win else torch.zeros(D, dtype=torch.bool)
+    return w.cfg.hidden_keys(0, torch.arange(D), 0)                              # offset Δ = n − i
 
 
 def kernel_logits(w: Weights, rq: Float[Tensor, "D h e"]) -> Float[Tensor, "h D"]:
@@ -169,7 +168,7 @@ def log_content_factors(w: Weights, token: int, n: int, tokens: Int[Tensor, "t"]
                         ) -> Float[Tensor, "h t"]:
     """log content[n, t] for `tokens` (default: the whole vocabulary)."""
     fr = frame(w, token, n)
-    tokens = torch.arange(w.cfg.d_vocab) if tokens is None else tokens
+    tokens = torch.arange(w.cfg.vocab) if tokens is None else tokens
     return torch.cat([fr.content_logits(w, ids) for ids in tokens.split(CHUNK)], dim=1)
 
 
@@ -181,11 +180,8 @@ def fixed_query_scores(w: Weights, k: Float[Tensor, "b p head e"], token: int) -
     cos, sin = rotary.cos_sin(torch.arange(p, device=k.device), w.cfg, dtype=k.dtype)
     qr = rotary.rotate(q[None].expand(p, *q.shape), cos, sin)                      # [p h e]
     scores = torch.einsum("qhe,bkhe->bhqk", qr, k) / w.cfg.attn_scale(0)
-    off = torch.arange(p)[:, None] - torch.arange(p)[None, :]                      # n − i
-    bad = off < 0
-    if w.cfg.window(0):
-        bad |= off >= w.cfg.window(0)
-    return scores.masked_fill(bad.to(k.device), float("-inf"))
+    pos = torch.arange(p, device=k.device)
+    return scores.masked_fill(w.cfg.hidden_keys(0, pos[:, None], pos[None, :]), float("-inf"))
 
 
 @torch.no_grad()
@@ -214,7 +210,7 @@ def split_patterns(w: Weights, tokens: Int[Tensor, "p"], block: int = 16
         o = off[ns]                                                                 # [m k]
         logits = kap.gather(2, o.clamp_min(0)[:, None, :].expand(-1, kap.shape[1], -1))   # κ_n(n − i) [m h k]
         logits = logits + torch.einsum("khe,mhe->mhk", K, qt) / s
-        logits = logits.masked_fill((o < 0)[:, None, :], -math.inf)
+        logits = logits.masked_fill(w.cfg.hidden_keys(0, o, 0)[:, None, :], -math.inf)   # i > n, or outside the window
         approx[:, ns] = torch.softmax(logits, dim=-1).transpose(0, 1)
     return true, approx
 
@@ -265,9 +261,9 @@ def token_values(w: Weights, token: int, heads: list[int], log_S: Float[Tensor, 
     b = w.blocks[0]
     fr = frame(w, token, n)
     H, e = len(heads), w.cfg.d_head
-    Y = torch.empty(w.cfg.d_vocab, H * e, dtype=dtype)
-    for s in range(0, w.cfg.d_vocab, chunk):
-        ids = torch.arange(s, min(s + chunk, w.cfg.d_vocab))
+    Y = torch.empty(w.cfg.vocab, H * e, dtype=dtype)
+    for s in range(0, w.cfg.vocab, chunk):
+        ids = torch.arange(s, min(s + chunk, w.cfg.vocab))
         X = normalised(w, ids)                                                    # [c d]
         a = ((X @ fr.Kq[:, heads]) + fr.bq[heads] - log_S).exp()                  # [c H]
         v = torch.einsum("cd,hde->che", X, b.W_V[heads]) + b.b_V[heads]           # [c H e]

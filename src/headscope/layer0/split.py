@@ -31,6 +31,9 @@ Positional kernel and content factor::
     attn_approx[n, i] = pos_h[n, i] · content_h[n, x_i] / S_h[n],
     S_h[n] = Σ_{j ≤ n} pos_h[n, j] · content_h[n, x_j]        (the seed's denominator)
 
+On a local layer 0 (GPT-Neo's local layers) every ``i ≤ n`` reads "every key query n sees"
+(n − window < i ≤ n): one mask, :meth:`Config.hidden_keys`, the forward's own (:func:`hidden`).
+
 The model's own log-denominator ``L_h[n] = logsumexp_i(q·key_i/s)`` (forward's
 ``hook_denom``) relates to it by ``S_h[n] ≈ exp(L_h[n] − log Z_h[n])`` with
 ``Z_h[n] = Σ_{i ≤ n} exp(q_h[n]·P_h[n, i]/s)`` (exact where the split is exact).
@@ -231,12 +234,20 @@ def positional_basis(w: Weights, k: int, c: float) -> tuple[Float[Tensor, "n_ctx
     return _positional_parts(w)[0] * w.blocks[0].ln1_w, _position_scale(w, k, c)
 
 
+def hidden(w: Weights, ns: Int[Tensor, "m"], k: int) -> Tensor:
+    """[m k] True where key i < k is not visible from query position ns[m] in layer 0: i > n, or
+    outside a local window (:meth:`Config.hidden_keys`, the forward's own mask)."""
+    return w.cfg.hidden_keys(0, ns[:, None], torch.arange(k, device=ns.device)[None, :])
+
+
 def _positional_logits(w: Weights, q: Float[Tensor, "m h e"], ns: Int[Tensor, "m"], k: int, c: float
                        ) -> Float[Tensor, "m h k"]:
-    """q_m · P_h[n_m, i] / s for i < k (n_m < k): scale_i·(q·PK_h[i] − q·PK_h[n_m]) / s."""
+    """q_m · P_h[n_m, i] / s for i < k (n_m < k): scale_i·(q·PK_h[i] − q·PK_h[n_m]) / s; −inf at the keys
+    query n_m does not see (i > n_m, or outside layer 0's local window)."""
     G = torch.einsum("mhe,hie->mhi", q, _positional_parts(w)[2][:, :k])           # [m h k]
     Gn = G.gather(2, ns.view(-1, 1, 1).expand(-1, G.shape[1], 1))                  # [m h 1]: exactly 0 at i = n
-    return (G - Gn) * (_position_scale(w, k, c) / w.cfg.attn_scale(0))
+    L = (G - Gn) * (_position_scale(w, k, c) / w.cfg.attn_scale(0))
+    return L.masked_fill_(hidden(w, ns, k)[:, None, :], -math.inf)
 
 
 def key_split(weights: Weights, tokens: Int[Tensor, "p"], n: int, c: float
@@ -307,8 +318,7 @@ def query_frames(w: Weights, token: int, ns: Int[Tensor, "m"], c: float
     q = queries(w, torch.full_like(ns, token), ns)                                 # [m h e]
     s = w.cfg.attn_scale(0)
     k = int(ns.max()) + 1
-    logits = _positional_logits(w, q, ns, k, c)                                    # [m h k]
-    logits.masked_fill_((torch.arange(k)[None, :] > ns[:, None])[:, None, :], -math.inf)
+    logits = _positional_logits(w, q, ns, k, c)                                    # [m h k], −inf where hidden
     return q, torch.einsum("hde,mhe->mdh", b.W_K, q) / s, (b.b_K * q).sum(-1) / s, torch.softmax(logits, dim=-1)
 
 
@@ -340,7 +350,7 @@ def log_content_factors(w: Weights, query_token: int, n: int, tokens: Int[Tensor
     if _rotary(w.cfg):
         return _rs().log_content_factors(w, query_token, n, tokens)
     fr = frame(w, query_token, n, c=1.0)                                          # c does not enter content
-    tokens = torch.arange(w.cfg.d_vocab) if tokens is None else tokens
+    tokens = torch.arange(w.cfg.vocab) if tokens is None else tokens
     return torch.cat([fr.content_logits(w, ids) for ids in tokens.split(CONTENT_CHUNK)], dim=1).double()
 
 
@@ -359,8 +369,7 @@ def log_Z(w: Weights, token: int, n_pos: int, c: float, chunk: int = 128) -> Flo
     for a in range(0, n_pos, chunk):
         ns = torch.arange(a, min(a + chunk, n_pos))
         q = queries(w, torch.full_like(ns, token), ns)                             # [m h e]
-        L = _positional_logits(w, q, ns, n_pos, c)                                 # [m h n_pos]
-        L.masked_fill_((torch.arange(n_pos)[None, :] > ns[:, None])[:, None, :], -math.inf)
+        L = _positional_logits(w, q, ns, n_pos, c)                                 # [m h n_pos], −inf where hidden
         out.append(torch.logsumexp(L, dim=-1).T)                                   # [h m]
     return torch.cat(out, dim=1)
 
@@ -368,7 +377,7 @@ def log_Z(w: Weights, token: int, n_pos: int, c: float, chunk: int = 128) -> Flo
 def fixed_query_scores(w: Weights, k: Float[Tensor, "b p head e"], token: int) -> Float[Tensor, "b head q p"]:
     """True layer-0 scores when the query at every position n is `token` at n.
 
-    Keys ``k`` are the text's own (forward's ``hook_k``); causal mask applied. This is
+    Keys ``k`` are the text's own (forward's ``hook_k``); causal and window masks applied. This is
     the model's computation at n had x_n been `token` (the key and value at n stay the
     text's own).
     """
@@ -379,8 +388,7 @@ def fixed_query_scores(w: Weights, k: Float[Tensor, "b p head e"], token: int) -
     x = ln1(w, w.W_E[token] + w.W_pos[:p])                                        # [p d]
     q = torch.einsum("pd,hde->phe", x, b0.W_Q) + b0.b_Q                           # [p head e]
     scores = torch.einsum("qhe,bkhe->bhqk", q, k) / w.cfg.attn_scale(0)           # [b head q k]
-    causal = torch.ones(p, p, dtype=torch.bool, device=k.device).tril()
-    return scores.masked_fill(~causal, float("-inf"))
+    return scores.masked_fill(hidden(w, torch.arange(p, device=k.device), p), float("-inf"))
 
 
 # -- the split over a whole window (vectorised over query positions) --------------------------
@@ -390,7 +398,8 @@ def split_scores(weights: Weights, tokens: Int[Tensor, "p"], c: float
                  ) -> tuple[Float[Tensor, "h q k"], Float[Tensor, "h q k"]]:
     """(content, position) parts of the approximate scores q_n·(E[n,x_i] + P[n,i])/s.
 
-    The text's own queries q_n; entries above the diagonal (i > n) are −inf in both.
+    The text's own queries q_n; entries of keys query n does not see (i > n, or outside a
+    local window) are −inf in both.
     Vectorised with ‖c(W_E[x_i]) + c(W_pos[n])‖² = |e_i|² + |p_n|² + 2 e_i·p_n, which
     needs fold_ln.
     """
@@ -413,8 +422,8 @@ def split_scores(weights: Weights, tokens: Int[Tensor, "p"], c: float
     content = (math.sqrt(d) * (q_eK + q_pnK[:, :, None]) / norm2.sqrt() + q_bK[:, :, None]) / s
     pos_norm = (p.pow(2).sum(-1) + c ** 2).clamp_min(d * cfg.ln_eps).sqrt()      # [k] (floor: see positional_term)
     position = math.sqrt(d) * (q_pK - q_pnK[:, :, None]) / pos_norm[None, None, :] / s
-    causal = torch.ones(P_len, P_len, dtype=torch.bool).tril()
-    return content.masked_fill(~causal, -math.inf), position.masked_fill(~causal, -math.inf)
+    mask = hidden(weights, torch.arange(P_len), P_len)                            # [q k]
+    return content.masked_fill(mask, -math.inf), position.masked_fill(mask, -math.inf)
 
 
 def crude_pattern(weights: Weights, tokens: Int[Tensor, "p"], c: float) -> Float[Tensor, "h q k"]:
@@ -429,12 +438,11 @@ def crude_pattern(weights: Weights, tokens: Int[Tensor, "p"], c: float) -> Float
     norm = (_centred(weights.W_pos[:P_len]).pow(2).sum(-1) + c ** 2).clamp_min(d * cfg.ln_eps).sqrt()   # [k]
     keys = math.sqrt(d) * torch.einsum("kd,hde->hke", x, b.W_K) / norm[None, :, None] + b.b_K[:, None, :]
     scores = Q @ keys.transpose(1, 2) / cfg.attn_scale(0)                         # [h q k]
-    causal = torch.ones(P_len, P_len, dtype=torch.bool).tril()
-    return torch.softmax(scores.masked_fill(~causal, -math.inf), dim=-1)
+    return torch.softmax(scores.masked_fill(hidden(weights, torch.arange(P_len), P_len), -math.inf), dim=-1)
 
 
 def approx_pattern(weights: Weights, tokens: Int[Tensor, "p"], c: float) -> Float[Tensor, "h q k"]:
-    """attn_approx[n, i] = softmax_i of the split scores (causal, rows sum to 1)."""
+    """attn_approx[n, i] = softmax_i of the split scores (visible keys only, rows sum to 1)."""
     content, position = split_scores(weights, tokens, c)
     return torch.softmax(content + position, dim=-1)
 
@@ -446,7 +454,7 @@ def text_positional_kernels(weights: Weights, tokens: Int[Tensor, "p"], c: float
 
 
 def text_content_factors(weights: Weights, tokens: Int[Tensor, "p"], c: float) -> Float[Tensor, "h q k"]:
-    """content_{E[n, x_i], query[n](x)} = exp(q_n·E[n, x_i]/s) (0 above the diagonal)."""
+    """content_{E[n, x_i], query[n](x)} = exp(q_n·E[n, x_i]/s) (0 at the keys query n does not see)."""
     content, _ = split_scores(weights, tokens, c)
     return content.exp()
 

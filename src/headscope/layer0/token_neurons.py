@@ -53,7 +53,7 @@ def normalised_embeddings(w: Weights, ids: Tensor) -> Float[Tensor, "t d"]:
 def token_scores(w: Weights, ids: Tensor | None = None) -> Float[Tensor, "t m"]:
     """s_n(t) = a_n(t) · ‖W_out[n]‖ for tokens `ids` (default: the vocabulary) and every MLP0 neuron."""
     b, cfg = w.blocks[0], w.cfg
-    ids = torch.arange(cfg.d_vocab) if ids is None else torch.as_tensor(ids).long()
+    ids = torch.arange(cfg.vocab) if ids is None else torch.as_tensor(ids).long()
     if cfg.gated_mlp and b.W_gate is None:
         raise HeadscopeError("gated MLP: block 0 has no W_gate")
     out_norm = b.W_out.double().norm(dim=-1)                                         # [m]
@@ -86,8 +86,8 @@ class TokenNeuronRanking:
 def rank_token_neurons(w: Weights, k: int = TOP_K, top: int | None = None, n_tokens: int | None = None
                        ) -> TokenNeuronRanking:
     """Rank MLP0's neurons by selectivity = mean of the k largest |s_n(t)| − median |s_n(t)| over the
-    first `n_tokens` ids (default all rows; pass ``core.tokenizer.n_tokens`` to leave padding rows out)."""
-    n = w.cfg.d_vocab if n_tokens is None else n_tokens
+    first `n_tokens` ids (default ``cfg.vocab``: every token, no padding rows)."""
+    n = w.cfg.vocab if n_tokens is None else n_tokens
     if not isinstance(k, int) or not 1 <= k <= n:
         raise HeadscopeError(f"k: expected an integer in 1..{n}, got {k}")
     s = token_scores(w, torch.arange(n))                                             # [v m]

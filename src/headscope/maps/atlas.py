@@ -145,6 +145,8 @@ from .._errors import HeadscopeError
 from .._html_repr import HtmlRepr, render_text
 from ..core.model import Model
 from ..core.tokenizer import to_str_tokens
+from ..core.weights import written_W_O
+from ..core.applicability import branch_norm_caveat
 
 Tensor = torch.Tensor
 
@@ -363,6 +365,9 @@ def atlas(model: Model, layers: Sequence[int] | None = None, *, n_tokens: int = 
     gram = composition.vocab_gram(W)                                                 # [d d] W_U W_E
     pair = None if logit_diff is None else _logit_diff_direction(model, W, logit_diff)  # (ids, [d])
 
+    if branch_norm_caveat(cfg):                   # Gemma 2: what the post-attention norm leaves approximate
+        notes.append(branch_norm_caveat(cfg))
+
     pos_l0, categories = None, {}
     rotary = cfg.positional != "learned"
     if rotary:
@@ -395,7 +400,8 @@ def atlas(model: Model, layers: Sequence[int] | None = None, *, n_tokens: int = 
             continue
         b = W.blocks[l]
         X, sigma = _f64(X), _f64(sigma)                                              # [N d], [N]
-        W_Q, W_K, W_V, W_O = _f64(b.W_Q), _f64(b.W_K), _f64(b.W_V), _f64(b.W_O)     # [h d e] ×3, [h e d]
+        W_Q, W_K, W_V = _f64(b.W_Q), _f64(b.W_K), _f64(b.W_V)                       # [h d e] ×3
+        W_O = _f64(written_W_O(b, cfg))                                              # [h e d] as the stream gets it
         b_Q, b_K = _f64(b.b_Q), _f64(b.b_K)                                          # [h e]
         s = cfg.attn_scale(l)
         Q, K = _per_head(X, W_Q), _per_head(X, W_K)                                  # [h N e] each
@@ -422,7 +428,9 @@ def atlas(model: Model, layers: Sequence[int] | None = None, *, n_tokens: int = 
         elif l == 0:
             share = pos_l0
         else:
-            share = _positional_share_deep(X, sigma, win, _f64(W.W_pos), _f64(b.ln1_w), W_Q, b_Q, W_K, s)
+            pos = torch.arange(len(win))
+            share = _positional_share_deep(X, sigma, win, _f64(W.W_pos), _f64(b.ln1_w), W_Q, b_Q, W_K, s,
+                                           cfg.hidden_keys(l, pos[:, None], pos[None, :]))
         for h in range(H):
             n_neg, n_top, frac = negative_fraction(lam[h])
             qk_self, n_rows = mean_self_score(z[h])

@@ -36,7 +36,7 @@ from jaxtyping import Float
 
 from .._html_repr import HtmlRepr, render_text
 from ..lowrank import column_factor, small_matrices
-from ..core.weights import Weights
+from ..core.weights import Weights, written_W_O
 
 Tensor = torch.Tensor
 MODES = ("Q", "K", "V")
@@ -53,8 +53,9 @@ def vocab_gram(weights: Weights, chunk: int = CHUNK) -> Float[Tensor, "d d"]:
     """W_U W_E [d_model d_model] in float64, summed over vocabulary chunks (no vocab-sized float64 copy)."""
     d = weights.cfg.d_model
     G = torch.zeros(d, d, dtype=torch.float64)
-    for i in range(0, weights.cfg.d_vocab, chunk):
-        G += weights.W_U[:, i:i + chunk].double() @ weights.W_E[i:i + chunk].double()
+    V = weights.cfg.vocab                                                                # tokens: no padding rows
+    for i in range(0, V, chunk):
+        G += weights.W_U[:, i:min(i + chunk, V)].double() @ weights.W_E[i:min(i + chunk, V)].double()
     return G
 
 
@@ -64,7 +65,7 @@ def framework_ov_eigenvalues(weights: Weights, layer: int, gram: Tensor | None =
     b = weights.blocks[layer]
     GV = torch.einsum("cd,hde->hce", G, b.W_V.double())                                  # [h d e]
     with small_matrices():
-        return torch.linalg.eigvals(b.W_O.double() @ GV)                                 # [h e]
+        return torch.linalg.eigvals(written_W_O(b, weights.cfg).double() @ GV)          # [h e]
 
 
 def composition_cost(cfg) -> float:
@@ -90,7 +91,8 @@ def composition_scores(weights: Weights, max_elements: int = 1 << 24) -> dict[st
     cfg = weights.cfg
     L, H, e = cfg.n_layers, cfg.n_heads, cfg.d_head
     st = lambda name: torch.stack([getattr(b, name).double() for b in weights.blocks])  # noqa: E731
-    W_Q, W_K, W_V, W_O = st("W_Q"), st("W_K"), st("W_V"), st("W_O")                    # [L h d e] ×3, [L h e d]
+    W_Q, W_K, W_V = st("W_Q"), st("W_K"), st("W_V")                                     # [L h d e] ×3
+    W_O = torch.stack([written_W_O(b, cfg).double() for b in weights.blocks])            # [L h e d] as written
     R = {"Q": _r(W_Q), "K": _r(W_K), "V": _r(W_V), "O": _r(W_O.transpose(-1, -2))}      # [L h e e]
     T = lambda x: x.transpose(-1, -2)  # noqa: E731
     n_ov = (R["V"] @ T(R["O"])).flatten(-2).norm(dim=-1)                                 # [L h] ‖W_V W_O‖_F
@@ -216,7 +218,7 @@ def head_directions(weights: Weights, layer: int, ids: Tensor, tokens, k: int = 
     b = weights.blocks[layer]
     E = weights.W_E[ids].double()                                                  # [N d]
     Uu = weights.W_U[:, ids].double()                                              # [d N]
-    ov = _low_rank_svd(b.W_V.double(), b.W_O.double().transpose(-1, -2))
+    ov = _low_rank_svd(b.W_V.double(), written_W_O(b, weights.cfg).double().transpose(-1, -2))
     qk = _low_rank_svd(b.W_Q.double(), b.W_K.double())
     kk = min(k, ov[1].shape[-1])
     ids = ids.tolist()

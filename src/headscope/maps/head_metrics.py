@@ -175,8 +175,9 @@ def _float(x) -> float | None:
 
 
 def _positional_share_deep(X: Tensor, sigma: Tensor, win: Tensor, W_pos: Tensor, ln1_w: Tensor, W_Q: Tensor,
-                           b_Q: Tensor, W_K: Tensor, s: float) -> Tensor:
-    """positional_share of every head of a layer ≥ 1 (module docstring): first order in δ_i. [h]"""
+                           b_Q: Tensor, W_K: Tensor, s: float, hidden: Tensor) -> Tensor:
+    """positional_share of every head of a layer ≥ 1 (module docstring): first order in δ_i. [h]
+    `hidden` [P P]: the layer's mask (:meth:`Config.hidden_keys`: causal, and its local window)."""
     P = len(win)
     delta = W_pos[:P] - W_pos.mean(0)                                                # [P d]
     delta = delta - delta.mean(-1, keepdim=True)                                     # c(δ)
@@ -184,7 +185,6 @@ def _positional_share_deep(X: Tensor, sigma: Tensor, win: Tensor, W_pos: Tensor,
     x = X[win]                                                                       # [P d]
     q = _per_head(x + p_hat, W_Q) + b_Q[:, None]                                     # [h P e]
     kc, kp = _per_head(x, W_K), _per_head(p_hat, W_K)
-    causal = torch.ones(P, P, dtype=torch.bool).tril()
-    content = (q @ kc.transpose(1, 2) / s).masked_fill(~causal, float("-inf"))      # [h P P]
-    position = (q @ kp.transpose(1, 2) / s).masked_fill(~causal, float("-inf"))
+    content = (q @ kc.transpose(1, 2) / s).masked_fill(hidden, float("-inf"))       # [h P P]
+    position = (q @ kp.transpose(1, 2) / s).masked_fill(hidden, float("-inf"))
     return positional_share(content, position)

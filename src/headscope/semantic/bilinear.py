@@ -126,7 +126,7 @@ def effective_embeddings_by_layer(
     upto = cfg.n_layers - 1 if upto is None else cfg.check_layer(upto)
     if len(attn_means) < upto:
         raise HeadscopeError(f"effective embeddings need mean attention outputs of {upto} blocks, got {len(attn_means)}")
-    ids = torch.arange(cfg.d_vocab) if token_ids is None else torch.as_tensor(token_ids).long()
+    ids = torch.arange(cfg.vocab) if token_ids is None else torch.as_tensor(token_ids).long()
     x = weights.W_E[ids] + mean_position(weights)                                      # [n d] residual
     for l in range(upto + 1):
         block = weights.blocks[l]
@@ -165,7 +165,7 @@ def effective_embeddings(
         raise HeadscopeError("embedding variant 'mlp' needs a head in layer ≥ 1 (it reads MLP0's output)")
     if len(attn_means) < 1:
         raise HeadscopeError(f"effective embeddings need mean attention outputs of 1 blocks, got {len(attn_means)}")
-    ids = torch.arange(cfg.d_vocab) if token_ids is None else torch.as_tensor(token_ids).long()
+    ids = torch.arange(cfg.vocab) if token_ids is None else torch.as_tensor(token_ids).long()
     ln1 = weights.blocks[layer]
     out = torch.empty(len(ids), cfg.d_model, dtype=weights.dtype)
     for a in range(0, len(ids), chunk):

@@ -33,7 +33,6 @@ from .options import PRESETS, ClusterOptions, HeadOptions  # noqa: F401  (PRESET
 from ..core.model import Model
 from .prompts import prompts_for
 from .survey import PositionIndependence, position_independence_heads
-from ..core.tokenizer import n_tokens
 from ..core.weights import Weights
 
 Tensor = torch.Tensor
@@ -350,7 +349,7 @@ def _shared_work(model: Model, W: Weights, heads: list[tuple[int, int]], head_ke
     examples = [ids[0] for ids in cat_ids.values()][:o.n_examples]
     vocab_targets: dict[tuple[int, int], tuple[Tensor, ...]] = {}
     if vocab_layers:
-        vocab = torch.arange(n_tokens(model.tokenizer, model.cfg.d_vocab))     # token ids: no padding rows
+        vocab = torch.arange(model.cfg.vocab)                                  # token ids: no padding rows
         vocab_targets = _vocab_targets(W, heads, head_keys, vocab_layers, examples, o.k, o.variant, attn_means,
                                        o.authors, vocab)
         steps("effective embeddings of the vocabulary")

@@ -20,7 +20,7 @@ class ModelStage(Stage):
         model = ctx.model
         p = ctx.progress
         p.set_total(2)
-        emb_norm, pos_norm = ctx.weights().embedding_norms()                   # [d_vocab], [n_ctx]
+        emb_norm, pos_norm = ctx.weights().embedding_norms()                   # [vocab], [n_ctx] (no padding rows)
         edges, counts = bin_values(emb_norm.tolist(), bins=40)
         p.update()
         samples = []
@@ -71,8 +71,9 @@ class ModelStage(Stage):
         fig_emb = H.figure(F.histogram(edges=data["W_E_norm_hist"]["edges"], counts=data["W_E_norm_hist"]["counts"],
                                        title="Token embedding norms", xlabel="|W_E[t]|", ylabel="tokens",
                                        markers=[(hq["p50"], "median")]),
-                           f"Histogram of |W_E[t]| over all {c['d_vocab']:,} tokens (processed weights); "
-                           f"dashed line: median {hq['p50']:.3g}.")
+                           f"Histogram of |W_E[t]| over all {c.get('n_tokens', c['d_vocab']):,} tokens (processed weights"
+                           + (f"; the {c['d_vocab'] - c['n_tokens']:,} padding rows left out" if 'n_tokens' in c else "")
+                           + f"); dashed line: median {hq['p50']:.3g}.")
         summary = [
             ("model sha256", H.code(data["fingerprint"][:16] + "…")),
             ("layers × heads", f"{c['n_layers']} × {c['n_heads']}"),
