@@ -9,7 +9,6 @@ text rich in its negative tokens; same seed → identical bytes.
 from __future__ import annotations
 
 import hashlib
-import time
 
 import pytest
 import torch
@@ -187,14 +186,12 @@ def test_headscope_forward_agrees_on_planted_neurons(planted_model, planted_hf, 
                                _mlp0_pre(planted_hf, planted_model, text)[:, idx], atol=2e-4, rtol=1e-4)
 
 
-def test_same_seed_same_bytes_and_fast(tmp_path):
+def test_same_seed_same_bytes(tmp_path):
     from headscope.planted import build
 
     digests = []
     for k in range(2):
-        t = time.perf_counter()
         out = build(tmp_path / f"b{k}", seed=3)
-        assert time.perf_counter() - t < 10.0
         digests.append(hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest()
                        + hashlib.sha256((out / "planted.json").read_bytes()).hexdigest())
     assert digests[0] == digests[1]
