@@ -208,11 +208,14 @@ def test_query_dependence_is_over_every_kernel():
     tvs = [0.02 if h in (0, 2, 6, 8, 9, 10) else 0.4 for h in range(12)]             # 6 of 12 within 0.1
     tvs[1] = 0.4
     tvs[3] = 0.4
-    w = types.SimpleNamespace(kernels=head_kernels(query_tv=tvs),
+    shaped = [{"query_tv": 0.02, "shape_tv": 0.5}] * 12
+    null = [{"head": k % 12, "query_tv": 0.01, "shape_tv": 0.01} for k in range(24)]
+    w = types.SimpleNamespace(kernels=head_kernels(query_tv=tvs), kernel_shape=shaped, kernel_null=null,
                               circuit=(None, types.SimpleNamespace(heads=[0, 2, 6, 8, 9, 10])))
     tvs5 = tvs[:]
     tvs5[10] = 0.4                                                                   # 5 of 12 within 0.1
-    w5 = types.SimpleNamespace(kernels=head_kernels(query_tv=tvs5), circuit=w.circuit)
+    w5 = types.SimpleNamespace(kernels=head_kernels(query_tv=tvs5), kernel_shape=shaped, kernel_null=null,
+                               circuit=w.circuit)
     assert H._query_dependence(CLAIMS["query_dependence"], SEED, w)[3] is True
     assert H._query_dependence(CLAIMS["query_dependence"], SEED, w5)[3] is False
 

@@ -16,8 +16,14 @@ CLAIMS = {c["id"]: c for c in R.seed_claims()["claims"]}
 SEED = R.seed_reference(R.seed_claims())
 
 
+#: kernel measures of shaped heads and of near-uniform null heads (the kernel rows' nulls)
+SHAPED = [{"translation_tv": 0.02, "query_tv": 0.02, "shape_tv": 0.5}] * 12
+NULL = [{"head": k % 12, "category": "uniform", "translation_tv": 0.01, "query_tv": 0.01, "shape_tv": 0.01}
+        for k in range(24)]
+
+
 def work(**attrs):
-    w = types.SimpleNamespace(**attrs)
+    w = types.SimpleNamespace(**{"kernel_shape": SHAPED, "kernel_null": NULL, **attrs})
     w._check_head = lambda: (1, 5)
     return w
 

@@ -11,7 +11,7 @@ import torch
 
 from .._errors import HeadscopeError, NotApplicable
 from ..stats import sign_flip_means
-from .null import compare, generator
+from .null import compare, generator, share_null
 from .table import claim, margin_of, share_of
 
 
@@ -67,13 +67,31 @@ def _categories(c, ref, w):
         problems.append("" if same else f"contextual heads {ctx} fall in {ctx_cats}")
         ok = not extra and not missing and same
         note = "; ".join(p for p in problems if p) or f"contextual heads all {ctx_cats[0]}"
-        return c["published_text"], _fmt_groups(have), c["tolerance"], ok, f"{note}; per head: {figures}"
+        modal = max(ctx_cats, key=lambda k: (sum(got[h] == k for h in ctx), k)) if ctx_cats else None
+        null = _category_null(c, w, {h: modal for h in ctx}, got)
+        return c["published_text"], _fmt_groups(have), c["tolerance"], ok, f"{note}; per head: {figures}", null
     want = {cat: sorted(h for h, v in ref.categories.items() if v == cat) for cat in three}
     wrong = sorted(h for h in got if got[h] != ref.categories.get(h))
     problems.append(f"heads {wrong} differ from the manifest" if wrong else "")
     note = "; ".join(p for p in problems if p)
+    null = _category_null(c, w, dict(ref.categories), got)
     return _fmt_groups(want), _fmt_groups(have), "every head's category as planted, exactly three categories", \
-        not wrong and not extra and not missing, (note + "; " if note else "") + f"per head: {figures}"
+        not wrong and not extra and not missing, (note + "; " if note else "") + f"per head: {figures}", null
+
+
+def _category_null(c, w, target: dict, got: dict):
+    """The share of the heads in `target` whose category is theirs (head → category) against
+    null draws of the same heads (claims.null.null_layer: Gaussian W_Q, W_K of each head's norms):
+    a random head's kernel is near uniform, so a category a random head also falls in is no evidence."""
+    heads = [h for h in target if h in got]
+    draws = [d for d in w.kernel_null if d["head"] in target]
+    if not heads or not draws:
+        return None
+    share = sum(got[h] == target[h] for h in heads) / len(heads)
+    hits = sum(d["category"] == target[d["head"]] for d in draws)
+    return share_null(share, len(heads), hits, len(draws), statistic="share of the heads in their category",
+                      null="null draws of the same heads (Gaussian W_Q, W_K, W_V, W_O of each head's norms)",
+                      margin=float(c["null"]["margin"]))
 
 
 def _fmt_groups(groups: dict) -> str:
@@ -189,18 +207,34 @@ def _key_split_vs_crude(c, ref, w):
 
 
 
+def _relative_null(c, w, key: str, what: str):
+    """The heads' median of `key` (a kernel TV) ÷ the kernel's own TV from uniform — a near-uniform
+    kernel is trivially translation equivariant and query independent — against the same ratio of
+    null heads (claims.null.null_layer), by the stated margin."""
+    def rel(m):
+        return m[key] / m["shape_tv"] if m["shape_tv"] > 0 else math.inf
+
+    measured = statistics.median(rel(m) for m in w.kernel_shape)
+    draws = [rel(m) for m in w.kernel_null]
+    return compare(measured, draws, statistic=f"median over the heads of {what} ÷ the kernel's TV from uniform",
+                   direction="below", null="null draws of every layer-0 head (Gaussian W_Q, W_K, W_V, W_O of its norms)",
+                   **margin_of(c["null"]))
+
+
 @claim("translation_equivariance")
 def _translation(c, ref, w):
     vals = {hk.head: hk.translation_tv for hk in w.kernels.heads}
-    return _share(c, ref, w, vals, lambda v: v <= c["max_tv"], "max TV between a head's kernels at n = 32, 64, 128, 255")
+    return (*_share(c, ref, w, vals, lambda v: v <= c["max_tv"], "max TV between a head's kernels at n = 32, 64, 128, 255"),
+            _relative_null(c, w, "translation_tv", "the translation TV"))
 
 
 @claim("query_dependence")
 def _query_dependence(c, ref, w):
     """The seed's "they" is every kernel of layer 0, not only the contextual heads'."""
     vals = {hk.head: hk.query_tv for hk in w.kernels.heads}
-    return _share(c, ref, w, vals, lambda v: v <= c["max_tv"],
-                  "mean TV of every layer-0 head's kernel, ' the' vs 64 random query tokens")
+    return (*_share(c, ref, w, vals, lambda v: v <= c["max_tv"],
+                    "mean TV of every layer-0 head's kernel, ' the' vs 64 random query tokens"),
+            _relative_null(c, w, "query_tv", "the query TV"))
 
 
 @claim("mostly_local")
@@ -215,10 +249,11 @@ def _mostly_local(c, ref, w):
     every = sorted(h for h, v in cats.items() if v == "local")
     note = (f"local (category: decay length ≤ 2 tokens) among the heads studied {heads}: {local}; among every "
             f"layer-0 head: {len(every)}/{len(cats)} {every}")
+    null = _category_null(c, w, {h: "local" for h in heads}, cats)
     if ref.planted:
         return c["published_text"], round(share, 4), c["tolerance"], None, \
-            note + "; no verdict: the manifest plants the contextual heads slowly decaying, not local"
-    return c["published_text"], round(share, 4), c["tolerance"], share > c["min_share"], note
+            note + "; no verdict: the manifest plants the contextual heads slowly decaying, not local", null
+    return c["published_text"], round(share, 4), c["tolerance"], share > c["min_share"], note, null
 
 
 @claim("denominator_decay")

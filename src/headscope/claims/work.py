@@ -20,11 +20,12 @@ from ..semantic import bilinear
 from ..semantic.options import SteerOptions
 from ..semantic.steering import authors_steer, steer
 from ..semantic.survey import position_independence, position_independence_heads, survey
-from .null import form_null, null_head_models, readout_null
+from .null import form_null, null_head_models, null_layer, readout_null
 from .reference import Reference, resolve_heads
 
 KERNEL_WINDOWS = 16          #: windows of the shipped texts for the TV claim (as the report)
 TOP = 50                     #: token lists compared for neuron claims
+KERNEL_NULL_ROUNDS = 2     #: null draws of every layer-0 head for the kernel rows (24 on GPT-2 Small)
 FIDELITY_STRIDE = 8          #: every 8th query position of the sample texts for the circuit-fidelity row
 
 
@@ -71,6 +72,38 @@ class Work:
         per = lambda xs: [x.double().median(dim=1).values.tolist() for x in xs]         # noqa: E731
         return {"seed": med(seed), "crude": med(crude), "kernel": med(kernel), "c": c, "n_windows": len(seed),
                 "seed_w": per(seed), "crude_w": per(crude), "kernel_w": per(kernel)}
+
+    def _kernel_measures(self, view) -> list[dict]:
+        """Per head of the layer-0 view `view`: category, translation_tv, query_tv and shape_tv (the TV
+        of its kernel at n_ref from the uniform kernel: how much shape there is to carry over), with
+        the query, c, n_ref and rule of :attr:`kernels`. Weights only."""
+        from .. import layer0
+        from ..layer0.kernels import kernel_categories, kernel_tvs
+
+        rep = self.kernels
+        kern = layer0.positional_kernel(view, rep.query_id, rep.n_ref, rep.c)                  # [h n+1]
+        cats = kernel_categories(view, rep.query_id, rep.c, rep.n_ref, rep.rule["name"], kern=kern)
+        trans, qtv = kernel_tvs(view, rep.query_id, rep.c, rep.n_ref, kern)
+        shape = 0.5 * (kern - 1.0 / kern.shape[-1]).abs().sum(-1)                               # [h]
+        return [{"category": cats.categories[k], "translation_tv": float(trans[k]), "query_tv": float(qtv[k]),
+                 "shape_tv": float(shape[k])} for k in range(kern.shape[0])]
+
+    @functools.cached_property
+    def kernel_shape(self) -> list[dict]:
+        """:meth:`_kernel_measures` of the model's own layer-0 heads."""
+        from .. import layer0
+
+        return self._kernel_measures(layer0.view(self.model))
+
+    @functools.cached_property
+    def kernel_null(self) -> list[dict]:
+        """:meth:`_kernel_measures` of KERNEL_NULL_ROUNDS × n_heads null heads of layer 0
+        (claims.null.null_layer), each with the head it stands for (``head``: draw r·n_heads + h is h's)."""
+        from .. import layer0
+
+        H = self.model.cfg.n_heads
+        view = null_layer(layer0.view(self.model), 0, "kernels", KERNEL_NULL_ROUNDS)
+        return [{"head": k % H, **m} for k, m in enumerate(self._kernel_measures(view))]
 
     @functools.cached_property
     def calibration(self):
