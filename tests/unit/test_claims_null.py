@@ -84,7 +84,7 @@ def test_semantic_head_rows_do_not_pass_a_random_head(planted_model):
     assert out[3] is True                                          # the old row passed it
     assert R.verdict(out[3], out[5]) == (False, R.RANDOM)
     assert out[5].n_draws == N.HEAD_DRAWS and out[5].null_passes == 1.0
-    for rid in ("self_suppression", "bos_fallback", "semantic_pairs", "survey_top"):
+    for rid in ("self_suppression", "bos_fallback", "semantic_pairs", "survey_top", "survey_outlier", "three_rules_by_category"):
         try:
             out = R.CHECKS[rid](CLAIMS[rid], w.ref, w)
         except NotApplicable:                                    # an undefined rate: no verdict, not a pass

@@ -9,6 +9,7 @@ import importlib
 import types
 
 import pytest
+import torch
 
 from headscope.claims import null as N
 from headscope.claims.work import Work
@@ -94,3 +95,31 @@ def test_kernel_categories_and_mostly_local_have_nulls(works):
     # heads that are local where random heads are not clear it
     out = R.CHECKS["mostly_local"](CLAIMS["mostly_local"], ref, again(w, ref, cats={h: "local" for h in range(12)}))
     assert R.verdict(out[3], out[5]) == (True, "PASS"), out[5]
+
+
+def denominator_work(spread, cats=None):
+    d = types.SimpleNamespace(median_rel_spread=spread, trend_slope=[0.0] * 12, n_texts=8, window=1024, n_min=16)
+    kern = types.SimpleNamespace(heads=[types.SimpleNamespace(head=h, category=(cats or {}).get(h, "slowly_decaying"))
+                                        for h in range(12)])
+    return types.SimpleNamespace(denominators=d, kernels=kern,
+                                 circuit=(None, types.SimpleNamespace(heads=[0, 2, 6, 8, 9, 10])))
+
+
+def test_denominator_rows_a_chance_extreme_is_indistinguishable():
+    """Random heads' spreads are alike: the named heads 6 and 8 may be the two worst by chance (the
+    old row passed); separated from the rest by the keyword boost they clear the head-set null."""
+    g = torch.Generator().manual_seed(3)
+    spread = (0.1 + 0.01 * torch.randn(12, generator=g, dtype=torch.float64)).tolist()
+    spread[6], spread[8] = max(spread) + 0.002, max(spread) + 0.001                   # the worst two, barely
+    out = R.CHECKS["denominator_worst_heads"](CLAIMS["denominator_worst_heads"], SEED, denominator_work(spread))
+    assert out[3] is True and R.verdict(out[3], out[5]) == (False, R.RANDOM), out[5]
+    spread[6], spread[8] = 0.4, 0.35                                                  # keyword heads
+    out = R.CHECKS["denominator_worst_heads"](CLAIMS["denominator_worst_heads"], SEED, denominator_work(spread))
+    assert R.verdict(out[3], out[5]) == (True, "PASS"), out[5]
+    # local heads better than the contextual ones by chance, not by a margin over relabelled heads
+    local = {1: "local", 3: "local", 4: "local"}
+    spread = (0.1 + 0.01 * torch.randn(12, generator=g, dtype=torch.float64)).tolist()
+    for h in local:
+        spread[h] = 1.55 * max(spread[k] for k in (0, 2, 6, 8, 9, 10))
+    out = R.CHECKS["denominator_vs_local"](CLAIMS["denominator_vs_local"], SEED, denominator_work(spread, local))
+    assert out[3] is True and out[5].n_draws == 83

@@ -159,7 +159,37 @@ def _worst_heads(c, ref, w):
         f" over {d.n_texts} windows of {d.window} tokens (n {d.n_min}–{d.window - 1})"
     if ref.planted:
         note += "; planted: the keyword-density heads"
-    return ref.worst_heads, worst, c["tolerance"], worst == sorted(ref.worst_heads), note
+    named = [h for h in ref.worst_heads if h in spread]
+    null = _separation_null(c, spread, named, "the named heads' smallest spread ÷ the other heads' largest",
+                            f"every other set of {len(named)} of the heads used")
+    return ref.worst_heads, worst, c["tolerance"], worst == sorted(ref.worst_heads), note, null
+
+
+def _separation(values: dict, group) -> float:
+    """min over `group` of values ÷ max over the rest (> 1: the group lies wholly above the rest)."""
+    rest = [v for h, v in values.items() if h not in group]
+    top = max(rest) if rest else 0.0
+    low = min(values[h] for h in group)
+    return low / top if top > 0 else math.inf
+
+
+def _separation_null(c, values: dict, group: list, statistic: str, null: str):
+    """The group's :func:`_separation` against every other group of as many of the same heads (the
+    model's own head sets; seeded when there are more than 1000): a group that is the extreme by
+    chance is not separated from the rest."""
+    heads = sorted(values)
+    k = len(group)
+    if not 0 < k < len(heads):
+        return None
+    sets = list(itertools.combinations(heads, k))
+    if len(sets) > 1000:
+        g = generator(f"separation:{statistic}")
+        sets = [tuple(sorted(heads[i] for i in torch.randperm(len(heads), generator=g)[:k].tolist())) for _ in range(1000)]
+    draws = [_separation(values, S) for S in sets if S != tuple(sorted(group))]
+    if not draws:
+        return None
+    return compare(_separation(values, group), draws, statistic=statistic, direction="above", null=null,
+                   **margin_of(c["null"]))
 
 
 @claim("denominator_vs_local")
@@ -177,10 +207,13 @@ def _denominator_vs_local(c, ref, w):
             ", ".join(f"{h}: {d.median_rel_spread[h]:.3f}" for h in local) +
             f"; over {d.n_texts} windows of {d.window} tokens")
     measured = f"{a:.3f} vs {b:.3f} (ratio {b / a:.2f})" if a > 0 else f"0 vs {b:.3f}"
+    values = {h: d.median_rel_spread[h] for h in [*used, *local]}
+    null = _separation_null(c, values, local, "the local heads' smallest spread ÷ the contextual heads' largest",
+                            f"the same {len(values)} heads with the labels 'local' and 'contextual' permuted")
     if ref.planted:
         return c["published_text"], measured, c["tolerance"], None, note + \
-            "; no verdict: the planted local heads read content only through small random W_Q, W_K (no keyword boost)"
-    return c["published_text"], measured, c["tolerance"], a * c["min_ratio"] <= b, note
+            "; no verdict: the planted local heads read content only through small random W_Q, W_K (no keyword boost)", null
+    return c["published_text"], measured, c["tolerance"], a * c["min_ratio"] <= b, note, null
 
 
 @claim("key_split_vs_crude")

@@ -133,7 +133,17 @@ def _three_rules(c, ref, w):
     if skipped:
         note += f"; no verdict for {skipped}" + (" (not planted categories)" if planted is not None else
                                                   " (no query with or without a partner)")
-    return c["published_text"], measured, c["tolerance"], all(verdicts.values()), note
+    worst = min(per[n]["same_category"] for n in verdicts)
+    draws = []
+    for m in w.semantic_null:
+        pat = run_with_cache(m.weights(), prompts.tokens, names=[f"blocks.{l}.attn.hook_pattern"],
+                             stop_at_layer=l + 1)[f"blocks.{l}.attn.hook_pattern"]                 # [b H q k]
+        for k in range(pat.shape[1]):
+            got = rules_by_category(pat[:, k], prompts)
+            draws.append(min(got[n]["same_category"] for n in verdicts))
+    null = compare(worst, draws, statistic="smallest same-category attention over the categories", direction="above",
+                   null="null heads of the semantic head (Gaussian W_Q, W_K, W_V, W_O of its norms)", **margin_of(c["null"]))
+    return c["published_text"], measured, c["tolerance"], all(verdicts.values()), note, null
 
 
 @claim("survey_top")
@@ -163,7 +173,13 @@ def _survey_outlier(c, ref, w):
     z = float(robust_z(torch.tensor([mine.semantic_loss], dtype=torch.float64), others)[0])
     zs = f"{z:.2f}" if abs(z) < 1e6 else ("−∞" if z < 0 else "+∞")
     note = f"loss {mine.semantic_loss:.3f} vs the others' median {float(others.median()):.3f}"
-    return c["published_text"], f"z = {zs}", c["tolerance"], z <= c["max_z"], note
+    losses = [x.semantic_loss for x in w.seed_survey_null]
+    draws = robust_z(torch.tensor(losses, dtype=torch.float64), others).tolist() if losses else []
+    null = None if not draws else compare(
+        z, draws, statistic="robust z of the head's semantic loss among the other heads", direction="below",
+        null="null heads of the semantic head (Gaussian W_Q, W_K, W_V, W_O of its norms) among the same heads",
+        **margin_of(c["null"]))
+    return c["published_text"], f"z = {zs}", c["tolerance"], z <= c["max_z"], note, null
 
 
 def _defined(what: str, *values):
