@@ -123,3 +123,27 @@ def test_denominator_rows_a_chance_extreme_is_indistinguishable():
         spread[h] = 1.55 * max(spread[k] for k in (0, 2, 6, 8, 9, 10))
     out = R.CHECKS["denominator_vs_local"](CLAIMS["denominator_vs_local"], SEED, denominator_work(spread, local))
     assert out[3] is True and out[5].n_draws == 83
+
+
+def test_neuron_count_random_neurons_reach_the_range():
+    """Random neurons (Gaussian readouts) of which 2 in 64 pass 5.0 give ≈ 96 of 3072: inside the
+    seed's 50–200, which the old row passed; the count is no more than random neurons reach."""
+    from headscope.layer0.neurons import parse_variant
+
+    circuit = types.SimpleNamespace(calibration=types.SimpleNamespace(ln2_scale=1.0))
+    null = torch.zeros(500, 64, dtype=torch.float64)
+    null[0, :2] = 6.0                                                                 # 2 of 64 random readouts pass
+    for n, verdict in ((92, (False, R.RANDOM)), (180, (True, "PASS"))):
+        w = types.SimpleNamespace(scan=types.SimpleNamespace(neurons=[{"neuron": j} for j in range(n)], max_all=[6.0] * n),
+                                  variant=parse_variant(None), circuit=(circuit, None), readout_null=null,
+                                  model=types.SimpleNamespace(cfg=types.SimpleNamespace(d_mlp=3072)))
+        out = R.CHECKS["n_contextual_neurons"](CLAIMS["n_contextual_neurons"], SEED, w)
+        assert out[3] is True and R.verdict(out[3], out[5]) == verdict, out[5]
+
+
+def test_readout_null_has_the_neurons_norms(planted_model):
+    w = Work(planted_model, R.reference_for(planted_model))
+    S = w.readout_null
+    assert S.shape == (planted_model.cfg.d_vocab, 64) and bool(torch.isfinite(S).all())
+    out = R.CHECKS["n_contextual_neurons"](CLAIMS["n_contextual_neurons"], w.ref, w)
+    assert R.verdict(out[3], out[5]) == (True, "PASS") and out[5].p95 == 0.0

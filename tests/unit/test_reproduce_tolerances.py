@@ -139,7 +139,8 @@ def test_neuron_count_rejects_another_unit():
     for n, ok in ((100, True), (60, True), (640, False), (16, False)):      # 640: scores × 1/σ̄₂ ≈ 6.4
         maxes = [6.0] * n + [3.0] * 50                                     # ÷ 0.5: the 50 at 3.0 pass 5.0 too
         w = work(scan=types.SimpleNamespace(neurons=[{"neuron": j} for j in range(n)], max_all=maxes),
-                 variant=parse_variant(None), circuit=(circuit, None))
+                 variant=parse_variant(None), circuit=(circuit, None), readout_null=torch.zeros(100, 64),
+                 model=types.SimpleNamespace(cfg=types.SimpleNamespace(d_mlp=3072)))
         row = NR._n_neurons(c, SEED, w)
         assert row[3] is ok and f"under 'scaled' (÷ σ̄₂ = 0.500): {n + 50} neurons" in row[4]
 

@@ -10,7 +10,7 @@ import torch
 from .. import shipped
 from .._errors import NotApplicable
 from ..layer0.neurons import DEFAULT_THRESHOLD
-from ..stats import hypergeometric_quantiles, roc_auc, spearman
+from ..stats import binomial_quantiles, hypergeometric_quantiles, roc_auc, spearman
 from .null import NullComparison, compare
 from .table import claim, margin_of, share_of
 
@@ -98,14 +98,30 @@ def _scaled_count(w) -> str:
 def _n_neurons(c, ref, w):
     scan = w.scan
     found = sorted(n["neuron"] for n in scan.neurons)
+    null = _count_null(c, w, len(found))
     if ref.n_neurons is None:
         lo, hi = c["range"]
-        return c["published_text"], len(found), c["tolerance"], lo <= len(found) <= hi, _scaled_count(w)
+        return c["published_text"], len(found), c["tolerance"], lo <= len(found) <= hi, _scaled_count(w), null
     extra = sorted(set(found) - set(ref.neuron_indices))
     missing = sorted(set(ref.neuron_indices) - set(found))
     note = "; ".join(s for s in [f"missing {missing}" if missing else "", f"extra {extra}" if extra else "",
                                  _scaled_count(w)] if s)
-    return ref.neuron_indices, found, "exactly the planted neurons", not extra and not missing, note
+    return ref.neuron_indices, found, "exactly the planted neurons", not extra and not missing, note, null
+
+
+def _count_null(c, w, count: int) -> NullComparison:
+    """The count above the threshold against d_mlp random neurons: Binomial(d_mlp, p̂), p̂ the share
+    of random readouts (:attr:`Work.readout_null`) whose score passes the scan's threshold."""
+    S = w.readout_null
+    key = S.amax(0) if w.variant.max == "signed" else torch.maximum(S.amax(0), -S.amin(0))        # [K]
+    hits, K, M = int((key >= DEFAULT_THRESHOLD).sum()), S.shape[1], w.model.cfg.d_mlp
+    med, p95 = binomial_quantiles(M, hits / K)
+    margin = float(c["null"]["margin"])
+    return NullComparison(statistic=f"neurons scoring ≥ {DEFAULT_THRESHOLD:g}",
+                          null=f"{M} random neurons: Binomial({M}, {hits}/{K}), {hits} of {K} random readouts "
+                               "(neurons' norms) through the same circuit pass", measured=float(count), n_draws=K,
+                          median=float(med), p95=float(p95), direction="above", margin=margin, margin_kind="diff",
+                          bar=float(p95 + margin), clears=count >= p95 + margin, null_passes=round(hits / K, 4))
 
 
 def list_agreement(want: list[str], got: list[str], k: int = 10) -> dict:

@@ -20,12 +20,13 @@ from ..semantic import bilinear
 from ..semantic.options import SteerOptions
 from ..semantic.steering import authors_steer, steer
 from ..semantic.survey import position_independence, position_independence_heads, survey
-from .null import form_null, null_head_models, null_layer, readout_null
+from .null import form_null, generator, null_head_models, null_layer, random_readouts, readout_null
 from .reference import Reference, resolve_heads
 
 KERNEL_WINDOWS = 16          #: windows of the shipped texts for the TV claim (as the report)
 TOP = 50                     #: token lists compared for neuron claims
 KERNEL_NULL_ROUNDS = 2     #: null draws of every layer-0 head for the kernel rows (24 on GPT-2 Small)
+READOUT_NULL = 64          #: random neurons of the neuron rows' nulls (count, naive Bayes, topics)
 FIDELITY_STRIDE = 8          #: every 8th query position of the sample texts for the circuit-fidelity row
 
 
@@ -268,6 +269,25 @@ class Work:
         n = choice.position if v.position is None else v.position
         return token_values(circuit, n, torch.float64, position_part=v.position_part) @ \
             readout(circuit, torch.float64, ln2_scale=ln2_divisor(circuit, v))[:, j]       # [V]
+
+    @functools.cached_property
+    def readout_null(self) -> torch.Tensor:
+        """score[t, k] [d_vocab READOUT_NULL] of random neurons through the circuit: readouts m_k
+        (residual → pre-activation) Gaussian with the norms of randomly chosen neurons' readouts
+        (centred where the readers are), scored as :meth:`neuron_scores` (variant and position of the scan)."""
+        from ..layer0.neurons import readout_vectors
+
+        circuit, choice = self.circuit
+        v = self.variant
+        n = choice.position if v.position is None else v.position
+        m = readout_vectors(circuit, ln2_scale=ln2_divisor(circuit, v)).double()                # [d M]
+        g = generator("neuron readouts")
+        norms = m.norm(dim=0)[torch.randint(0, m.shape[1], (READOUT_NULL,), generator=g)]        # [K]
+        R = random_readouts(torch.ones(m.shape[0], dtype=torch.float64), READOUT_NULL, g, circuit.weights.reads_centred)
+        R = R / R.norm(dim=0, keepdim=True) * norms                                              # [d K]
+        W_O = circuit.weights.blocks[0].W_O[circuit.heads].double()                              # [H e d]
+        return token_values(circuit, n, torch.float64, position_part=v.position_part) @ \
+            (W_O.reshape(-1, W_O.shape[-1]) @ R)                                                  # [V he] @ [he K]
 
     @functools.cached_property
     def vocab_index(self) -> dict[str, int]:
