@@ -165,3 +165,18 @@ def hypergeometric_quantiles(V: int, k: int, q: float = 0.95) -> tuple[int, int]
         if acc >= q * total:
             return med, x
     return med, k
+
+
+def binomial_quantiles(n: int, p: float, q: float = 0.95) -> tuple[int, int]:
+    """(median, q-quantile) of Binomial(n, p), exact: how many of n independent trials succeed when
+    each does with probability p (the count a set of n random components reaches)."""
+    if n < 0 or not 0.0 <= p <= 1.0:
+        raise ValueError(f"binomial_quantiles: expected n ≥ 0 and 0 ≤ p ≤ 1, got n={n}, p={p}")
+    acc, med = 0.0, None
+    for x in range(n + 1):
+        acc += math.comb(n, x) * p ** x * (1 - p) ** (n - x)
+        if med is None and acc >= 0.5 - 1e-12:
+            med = x
+        if acc >= q - 1e-12:
+            return med, x
+    return (n if med is None else med), n

@@ -13,6 +13,11 @@ import torch
 
 from headscope.claims import null as N
 from headscope.stats import null_tail, sign_flip_means
+from headscope import shipped
+from headscope.claims.work import Work
+from headscope._errors import NotApplicable
+from headscope.planted.build import read_manifest
+from headscope.claims import seed000_heads as H, seed000_neurons as NR, seed002 as S2
 
 R = importlib.import_module("headscope.reproduce")
 CLAIMS = {c["id"]: c for c in R.seed_claims()["claims"]}
@@ -74,15 +79,15 @@ def test_semantic_head_rows_do_not_pass_a_random_head(planted_model):
     row of the semantic head may PASS a Gaussian draw of its matrices (same norms) in its place."""
     W = planted_model.weights()
     rnd = planted_model.with_weights(N.null_heads(W, 1, 5, N.generator("test: a random 1.5")))
-    w = R._Work(rnd, R.planted_reference(R.read_manifest(planted_model.directory)))
-    out = R._position(CLAIMS["position_independence"], w.ref, w)
+    w = Work(rnd, R.planted_reference(read_manifest(planted_model.directory)))
+    out = S2._position(CLAIMS["position_independence"], w.ref, w)
     assert out[3] is True                                          # the old row passed it
     assert R.verdict(out[3], out[5]) == (False, R.RANDOM)
     assert out[5].n_draws == N.HEAD_DRAWS and out[5].null_passes == 1.0
-    for rid in ("self_suppression", "bos_fallback", "semantic_pairs", "survey_top"):
+    for rid in ("self_suppression", "bos_fallback", "semantic_pairs", "survey_top", "survey_outlier", "three_rules_by_category"):
         try:
             out = R.CHECKS[rid](CLAIMS[rid], w.ref, w)
-        except R.NotApplicable:                                    # an undefined rate: no verdict, not a pass
+        except NotApplicable:                                    # an undefined rate: no verdict, not a pass
             continue
         assert R.verdict(out[3], out[5])[0] is not True, (rid, out)
         assert out[5].n_draws >= N.HEAD_DRAWS, rid
@@ -105,7 +110,7 @@ def test_negative_eigenvalues_a_random_head_with_the_seed_count_does_not_pass():
         w, ref = form_work(U, V)
         if w.form.n_negative_top == 33:
             break
-    out = R._negative(CLAIMS["negative_eigenvalues"], ref, w)
+    out = S2._negative(CLAIMS["negative_eigenvalues"], ref, w)
     assert out[3] is True and R.verdict(out[3], out[5]) == (False, R.RANDOM), out[4]
     assert "cannot separate" in out[4]
     # a self-suppressing form (its largest eigenvalues negative, the rest as random) clears it
@@ -113,7 +118,7 @@ def test_negative_eigenvalues_a_random_head_with_the_seed_count_does_not_pass():
     Q, _ = torch.linalg.qr(torch.randn(768, 64, generator=g, dtype=torch.float64))
     lam = torch.cat([-torch.full((33,), 3.0), torch.full((31,), 1.0)]).double()
     w, ref = form_work(Q * lam, Q)                                                  # U Vᵀ = Q diag(λ) Qᵀ
-    out = R._negative(CLAIMS["negative_eigenvalues"], ref, w)
+    out = S2._negative(CLAIMS["negative_eigenvalues"], ref, w)
     assert R.verdict(out[3], out[5]) == (True, "PASS"), out[5]
 
 
@@ -126,17 +131,17 @@ def texts_work(dx, w_in, uk=1.0, us=0.5):
 
 def test_neuron_texts_a_random_readout_is_indistinguishable(monkeypatch):
     """The issue's case: any positive difference passed (a random neuron 704: 0.354 vs 0.300)."""
-    monkeypatch.setattr(R.shipped, "samples", lambda: [types.SimpleNamespace(name="british_news", text="uk"),
+    monkeypatch.setattr(shipped, "samples", lambda: [types.SimpleNamespace(name="british_news", text="uk"),
                                                         types.SimpleNamespace(name="american_news", text="us")])
     g = torch.Generator().manual_seed(0)
     dx = torch.randn(768, generator=g, dtype=torch.float64)
     dx -= dx.mean()
     rnd = N.random_readouts(dx, 1, torch.Generator().manual_seed(7), True)[:, 0]
     rnd = rnd if float(dx @ rnd) > 0 else -rnd                                     # a positive difference, by chance
-    out = R._neuron_texts(CLAIMS["neuron_704_texts"], SEED, texts_work(dx, rnd))
+    out = NR._neuron_texts(CLAIMS["neuron_704_texts"], SEED, texts_work(dx, rnd))
     assert out[3] is True and R.verdict(out[3], out[5]) == (False, R.RANDOM)
     aligned = dx / dx.norm() * rnd.norm()                                          # a readout of the difference
-    out = R._neuron_texts(CLAIMS["neuron_704_texts"], SEED, texts_work(dx, aligned))
+    out = NR._neuron_texts(CLAIMS["neuron_704_texts"], SEED, texts_work(dx, aligned))
     assert R.verdict(out[3], out[5]) == (True, "PASS")
 
 
@@ -152,10 +157,10 @@ def test_key_split_significance_is_enforced():
     ctx = types.SimpleNamespace(heads=[0, 2, 6, 8, 9, 10])
     c = CLAIMS["key_split_vs_crude"]
     tiny_gain = split([[0.1] * 12 for _ in range(7)], [[0.10014] * 12 for _ in range(7)])
-    out = R._key_split_vs_crude(c, SEED, types.SimpleNamespace(split_tv=tiny_gain, circuit=(None, ctx)))
+    out = H._key_split_vs_crude(c, SEED, types.SimpleNamespace(split_tv=tiny_gain, circuit=(None, ctx)))
     assert out[3] is True and R.verdict(out[3], out[5]) == (False, R.RANDOM)
     big = split([[0.05 + 0.001 * k] * 12 for k in range(7)], [[0.1 + 0.002 * k] * 12 for k in range(7)])
-    out = R._key_split_vs_crude(c, SEED, types.SimpleNamespace(split_tv=big, circuit=(None, ctx)))
+    out = H._key_split_vs_crude(c, SEED, types.SimpleNamespace(split_tv=big, circuit=(None, ctx)))
     assert R.verdict(out[3], out[5]) == (True, "PASS")
 
 
@@ -165,10 +170,10 @@ def test_tv_contextual_needs_the_content_term():
     c = CLAIMS["tv_contextual"]
     kern = types.SimpleNamespace(heads=[types.SimpleNamespace(tv_median=0.05, head=h) for h in range(12)])
     same = split([[0.05] * 12] * 7, [[0.06] * 12] * 7, kernel_w=[[0.05 + 0.001 * k] * 12 for k in range(7)])
-    out = R._tv(c, SEED, types.SimpleNamespace(kernels=kern, split_tv=same))
+    out = H._tv(c, SEED, types.SimpleNamespace(kernels=kern, split_tv=same))
     assert out[3] is True and R.verdict(out[3], out[5]) == (False, R.RANDOM)
     far = split([[0.05] * 12] * 7, [[0.06] * 12] * 7, kernel_w=[[0.2] * 12] * 7)
-    out = R._tv(c, SEED, types.SimpleNamespace(kernels=kern, split_tv=far))
+    out = H._tv(c, SEED, types.SimpleNamespace(kernels=kern, split_tv=far))
     assert R.verdict(out[3], out[5]) == (True, "PASS")
 
 
@@ -186,12 +191,12 @@ def test_contextual_heads_similarity_against_the_models_other_head_sets():
     g = torch.Generator().manual_seed(0)
     n = 256
     rnd = torch.softmax(0.05 * torch.randn(12, n, generator=g, dtype=torch.float64), -1)   # random heads at n = 255
-    out = R._contextual(c, SEED, kernel_work(rnd))
+    out = H._contextual(c, SEED, kernel_work(rnd))
     assert out[3] is True and R.verdict(out[3], out[5]) == (False, R.RANDOM)
     d = torch.arange(n, 0, -1, dtype=torch.float64) - 1                             # distance to the query
     shapes = [torch.softmax(-d / L, -1) for L in (40.0, 1.0, 40.0, 8.0, 1.5, 1e9, 40.0, 0.7, 40.0, 40.0, 40.0, 1e9)]
     planted = torch.stack(shapes) + 1e-4 * torch.rand(12, n, generator=g, dtype=torch.float64)
-    out = R._contextual(c, SEED, kernel_work(planted / planted.sum(-1, keepdim=True)))
+    out = H._contextual(c, SEED, kernel_work(planted / planted.sum(-1, keepdim=True)))
     assert R.verdict(out[3], out[5]) == (True, "PASS") and "exclusivity (not claimed)" in out[4]
 
 
@@ -203,13 +208,16 @@ def test_query_dependence_is_over_every_kernel():
     tvs = [0.02 if h in (0, 2, 6, 8, 9, 10) else 0.4 for h in range(12)]             # 6 of 12 within 0.1
     tvs[1] = 0.4
     tvs[3] = 0.4
-    w = types.SimpleNamespace(kernels=head_kernels(query_tv=tvs),
+    shaped = [{"query_tv": 0.02, "shape_tv": 0.5}] * 12
+    null = [{"head": k % 12, "query_tv": 0.01, "shape_tv": 0.01} for k in range(24)]
+    w = types.SimpleNamespace(kernels=head_kernels(query_tv=tvs), kernel_shape=shaped, kernel_null=null,
                               circuit=(None, types.SimpleNamespace(heads=[0, 2, 6, 8, 9, 10])))
     tvs5 = tvs[:]
     tvs5[10] = 0.4                                                                   # 5 of 12 within 0.1
-    w5 = types.SimpleNamespace(kernels=head_kernels(query_tv=tvs5), circuit=w.circuit)
-    assert R._query_dependence(CLAIMS["query_dependence"], SEED, w)[3] is True
-    assert R._query_dependence(CLAIMS["query_dependence"], SEED, w5)[3] is False
+    w5 = types.SimpleNamespace(kernels=head_kernels(query_tv=tvs5), kernel_shape=shaped, kernel_null=null,
+                               circuit=w.circuit)
+    assert H._query_dependence(CLAIMS["query_dependence"], SEED, w)[3] is True
+    assert H._query_dependence(CLAIMS["query_dependence"], SEED, w5)[3] is False
 
 
 def test_nulls_are_seeded_and_never_write_a_non_finite_number():
@@ -220,5 +228,5 @@ def test_nulls_are_seeded_and_never_write_a_non_finite_number():
     c = N.compare(float("inf"), [1.0, 2.0, float("inf")], statistic="loss", null="n", direction="below", margin=2.0,
                   margin_kind="ratio")
     assert not c.clears and c.to_dict()["measured"] is None and c.n_draws == 2
-    with pytest.raises(R.NotApplicable, match="no finite draw"):
+    with pytest.raises(NotApplicable, match="no finite draw"):
         N.compare(1.0, [float("nan")], statistic="s", null="n", direction="above", margin=0.1)

@@ -9,6 +9,7 @@ import math
 import torch
 
 from headscope import layer0
+from headscope.claims import seed000_heads as H
 
 
 def test_crude_pattern_matches_a_direct_formula(tiny):
@@ -44,5 +45,5 @@ def test_row_rejects_the_crude_split(tiny):
     same = {"seed": [0.2] * 12, "crude": [0.2] * 12, "c": 3.5, "n_windows": 7,        # the crude split as the seed's
             "seed_w": [[0.2] * 12] * 7, "crude_w": [[0.2] * 12] * 7}
     for d, ok in ((good, True), (same, False)):
-        out = R._key_split_vs_crude(c, ref, types.SimpleNamespace(split_tv=d, circuit=(None, ctx)))
+        out = H._key_split_vs_crude(c, ref, types.SimpleNamespace(split_tv=d, circuit=(None, ctx)))
         assert R.verdict(out[3], out[5])[0] is ok

@@ -10,6 +10,7 @@ import torch
 
 from headscope import shipped
 from headscope.stats import roc_auc
+from headscope.claims import seed000_neurons as NR
 
 R = importlib.import_module("headscope.reproduce")
 
@@ -37,8 +38,8 @@ def test_naive_bayes_row(tiny):
         w.true_activation = lambda j, text: (float(sum(s[t] for t in tok.encode(text))), 0.0, 0)
         return w
 
-    row = R._naive_bayes(c, ref, work(1.0))
+    row = NR._naive_bayes(c, ref, work(1.0))
     assert row[3] is True, row
     assert "AUC 1.000 (top+bottom)" in row[1] and "1.000 (bottom only)" in row[1] and "accuracy 1.00" in row[1]
-    assert R._naive_bayes(c, ref, work(1.0, bottom=False))[3] is False      # bottom tokens carry nothing
-    assert R._naive_bayes(c, ref, work(-1.0))[3] is False        # contributions of the wrong sign
+    assert NR._naive_bayes(c, ref, work(1.0, bottom=False))[3] is False      # bottom tokens carry nothing
+    assert NR._naive_bayes(c, ref, work(-1.0))[3] is False        # contributions of the wrong sign

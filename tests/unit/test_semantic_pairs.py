@@ -7,6 +7,7 @@ import importlib
 import types
 
 import torch
+from headscope.claims import seed002 as S2
 
 R = importlib.import_module("headscope.reproduce")
 C = {x["id"]: x for x in R.seed_claims()["claims"]}["semantic_pairs"]
@@ -26,12 +27,12 @@ def run(tiny, monkeypatch, how):
         pat[0, 5, -1] = row / row.sum()
         return {names[0]: pat}
 
-    monkeypatch.setattr(R, "run_with_cache", fake)
+    monkeypatch.setattr(S2, "run_with_cache", fake)
     w = types.SimpleNamespace(model=types.SimpleNamespace(tokenizer=tiny.tokenizer, bos_id=tiny.bos_id,
                                                           weights=lambda: None))
     w._check_head = lambda: (1, 5)
     w.semantic_null = [w.model]          # the null draws: the other 11 heads of the fake pattern (no attention)
-    return R._semantic_pairs(C, SEED, w)
+    return S2._semantic_pairs(C, SEED, w)
 
 
 def test_semantic_pairs(tiny, monkeypatch):

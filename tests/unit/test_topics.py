@@ -10,6 +10,9 @@ import types
 import pytest
 
 from headscope.layer0.topics import NeuronLabel, label_neuron, language_of, side_labels
+from headscope import shipped
+from headscope._errors import NotApplicable
+from headscope.claims import seed000_neurons as NR
 
 R = importlib.import_module("headscope.reproduce")
 CLAIMS = {c["id"]: c for c in R.seed_claims()["claims"]}
@@ -34,10 +37,10 @@ def test_neuron_topics_row():
     c = CLAIMS["neuron_topics"]
     good = [NeuronLabel(j, {"sport": 0.4}, {}) for j in range(8)] + [NeuronLabel(9, {}, {})]
     bad = [NeuronLabel(j, {}, {}) for j in range(6)] + [NeuronLabel(9, {"sport": 0.3}, {})]
-    assert R._neuron_topics(c, SEED, types.SimpleNamespace(topic_labels=good))[3] is True
-    assert R._neuron_topics(c, SEED, types.SimpleNamespace(topic_labels=bad))[3] is False
-    with pytest.raises(R.NotApplicable):
-        R._neuron_topics(c, SEED, types.SimpleNamespace(topic_labels=[]))
+    assert NR._neuron_topics(c, SEED, types.SimpleNamespace(topic_labels=good))[3] is True
+    assert NR._neuron_topics(c, SEED, types.SimpleNamespace(topic_labels=bad))[3] is False
+    with pytest.raises(NotApplicable):
+        NR._neuron_topics(c, SEED, types.SimpleNamespace(topic_labels=[]))
 
 
 def test_neuron_transfer_row():
@@ -47,11 +50,11 @@ def test_neuron_transfer_row():
     def work(sign):
         act = {"sports_report": 2.0, "cooking": -2.0}
         w = types.SimpleNamespace(topic_labels=labels)
-        names = {t.name: t.text for t in R.shipped.samples()}
+        names = {t.name: t.text for t in shipped.samples()}
         by_text = {v: k for k, v in names.items()}
         w.true_activation = lambda j, text: (sign * act.get(by_text[text], 0.0), 0.0, 0)
         return w
 
-    row = R._neuron_transfer(c, SEED, work(1.0))
+    row = NR._neuron_transfer(c, SEED, work(1.0))
     assert row[3] is True and row[1] == "2/2"
-    assert R._neuron_transfer(c, SEED, work(-1.0))[3] is False                    # the wrong sign
+    assert NR._neuron_transfer(c, SEED, work(-1.0))[3] is False                    # the wrong sign

@@ -31,7 +31,7 @@ import torch
 from .._errors import NotApplicable
 from ..core.model import Model
 from ..core.weights import Weights
-from ..stats import null_tail
+from ..stats import binomial_quantiles, null_tail
 
 #: draws of a null whose draws cost a forward pass per n_heads heads (position independence):
 #: at least this many (24 on GPT-2 Small: 2 passes), enough for the 95th percentile to sit
@@ -77,6 +77,28 @@ def null_heads(weights: Weights, layer: int, head: int, g: torch.Generator) -> W
         new[name] = torch.stack([permuted(getattr(b, name)[head], g) for _ in range(H)])
     blocks = list(weights.blocks)
     blocks[layer] = dataclasses.replace(b, **new)
+    return dataclasses.replace(weights, blocks=blocks)
+
+
+def null_layer(weights: Weights, layer: int, key: str, rounds: int) -> Weights:
+    """`weights` whose layer `layer` holds rounds × n_heads null heads: slot r·n_heads + h a null draw
+    of head h (as :func:`null_heads`: Gaussian W_Q, W_K, W_V, W_O of head h's norms, its biases'
+    entries permuted). Only for analyses that read the heads from the block's tensors (the
+    layer-0 kernels), not for a forward pass: the config still says n_heads."""
+    b = weights.blocks[layer]
+    centre = 0 if weights.reads_centred else None
+    H = b.W_Q.shape[0]
+    g = generator(key)
+    new: dict = {k: [] for k in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V")}
+    for _ in range(rounds):
+        for h in range(H):
+            for name in ("W_Q", "W_K", "W_V"):
+                new[name].append(gaussian_like(getattr(b, name)[h], g, centre))
+            new["W_O"].append(gaussian_like(b.W_O[h], g))
+            for name in ("b_Q", "b_K", "b_V"):
+                new[name].append(permuted(getattr(b, name)[h], g))
+    blocks = list(weights.blocks)
+    blocks[layer] = dataclasses.replace(b, **{k: torch.stack(v) for k, v in new.items()})   # [rounds·H …]
     return dataclasses.replace(weights, blocks=blocks)
 
 
@@ -210,3 +232,18 @@ def compare(measured: float, draws: Sequence[float], *, statistic: str, null: st
     return NullComparison(statistic=statistic, null=null, measured=float(measured), n_draws=n, median=med, p95=tail,
                           direction=direction, margin=float(margin), margin_kind=margin_kind, bar=float(bar),
                           clears=bool(ok), null_passes=null_passes)
+
+
+def share_null(measured: float, n: int, hits: int, trials: int, *, statistic: str, null: str, margin: float
+               ) -> NullComparison:
+    """A share of n components meeting a criterion against the share n null components reach: the
+    null's count is Binomial(n, p̂), p̂ = hits / trials the rate among `trials` null draws (exact
+    quantiles, :func:`headscope.stats.binomial_quantiles`); clears when measured ≥ p95/n + margin."""
+    if trials <= 0 or n <= 0:
+        raise NotApplicable(f"the null of {statistic} has no draw")
+    med, p95 = binomial_quantiles(n, hits / trials)
+    bar = p95 / n + margin
+    return NullComparison(statistic=statistic, null=f"{null}; the share of {n} such: Binomial({n}, {hits}/{trials})",
+                          measured=float(measured), n_draws=trials, median=med / n, p95=p95 / n, direction="above",
+                          margin=float(margin), margin_kind="diff", bar=float(bar), clears=bool(measured >= bar),
+                          null_passes=round(hits / trials, 4))

@@ -235,6 +235,20 @@ def translation_tv(kernels: dict[int, Float[Tensor, "h i"]], *, logits: bool = F
     return worst
 
 
+def kernel_tvs(weights: Weights, q_id: int, c: float, n: int, kern: Tensor | None = None
+               ) -> tuple[Float[Tensor, "h"], Float[Tensor, "h"]]:
+    """(translation_tv, query_tv) of every head of the layer-0 view `weights` (module docstring):
+    weights only, so it also measures null heads stacked in place of the layer's heads.
+    `kern` may pass the kernels at n [h n+1] if already computed."""
+    kern = layer0.positional_kernel(weights, q_id, n, c) if kern is None else kern       # [h n+1]
+    trans = translation_tv({m: layer0.positional_logits(weights, [q_id], m, c)[0].double()
+                            for m in sorted({min(m, n) for m in TRANSLATION_POSITIONS} | {n})}, logits=True)
+    g = torch.Generator().manual_seed(QUERY_SAMPLE_SEED)
+    others = torch.randint(0, weights.cfg.vocab, (QUERY_SAMPLE,), generator=g).tolist()
+    qtv = (0.5 * (layer0.positional_kernels(weights, others, n, c) - kern).abs().sum(-1)).mean(0)  # [h]
+    return trans, qtv
+
+
 @dataclasses.dataclass
 class HeadKernel:
     """Kernel measures of one head (see the module docstring for definitions)."""
@@ -347,11 +361,7 @@ def analyse_kernels(
 
     kern = layer0.positional_kernel(weights, q_id, n, c_value)                   # [h n+1]
     cats = kernel_categories(weights, q_id, c_value, n, rule_name, kern=kern)
-    trans = translation_tv({m: layer0.positional_logits(weights, [q_id], m, c_value)[0].double()
-                            for m in sorted({min(m, n) for m in TRANSLATION_POSITIONS} | {n})}, logits=True)
-    g = torch.Generator().manual_seed(QUERY_SAMPLE_SEED)
-    others = torch.randint(0, cfg.vocab, (QUERY_SAMPLE,), generator=g).tolist()
-    qtv = (0.5 * (layer0.positional_kernels(weights, others, n, c_value) - kern).abs().sum(-1)).mean(0)  # [h]
+    trans, qtv = kernel_tvs(weights, q_id, c_value, n, kern)
     logc = layer0.log_content_factors(weights, q_id, n)                          # [h v]
 
     tvs = None

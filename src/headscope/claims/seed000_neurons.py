@@ -1,0 +1,199 @@
+"""Seed 000's claims on layer 0's neurons: the count of contextual neurons, neuron 704's lists and
+texts, naive Bayes, topics and their transfer. One check per claim (:func:`claim`)."""
+
+from __future__ import annotations
+
+import statistics
+
+import torch
+
+from .. import shipped
+from .._errors import NotApplicable
+from ..layer0.neurons import DEFAULT_THRESHOLD
+from ..stats import binomial_quantiles, hypergeometric_quantiles, roc_auc, spearman
+from .null import NullComparison, compare
+from .table import claim, margin_of, share_of
+
+
+@claim("naive_bayes")
+def _naive_bayes(c, ref, w):
+    """Classify labelled texts by the sum of the neuron's token contributions over their tokens:
+    top and bottom tokens together, top tokens only, and the neuron's true mean activation."""
+    k = c["k"]
+    score = w.neuron_scores(ref.neuron)
+    top = set(score.topk(k).indices.tolist())
+    bottom = set(score.topk(k, largest=False).indices.tolist())
+    rows = []
+    for label, text in shipped.spelling_texts():
+        ids = w.model.tokenizer.encode(text)
+        both = sum(float(score[t]) for t in ids if t in top or t in bottom)
+        only_top = sum(float(score[t]) for t in ids if t in top)
+        only_bottom = sum(float(score[t]) for t in ids if t in bottom)
+        true = w.true_activation(ref.neuron, text)[0]
+        rows.append((label == "commonwealth", both, only_top, only_bottom, true))
+    y = [r[0] for r in rows]
+    auc = [roc_auc([r[i] for r in rows], y) for i in (1, 2, 3, 4)]
+    acc = sum((r[1] > 0) == r[0] for r in rows) / len(rows)
+    measured = (f"AUC {auc[0]:.3f} (top+bottom), {auc[1]:.3f} (top only), {auc[2]:.3f} (bottom only), "
+                f"{auc[3]:.3f} (true activation); accuracy {acc:.2f}")
+    note = (f"neuron {ref.neuron_label}; {len(rows)} shipped texts (data/spelling_texts.json, written for headscope), "
+            f"{k} top and {k} bottom tokens of the scan; accuracy of 'Commonwealth if the sum > 0'")
+    ok = auc[0] >= c["min_auc"] and acc >= c["min_accuracy"] and auc[2] >= c["min_auc"]
+    return c["published_text"], measured, c["tolerance"], ok, note
+
+
+#: a topic label → the shipped sample text of that topic (row neuron_transfer)
+LABEL_TEXTS = {"sport": "sports_report", "cooking": "cooking", "language:fr": "french",
+               "commonwealth_spelling": "british_news", "american_spelling": "american_news"}
+
+
+@claim("neuron_topics")
+def _neuron_topics(c, ref, w):
+    labels = w.topic_labels
+    if not labels:
+        raise NotApplicable("no contextual neuron above the threshold to label")
+    share = sum(x.labelled for x in labels) / len(labels)
+    shown = "; ".join(f"{x.neuron}: {'/'.join(x.top) or '—'} vs {'/'.join(x.bottom) or '—'}" for x in labels[:12])
+    note = f"{len(labels)} neurons (top vs bottom labels): {shown}" + ("; …" if len(labels) > 12 else "")
+    if ref.planted:
+        note += "; planted: the lexicons and the planted token sets share topic words by construction"
+    return c["published_text"], round(share, 4), c["tolerance"], share >= c["min_share"], note
+
+
+@claim("neuron_transfer")
+def _neuron_transfer(c, ref, w):
+    """Neurons labelled with a topic that has a shipped sample text: true mean activation on that
+    text above (top label) or below (bottom label) the mean over the other sample texts."""
+    by = {t.name: t.text for t in shipped.samples()}
+    tests = []
+    for x in w.topic_labels:
+        for side, sign in (("top", 1.0), ("bottom", -1.0)):
+            for label in getattr(x, side):
+                if LABEL_TEXTS.get(label) in by:
+                    tests.append((x.neuron, label, LABEL_TEXTS[label], sign))
+    if not tests:
+        raise NotApplicable("no contextual neuron has a label with a shipped sample text (sport, cooking, "
+                            "French, Commonwealth or American spelling)")
+    results = []
+    for j, label, name, sign in tests:
+        act = {n: w.true_activation(j, t)[0] for n, t in by.items()}
+        others = statistics.mean(v for n, v in act.items() if n != name)
+        results.append((j, label, act[name], others, sign * (act[name] - others) > 0))
+    share = sum(r[4] for r in results) / len(results)
+    note = "; ".join(f"{j} ({label}): {a:.3f} vs {o:.3f}" for j, label, a, o, _ in results[:10]) + \
+        " (true mean activation on the topic's sample vs the other samples; calibrated on calibration.txt)"
+    return c["published_text"], f"{sum(r[4] for r in results)}/{len(results)}", c["tolerance"], \
+        share >= c["min_share"], note
+
+def _scaled_count(w) -> str:
+    """The count under variant ``scaled`` (the same scan ÷ σ̄₂), for the row's note."""
+    if w.variant.ln2 != "none" or w.variant.max != "signed":
+        return ""
+    sigma = w.circuit[0].calibration.ln2_scale
+    n = sum(x / sigma >= DEFAULT_THRESHOLD for x in w.scan.max_all)
+    return f"seed unit (no LN2 scale); under 'scaled' (÷ σ̄₂ = {sigma:.3f}): {n} neurons"
+
+
+@claim("n_contextual_neurons")
+def _n_neurons(c, ref, w):
+    scan = w.scan
+    found = sorted(n["neuron"] for n in scan.neurons)
+    null = _count_null(c, w, len(found))
+    if ref.n_neurons is None:
+        lo, hi = c["range"]
+        return c["published_text"], len(found), c["tolerance"], lo <= len(found) <= hi, _scaled_count(w), null
+    extra = sorted(set(found) - set(ref.neuron_indices))
+    missing = sorted(set(ref.neuron_indices) - set(found))
+    note = "; ".join(s for s in [f"missing {missing}" if missing else "", f"extra {extra}" if extra else "",
+                                 _scaled_count(w)] if s)
+    return ref.neuron_indices, found, "exactly the planted neurons", not extra and not missing, note, null
+
+
+def _count_null(c, w, count: int) -> NullComparison:
+    """The count above the threshold against d_mlp random neurons: Binomial(d_mlp, p̂), p̂ the share
+    of random readouts (:attr:`Work.readout_null`) whose score passes the scan's threshold."""
+    S = w.readout_null
+    key = S.amax(0) if w.variant.max == "signed" else torch.maximum(S.amax(0), -S.amin(0))        # [K]
+    hits, K, M = int((key >= DEFAULT_THRESHOLD).sum()), S.shape[1], w.model.cfg.d_mlp
+    med, p95 = binomial_quantiles(M, hits / K)
+    margin = float(c["null"]["margin"])
+    return NullComparison(statistic=f"neurons scoring ≥ {DEFAULT_THRESHOLD:g}",
+                          null=f"{M} random neurons: Binomial({M}, {hits}/{K}), {hits} of {K} random readouts "
+                               "(neurons' norms) through the same circuit pass", measured=float(count), n_draws=K,
+                          median=float(med), p95=float(p95), direction="above", margin=margin, margin_kind="diff",
+                          bar=float(p95 + margin), clears=count >= p95 + margin, null_passes=round(hits / K, 4))
+
+
+def list_agreement(want: list[str], got: list[str], k: int = 10) -> dict:
+    """Overlap of the whole lists, of their top k, and Spearman's ρ of the shared tokens' ranks
+    (kept for the details: the seed's lists are selections, not rankings — rows use :func:`set_agreement`)."""
+    shared = [t for t in want if t in got]
+    rho = spearman([want.index(t) for t in shared], [got.index(t) for t in shared])
+    return {"overlap": len(set(want) & set(got)), "top_k": k, "overlap_top_k": len(set(want[:k]) & set(got[:k])),
+            "n_shared": len(shared), "spearman": None if rho is None else round(rho, 4)}
+
+
+def set_agreement(selected: torch.Tensor, scores: torch.Tensor, largest: bool = True) -> dict:
+    """A published selection (token ids, any order) against a neuron's token scores [V], as sets.
+
+    ``overlap`` / ``jaccard``: with headscope's selection of the same size (the |P| tokens of
+    largest score, or smallest for the bottom list); ``threshold``: the score τ whose selection
+    {t : s_t ≥ τ} (≤ τ for the bottom) reproduces the published one best (largest Jaccard), with
+    that Jaccard and the selection's size. Order never enters: a list in token-id order (as the
+    seed prints them) and one by score are the same selection."""
+    P = torch.zeros(scores.numel(), dtype=torch.bool)
+    P[selected] = True
+    k = int(P.sum())
+    order = torch.argsort(scores.double(), descending=largest, stable=True)
+    hits = P[order].double().cumsum(0)                                         # |prefix_m ∩ P|, m = 1..V
+    m = torch.arange(1, scores.numel() + 1, dtype=torch.float64)
+    jac = hits / (m + k - hits)
+    best = int(jac.argmax())
+    overlap = int(hits[k - 1]) if k else 0
+    return {"size": k, "overlap": overlap, "jaccard": round(overlap / (2 * k - overlap), 4) if k else None,
+            "threshold": round(float(scores[order[best]]), 6), "threshold_jaccard": round(float(jac[best]), 4),
+            "threshold_size": best + 1}
+
+
+@claim("neuron_704_top", "neuron_704_bottom")
+def _neuron_side(c, ref, w):
+    """The published list as a set (seed 000 prints thresholded selections in ascending token-id
+    order): its overlap and Jaccard with headscope's selection of the same size, and the threshold
+    that reproduces it best; the null is the overlap of a random selection of that size."""
+    side = c["side"]
+    want = ref.top_tokens if side == "top" else ref.bottom_tokens
+    scores = w.neuron_scores(ref.neuron)                                           # [V]
+    ids, missing = w.token_ids(want)
+    if not ids:
+        raise NotApplicable(f"none of the published {side} tokens is one token of this vocabulary")
+    a = set_agreement(torch.tensor(ids), scores, largest=side == "top")
+    need = int(-(-c["min_fraction"] * a["size"] // 1))                             # ceil
+    med, p95 = hypergeometric_quantiles(scores.numel(), a["size"])
+    null = NullComparison(statistic=f"overlap with the {a['size']} of {'largest' if side == 'top' else 'smallest'} score",
+                          null=f"a random selection of {a['size']} of {scores.numel()} tokens (hypergeometric)",
+                          measured=float(a["overlap"]), n_draws=0, median=float(med), p95=float(p95), direction="above",
+                          margin=float(c["null"]["margin"]), margin_kind="diff", bar=float(p95 + c["null"]["margin"]),
+                          clears=a["overlap"] >= p95 + c["null"]["margin"])
+    measured = (f"{a['overlap']}/{a['size']} in its {side} {a['size']} (Jaccard {a['jaccard']:.2f}); "
+                f"τ {a['threshold']:.3g} selects {a['threshold_size']} (Jaccard {a['threshold_jaccard']:.2f})")
+    note = (f"neuron {ref.neuron_label}; compared as sets (order ignored); headscope's "
+            f"{'max' if side == 'top' else 'min'} contribution {float(scores.max() if side == 'top' else scores.min()):.3f}"
+            + (f"; not one token here: {missing[:5]}" if missing else ""))
+    published = f"{len(want)} tokens" + (" (planted)" if ref.planted else " (a selection)")
+    tol = f"≥ {need} of {a['size']} in the selection of the same size"
+    return published, measured, tol, a["overlap"] >= need, note, null
+
+
+@claim("neuron_704_texts")
+def _neuron_texts(c, ref, w):
+    names = c["texts"]
+    by = {t.name: t.text for t in shipped.samples()}
+    uk, us = (w.true_activation(ref.neuron, by[n]) for n in names)
+    diff, draws = w.text_readout_null(ref.neuron, [by[n] for n in names])
+    null = compare(diff, draws, statistic="Commonwealth − American mean pre-activation", direction="above",
+                   null=f"random readouts of W_in[:, {ref.neuron}]'s norm", **margin_of(c["null"]),
+                   null_passes=share_of(draws, lambda x: x > 0))
+    note = (f"neuron {ref.neuron_label}: true {uk[0]:.3f} ({names[0]}, {uk[2]} tokens) vs {us[0]:.3f} ({names[1]}, "
+            f"{us[2]} tokens), difference {diff:.3f}; circuit prediction {uk[1]:.3f} vs {us[1]:.3f}")
+    return c["published_text"], f"{uk[0]:.3f} vs {us[0]:.3f}", c["tolerance"], uk[0] > us[0], note, null
+

@@ -1,0 +1,306 @@
+"""Seed 002's claims on the semantic head (1.5 in GPT-2 Small): the survey, the named pairs, the three
+rules, self-suppression, BOS fallback, position independence, the eigenvalues, steering. One check
+per claim (:func:`claim`)."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from .. import shipped
+from .._errors import HeadscopeError, NotApplicable
+from ..core.forward import run_with_cache
+from ..stats import robust_z
+from .null import compare, negative_mass
+from .reference import SEED_REFERENCE
+from .table import claim, margin_of, share_of
+
+
+def pair_prompts(c, model) -> list[tuple[str, list[int], list[int], list[int]]]:
+    """The seed's named examples as prompts (query, sequence, partner ids, filler ids): BOS, filler,
+    partner, filler, partner, … , query."""
+    fillers = c["fillers"]
+    out = []
+    for ex in c["examples"]:
+        words = [ex["query"], *ex["targets"], *fillers]
+        ids = [model.tokenizer.encode(x) for x in words]
+        bad = [x for x, i in zip(words, ids) if len(i) != 1]
+        if bad:
+            raise NotApplicable(f"{bad[0]!r} is not one token in this model's vocabulary")
+        q, targets, fill = ids[0][0], [i[0] for i in ids[1:1 + len(ex["targets"])]], [i[0] for i in ids[-len(fillers):]]
+        seq = [model.bos_id]
+        for k in range(max(len(targets), len(fill))):                       # filler, target, filler, target, …
+            seq += fill[k:k + 1] + targets[k:k + 1]
+        seq.append(q)
+        out.append((ex["query"], seq, targets, fill))
+    return out
+
+
+def pair_attention(model, layer: int, prompts) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Per prompt: (partner share [H], min partner − max filler attention [H], self attention [H])
+    of every head of `layer`, from the query (the last position)."""
+    W = model.weights()
+    out = []
+    for _, seq, targets, fill in prompts:
+        cache = run_with_cache(W, torch.tensor([seq]), names=[f"blocks.{layer}.attn.hook_pattern"],
+                               stop_at_layer=layer + 1)
+        att = cache[f"blocks.{layer}.attn.hook_pattern"][0, :, -1].double()       # [H k] from the query
+        t = torch.tensor([i for i, x in enumerate(seq) if x in targets])
+        f = torch.tensor([i for i, x in enumerate(seq) if x in fill])
+        out.append((att[:, t].sum(-1), att[:, t].amin(-1) - att[:, f].amax(-1), att[:, -1]))
+    return out
+
+
+@claim("semantic_pairs")
+def _semantic_pairs(c, ref, w):
+    """The seed's named examples as prompts: fillers and the example's category partners, then the
+    query word; the semantic head's attention from the query on the partners. Null: the same
+    prompts through null draws of the head; the statistic is the smallest partner share."""
+    l, h = w._check_head()
+    prompts = pair_prompts(c, w.model)
+    res = pair_attention(w.model, l, prompts)
+    results = [(q, float(share[h]), float(self_[h]), float(share[h]) >= c["min_share"] and float(gap[h]) > 0)
+               for (q, *_), (share, gap, self_) in zip(prompts, res)]
+    draws = []
+    for m in w.semantic_null:
+        draws += torch.stack([share for share, _, _ in pair_attention(m, l, prompts)]).amin(0).tolist()
+    worst = min(s for _, s, _, _ in results)
+    null = None if not draws else compare(worst, draws, statistic="smallest partner share over the examples", direction="above",
+                   null="null heads of the semantic head (Gaussian W_Q, W_K, W_V, W_O of its norms)",
+                   **margin_of(c["null"]), null_passes=share_of(draws, lambda x: x >= c["min_share"]))
+    measured = "; ".join(f"{q.strip()}: {s:.3f}" for q, s, _, _ in results)
+    note = "attention share on the partners from the query (" + ", ".join(
+        f"{q.strip()} → {'/'.join(t.strip() for t in ex['targets'])}" for (q, *_), ex in zip(results, c["examples"])) + \
+        f"); self {', '.join(f'{s:.3f}' for _, _, s, _ in results)}; fillers {', '.join(x.strip() for x in c['fillers'])}"
+    return c["published_text"], measured, c["tolerance"], all(r[3] for r in results), note, null
+
+
+def rules_by_category(pattern: torch.Tensor, prompts) -> dict[str, dict]:
+    """Per category of `prompts`: same-category attention (queries with a partner), self and copy
+    attention, BOS attention (queries without a partner); pattern [b q k] of one head."""
+    from ..semantic.survey import target_masks
+
+    A = pattern.double()
+    m = target_masks(prompts.tokens, prompts.labels, prompts.related)
+    q = slice(1, None)
+    lab = prompts.labels[:, q]
+    part = (A[:, q] * m["partner"][:, q]).sum(-1)                                 # [b q]
+    copy = (A[:, q] * m["copy"][:, q]).sum(-1)
+    diag = torch.diagonal(A, dim1=-2, dim2=-1)[:, q]
+    bos = A[:, q, 0]
+    has_p, has_c = m["has_partner"][:, q], m["copy"].any(-1)[:, q]
+    mean = lambda x, sel: float(x[sel].mean()) if bool(sel.any()) else None     # noqa: E731
+    out = {}
+    for c, name in enumerate(prompts.names):
+        mine = lab == c
+        out[name] = {"same_category": mean(part, mine & has_p), "self": mean(diag, mine),
+                     "copy": mean(copy, mine & has_c), "bos_fallback": mean(bos, mine & ~has_p),
+                     "n_queries": int(mine.sum())}
+    return out
+
+
+@claim("three_rules_by_category")
+def _three_rules(c, ref, w):
+    """The three rules per category of the seed's list (data/categories_rules.json)."""
+    from ..semantic.prompts import prompts_for
+
+    l, h = w._check_head()
+    data = {k: v for k, v in json.loads(shipped.read("categories_rules.json")).items() if not k.startswith("_")}
+    prompts, _ = prompts_for(w.model, data, n_prompts=c["n_prompts"], length=c["length"], seed=0,
+                             cats_per_prompt=c["cats_per_prompt"])
+    W = w.model.weights()
+    cache = run_with_cache(W, prompts.tokens, names=[f"blocks.{l}.attn.hook_pattern"], stop_at_layer=l + 1)
+    per = rules_by_category(cache[f"blocks.{l}.attn.hook_pattern"][:, h], prompts)
+    planted = set(ref.survey_categories) if isinstance(ref.survey_categories, dict) else None
+    verdicts, skipped = {}, []
+    for name, r in per.items():
+        if planted is not None and name not in planted:
+            skipped.append(name)
+            continue
+        if r["same_category"] is None or r["bos_fallback"] is None:
+            skipped.append(name)
+            continue
+        verdicts[name] = (r["same_category"] >= c["min_same"] and r["self"] <= c["max_self"]
+                          and (r["copy"] is None or r["copy"] <= c["max_self"]) and r["bos_fallback"] >= c["min_bos"])
+    if not verdicts:
+        raise NotApplicable("no category of the seed's list has both queries with and without a partner here")
+    fmt = lambda v: "—" if v is None else f"{v:.2f}"                               # noqa: E731
+    measured = "; ".join(f"{n}: {'PASS' if ok else 'FAIL'}" for n, ok in verdicts.items())
+    note = "same / self / copy / BOS per category: " + "; ".join(
+        f"{n} {fmt(r['same_category'])}/{fmt(r['self'])}/{fmt(r['copy'])}/{fmt(r['bos_fallback'])}"
+        for n, r in per.items())
+    if skipped:
+        note += f"; no verdict for {skipped}" + (" (not planted categories)" if planted is not None else
+                                                  " (no query with or without a partner)")
+    worst = min(per[n]["same_category"] for n in verdicts)
+    draws = []
+    for m in w.semantic_null:
+        pat = run_with_cache(m.weights(), prompts.tokens, names=[f"blocks.{l}.attn.hook_pattern"],
+                             stop_at_layer=l + 1)[f"blocks.{l}.attn.hook_pattern"]                 # [b H q k]
+        for k in range(pat.shape[1]):
+            got = rules_by_category(pat[:, k], prompts)
+            draws.append(min(got[n]["same_category"] for n in verdicts))
+    null = compare(worst, draws, statistic="smallest same-category attention over the categories", direction="above",
+                   null="null heads of the semantic head (Gaussian W_Q, W_K, W_V, W_O of its norms)", **margin_of(c["null"]))
+    return c["published_text"], measured, c["tolerance"], all(verdicts.values()), note, null
+
+
+@claim("survey_top")
+def _survey_top(c, ref, w):
+    res = w.seed_survey
+    rows = res.rows
+    l, h = w._check_head()
+    first = f"{rows[0].layer}.{rows[0].head}"
+    mine = w.survey_row(res)
+    note = f"{l}.{h} has rank {mine.rank} (semantic loss {mine.semantic_loss:.3f}); 2nd: {rows[1].layer}.{rows[1].head}" \
+        if len(rows) > 1 else ""
+    note += f"; {res.prompts['n_prompts']} prompt of {res.prompts['length']} words"
+    draws = [x.semantic_loss for x in w.seed_survey_null]
+    null = None if not draws else compare(
+        mine.semantic_loss, draws, statistic=f"{l}.{h}'s semantic loss", direction="below",
+        null="null heads of the semantic head (Gaussian W_Q, W_K, W_V, W_O of its norms)", **margin_of(c["null"]))
+    return f"{l}.{h}", first, c["tolerance"], (rows[0].layer, rows[0].head) == (l, h), note, null
+
+
+@claim("survey_outlier")
+def _survey_outlier(c, ref, w):
+    res = w.seed_survey
+    mine = w.survey_row(res)
+    others = torch.tensor([r.semantic_loss for r in res.rows if r is not mine], dtype=torch.float64)
+    if others.numel() < 3:
+        raise HeadscopeError(f"an outlier needs at least 3 other heads, got {others.numel()}")
+    z = float(robust_z(torch.tensor([mine.semantic_loss], dtype=torch.float64), others)[0])
+    zs = f"{z:.2f}" if abs(z) < 1e6 else ("−∞" if z < 0 else "+∞")
+    note = f"loss {mine.semantic_loss:.3f} vs the others' median {float(others.median()):.3f}"
+    losses = [x.semantic_loss for x in w.seed_survey_null]
+    draws = robust_z(torch.tensor(losses, dtype=torch.float64), others).tolist() if losses else []
+    null = None if not draws else compare(
+        z, draws, statistic="robust z of the head's semantic loss among the other heads", direction="below",
+        null="null heads of the semantic head (Gaussian W_Q, W_K, W_V, W_O of its norms) among the same heads",
+        **margin_of(c["null"]))
+    return c["published_text"], f"z = {zs}", c["tolerance"], z <= c["max_z"], note, null
+
+
+def _defined(what: str, *values):
+    """Refuse a verdict on an undefined rate (None: no query of the prompts it applies to)."""
+    if any(v is None for v in values):
+        raise NotApplicable(f"{what} is undefined on this model's prompts (no query it applies to)")
+
+
+@claim("self_suppression")
+def _self_suppression(c, ref, w):
+    r = w.survey_row()
+    _defined("copy or same-category attention", r.copy_attention, r.same_category)
+    ok = r.self_attention <= c["max"] and r.copy_attention <= c["max"] and \
+        max(r.self_attention, r.copy_attention) < r.same_category
+    measured = f"self {r.self_attention:.3f}, copy {r.copy_attention:.3f}, same-category {r.same_category:.3f}"
+    pref = lambda x: x.same_category - max(x.self_attention, x.copy_attention)     # noqa: E731
+    rows = [x for x in w.survey_null if x.same_category is not None and x.copy_attention is not None]
+    passes = lambda x: x.self_attention <= c["max"] and x.copy_attention <= c["max"] and pref(x) > 0   # noqa: E731
+    null = None if not rows else compare(
+        pref(r), [pref(x) for x in rows], statistic="same-category minus max(self, copy) attention", direction="above",
+        null="null heads of the semantic head (Gaussian W_Q, W_K, W_V, W_O of its norms)", **margin_of(c["null"]),
+        null_passes=share_of(rows, passes))
+    return c["published_text"], measured, c["tolerance"], ok, "", null
+
+
+@claim("bos_fallback")
+def _bos(c, ref, w):
+    r = w.survey_row()
+    _defined("BOS fallback", r.bos_fallback)
+    draws = [x.bos_fallback for x in w.survey_null if x.bos_fallback is not None]
+    null = None if not draws else compare(
+        r.bos_fallback, draws, statistic="BOS attention without a partner", direction="above",
+        null="null heads of the semantic head (Gaussian W_Q, W_K, W_V, W_O of its norms)", **margin_of(c["null"]),
+        null_passes=share_of(draws, lambda x: x >= c["min"]))
+    return c["published_text"], round(r.bos_fallback, 6), c["tolerance"], r.bos_fallback >= c["min"], "", null
+
+
+@claim("position_independence")
+def _position(c, ref, w):
+    p = w.position
+    _defined("the token-identity share (the head's scores are constant)", p.identity_fraction)
+    l, h = w._check_head()
+    draws, spec = w.position_null, c["null"]
+    null = compare(p.identity_fraction, draws, statistic="identity share", direction="above",
+                   null=f"null heads of {l}.{h}: Gaussian W_Q, W_K, W_V, W_O of its Frobenius norms", **margin_of(spec),
+                   null_passes=share_of(draws, lambda x: x >= c["min"]))
+    return c["published_text"], round(p.identity_fraction, 6), c["tolerance"], p.identity_fraction >= c["min"], \
+        f"mean within-pair score std {p.within_pair_std:.3g} over {p.n_pairs} pairs", null
+
+
+@claim("negative_eigenvalues")
+def _negative(c, ref, w):
+    """The exact count (the seed's figure), and the negative eigen-mass that separates a
+    self-suppressing form from a random one (the count cannot: random heads give 30–34 of 64)."""
+    f = w.form
+    tol = c["tolerance"] if ref.name == SEED_REFERENCE else "exact"
+    ok = f.n_negative_top == ref.n_negative_top64                              # exact: 33, not 32 or 34
+    nd = w.negative_null
+    counts = torch.tensor(nd["counts"], dtype=torch.float64)
+    same = share_of(nd["counts"], lambda x: x == ref.n_negative_top64)
+    mass = negative_mass(f.eigenvalues, f.top)
+    null = compare(mass, nd["masses"], statistic=f"negative eigen-mass of the top {f.top}", direction="above",
+                   null="W_Q, W_K of the head replaced by Gaussian matrices of their Frobenius norms", **margin_of(c["null"]))
+    note = (f"{f.n_negative} negative, {f.n_positive} positive in all; count null median "
+            f"{float(counts.median()):g}, 5–95 % {float(torch.quantile(counts, 0.05)):g}–"
+            f"{float(torch.quantile(counts, 0.95)):g} ({same:.0%} of the draws give exactly "
+            f"{ref.n_negative_top64}: the count alone cannot separate the claim from chance); "
+            f"negative eigen-mass {mass:.3f}")
+    return ref.n_negative_top64, f.n_negative_top, tol, ok, note, null
+
+
+@claim("sym_vs_skew")
+def _sigma(c, ref, w):
+    f = w.form
+    sym, skew = float(f.sigma_sym[0]), float(f.sigma_skew[0]) if f.sigma_skew.numel() else 0.0
+    measured = [round(sym, 4), round(skew, 4)]
+    if ref.sigma is not None:
+        ps, pk = ref.sigma
+        ok = abs(sym - ps) <= c["rel"] * ps and abs(skew - pk) <= c["rel"] * pk and sym > skew
+        return list(ref.sigma), measured, c["tolerance"], ok, ""
+    want = ref.planted_sigma_sym
+    ok = abs(sym - want) <= 1e-4 * want and skew <= 1e-6 * sym
+    return [round(want, 4), 0.0], measured, "sym within 0.01%, skew ≤ 1e-6 × sym", ok, \
+        "planted: symmetric W_QK with |λ| up to the manifest's"
+
+
+def _rebuilt(c, results) -> None:
+    """Refuse a steering verdict that rests on a matrix far from the steered form: the rebuilt
+    W_Q' W_K'ᵀ must be within the claim's max_rebuild_error (relative Frobenius) of it."""
+    worst = max(r.rebuild_error for r in results)
+    if worst > c["max_rebuild_error"]:
+        raise NotApplicable(f"the rank-d_head rebuild is {worst:.2g} (relative) from the steered form, above "
+                            f"{c['max_rebuild_error']:g}: the steered checkpoint is not the steered form")
+
+
+@claim("steer_restores_self")
+def _steer(c, ref, w):
+    r = w.steer(0.0)
+    _rebuilt(c, [r])
+    gain = r.self_attention_after - r.self_attention_before
+    note = f"{r.n_selected} negative eigenvalues scaled; rebuild error {r.rebuild_error:.1e}"
+    if ref.name != SEED_REFERENCE:
+        note += "; not planted: the seed's qualitative claim with headscope's threshold"
+    return c["published_text"], f"{r.self_attention_before:.3f} → {r.self_attention_after:.3f}", c["tolerance"], \
+        gain >= c["min_gain"], note
+
+
+@claim("steer_alpha_sweep")
+def _steer_sweep(c, ref, w):
+    """α = 1.1: suppression kept; α = 0: self-attention restored; α = −0.5: at least as much as α = 0."""
+    a1, a0, am = (w.steer(float(a)) for a in c["sweep"])
+    _rebuilt(c, [a1, a0, am])
+    before = a0.self_attention_before
+    verdicts = [a1.self_attention_after <= before + c["max_rise"],
+                a0.self_attention_after >= before + c["min_gain"],
+                am.self_attention_after >= a0.self_attention_after]
+    word = lambda ok: "PASS" if ok else "FAIL"  # noqa: E731
+    measured = "; ".join(f"α {r.alpha:g}: {r.self_attention_after:.3f} {word(ok)}" for r, ok in zip((a1, a0, am), verdicts))
+    note = f"before {before:.3f}; rebuild errors " + ", ".join(f"{r.rebuild_error:.1e}" for r in (a1, a0, am))
+    if ref.name != SEED_REFERENCE:
+        note += "; not planted: the seed's qualitative claim with headscope's thresholds"
+    return c["published_text"], measured, c["tolerance"], all(verdicts), note
+
+

@@ -1,0 +1,325 @@
+"""The measurements the claims share, each computed once per run (:class:`Work`)."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from .. import shipped
+from ..core.forward import run_with_cache
+from ..core.model import Model
+from ..corpus import windows
+from ..layer0.calibration import STRIDE, calibrate, check_samples
+from ..layer0.contextual import build_circuit, circuit_fidelity
+from ..layer0.denominators import denominator_stability
+from ..layer0.kernels import analyse_kernels
+from ..layer0.neurons import DEFAULT_THRESHOLD, ln2_divisor, parse_variant, readout, scan_neurons, token_values
+from ..layer0.split import SEED_QUERY
+from ..semantic import bilinear
+from ..semantic.options import SteerOptions
+from ..semantic.steering import authors_steer, steer
+from ..semantic.survey import position_independence, position_independence_heads, survey
+from .null import form_null, generator, null_head_models, null_layer, random_readouts, readout_null
+from .reference import Reference, resolve_heads
+
+KERNEL_WINDOWS = 16          #: windows of the shipped texts for the TV claim (as the report)
+TOP = 50                     #: token lists compared for neuron claims
+KERNEL_NULL_ROUNDS = 2     #: null draws of every layer-0 head for the kernel rows (24 on GPT-2 Small)
+READOUT_NULL = 64          #: random neurons of the neuron rows' nulls (count, naive Bayes, topics)
+FIDELITY_STRIDE = 8          #: every 8th query position of the sample texts for the circuit-fidelity row
+
+
+def held_out_text() -> str:
+    """The shipped sample texts and sample_corpus.txt joined: text the calibration never saw."""
+    return "\n\n".join([t.text for t in shipped.samples()] + [shipped.sample_corpus()[0][1]])
+
+
+class Work:
+    def __init__(self, model: Model, ref: Reference, heads=None, variant=None):
+        self.model, self.ref = model, ref
+        self.head = ref.semantic_head
+        self.heads_spec = "published" if heads is None else heads
+        self.variant = parse_variant(variant)
+
+    def _check_head(self) -> tuple[int, int]:
+        return self.model.cfg.check_head(*self.head)
+
+    @functools.cached_property
+    def kernels(self):
+        texts = [(t.name, t.text) for t in [shipped.calibration_text(), *shipped.samples()]]
+        wins = windows(self.model, texts, max_windows=KERNEL_WINDOWS)
+        return analyse_kernels(self.model, layer=0, query=SEED_QUERY, c="measured", windows=wins)
+
+    @functools.cached_property
+    def split_tv(self) -> dict:
+        """Median TV(true, approx) per head over positions n ≥ 1 of the kernel windows, for the
+        seed's split, for the crude split √(|W_pos[i]|² + c²) (row key_split_vs_crude) and for the
+        split with its content term removed (the positional kernel alone: row tv_contextual's null);
+        ``*_w``: the same medians per window ([window][head])."""
+        from .. import layer0
+
+        w = layer0.view(self.model)
+        c = self.kernels.c
+        texts = [(t.name, t.text) for t in [shipped.calibration_text(), *shipped.samples()]]
+        seed, crude, kernel = [], [], []
+        for tokens in windows(self.model, texts, max_windows=KERNEL_WINDOWS):
+            true = layer0.true_pattern(w, tokens)
+            seed.append(layer0.tv_distance(true, layer0.approx_pattern(w, tokens, c))[:, 1:])      # [h p-1]
+            crude.append(layer0.tv_distance(true, layer0.crude_pattern(w, tokens, c))[:, 1:])
+            kernel.append(layer0.tv_distance(true, layer0.text_positional_kernels(w, tokens, c))[:, 1:])
+            del true
+        med = lambda xs: torch.cat(xs, dim=1).double().median(dim=1).values.tolist()   # noqa: E731
+        per = lambda xs: [x.double().median(dim=1).values.tolist() for x in xs]         # noqa: E731
+        return {"seed": med(seed), "crude": med(crude), "kernel": med(kernel), "c": c, "n_windows": len(seed),
+                "seed_w": per(seed), "crude_w": per(crude), "kernel_w": per(kernel)}
+
+    def _kernel_measures(self, view) -> list[dict]:
+        """Per head of the layer-0 view `view`: category, translation_tv, query_tv and shape_tv (the TV
+        of its kernel at n_ref from the uniform kernel: how much shape there is to carry over), with
+        the query, c, n_ref and rule of :attr:`kernels`. Weights only."""
+        from .. import layer0
+        from ..layer0.kernels import kernel_categories, kernel_tvs
+
+        rep = self.kernels
+        kern = layer0.positional_kernel(view, rep.query_id, rep.n_ref, rep.c)                  # [h n+1]
+        cats = kernel_categories(view, rep.query_id, rep.c, rep.n_ref, rep.rule["name"], kern=kern)
+        trans, qtv = kernel_tvs(view, rep.query_id, rep.c, rep.n_ref, kern)
+        shape = 0.5 * (kern - 1.0 / kern.shape[-1]).abs().sum(-1)                               # [h]
+        return [{"category": cats.categories[k], "translation_tv": float(trans[k]), "query_tv": float(qtv[k]),
+                 "shape_tv": float(shape[k])} for k in range(kern.shape[0])]
+
+    @functools.cached_property
+    def kernel_shape(self) -> list[dict]:
+        """:meth:`_kernel_measures` of the model's own layer-0 heads."""
+        from .. import layer0
+
+        return self._kernel_measures(layer0.view(self.model))
+
+    @functools.cached_property
+    def kernel_null(self) -> list[dict]:
+        """:meth:`_kernel_measures` of KERNEL_NULL_ROUNDS × n_heads null heads of layer 0
+        (claims.null.null_layer), each with the head it stands for (``head``: draw r·n_heads + h is h's)."""
+        from .. import layer0
+
+        H = self.model.cfg.n_heads
+        view = null_layer(layer0.view(self.model), 0, "kernels", KERNEL_NULL_ROUNDS)
+        return [{"head": k % H, **m} for k, m in enumerate(self._kernel_measures(view))]
+
+    @functools.cached_property
+    def calibration(self):
+        return calibrate(self.model, shipped.calibration_text().text, query=SEED_QUERY)
+
+    @functools.cached_property
+    def heads(self) -> list[int] | None:
+        return resolve_heads(self.heads_spec, self.ref, self.model.cfg.n_heads)
+
+    @functools.cached_property
+    def circuit(self):
+        """(circuit, choice) over the heads the downstream rows use (the published ones by default),
+        at the last calibrated position; NotApplicable when the calibration text gives fewer than
+        calibration.MIN_SAMPLES samples of the denominators there."""
+        circuit, choice = build_circuit(self.model, self.calibration, heads=self.heads)
+        check_samples(self.calibration, choice.position)
+        return circuit, choice
+
+    @functools.cached_property
+    def auto_choice(self):
+        return build_circuit(self.model, self.calibration, heads=None)[1]
+
+    @functools.cached_property
+    def scan(self):
+        circuit, choice = self.circuit
+        return scan_neurons(circuit, choice, self.model.tokenizer, threshold=DEFAULT_THRESHOLD, top=TOP,
+                            variant=self.variant if self.variant.name != "paper" else None)
+
+    def neuron_tokens(self, j: int) -> dict:
+        """Top and bottom `TOP` tokens of neuron j through the circuit (decoded strings)."""
+        self.model.cfg.check_neuron(j)
+        hit = next((n for n in self.scan.neurons if n["neuron"] == j), None)
+        if hit is not None:                                                         # the scan has its lists
+            return {"top": hit["top_tokens"], "bottom": hit["bottom_tokens"],
+                    "max_contribution": hit["max_contribution"], "min_contribution": hit["min_contribution"]}
+        circuit, choice = self.circuit                                              # below threshold: score it
+        v = self.variant
+        n = choice.position if v.position is None else v.position
+        score = token_values(circuit, n, position_part=v.position_part) @ \
+            readout(circuit, ln2_scale=ln2_divisor(circuit, v))[:, j]               # [V he] @ [he] → [V]
+        k = min(TOP, score.numel())
+        top, bottom = score.topk(k), score.topk(k, largest=False)
+        dec = self.model.to_str_tokens
+        return {"top": dec(top.indices.tolist()), "bottom": dec(bottom.indices.tolist()),
+                "max_contribution": float(top.values[0]), "min_contribution": float(bottom.values[0])}
+
+    @functools.cached_property
+    def survey(self):
+        """headscope's survey (64 prompts × 16 words): the rate rows."""
+        return survey(self.model, n_prompts=64, length=16, seed=0)
+
+    @functools.cached_property
+    def seed_survey(self):
+        """The authors' prompt recipe (one prompt of 255 words): the rank rows."""
+        return survey(self.model, seed=0, preset="seed",
+                      categories=self.ref.survey_categories)
+
+    def survey_row(self, res=None):
+        l, h = self._check_head()
+        res = self.survey if res is None else res
+        return next(r for r in res.rows if (r.layer, r.head) == (l, h))
+
+    @functools.cached_property
+    def position(self):
+        l, h = self._check_head()
+        return position_independence(self.model, l, h)
+
+    @functools.cached_property
+    def form(self):
+        l, h = self._check_head()
+        W = self.model.weights()
+        return bilinear.bilinear_form(bilinear.qk_matrix(W, l, h), l, h)
+
+    @functools.cached_property
+    def semantic_null(self) -> list[Model]:
+        """Models whose semantic-head layer holds null draws of the semantic head in every head slot
+        (claims.null.null_head_models: HEAD_DRAWS draws in ⌈HEAD_DRAWS / n_heads⌉ models)."""
+        l, h = self._check_head()
+        return null_head_models(self.model, l, h, "semantic_head")
+
+    @functools.cached_property
+    def position_null(self) -> list[float]:
+        """identity_fraction of the semantic head's null draws (one pass per null model and order)."""
+        l, _ = self._check_head()
+        draws = []
+        for m in self.semantic_null:
+            draws += [r.identity_fraction for r in position_independence_heads(m, [(l, k) for k in range(m.cfg.n_heads)])]
+        return [d for d in draws if d is not None]
+
+    @functools.cached_property
+    def survey_null(self) -> list:
+        """The survey's rows (headscope's 64 prompts × 16 words, as :attr:`survey`) of the null draws."""
+        l, _ = self._check_head()
+        return [r for m in self.semantic_null for r in survey(m, [l], n_prompts=64, length=16, seed=0).rows]
+
+    @functools.cached_property
+    def seed_survey_null(self) -> list:
+        """The authors' survey recipe (as :attr:`seed_survey`) on the null draws."""
+        l, _ = self._check_head()
+        return [r for m in self.semantic_null
+                for r in survey(m, [l], seed=0, preset="seed", categories=self.ref.survey_categories).rows]
+
+    @functools.cached_property
+    def negative_null(self) -> dict:
+        """Top-64 negative count and negative eigen-mass of WEIGHT_DRAWS null forms of the semantic
+        head (claims.null.form_null)."""
+        l, h = self._check_head()
+        W = self.model.weights()
+        U, V = bilinear.qk_factors(W, l, h)
+        return form_null(U, V, "negative_eigenvalues", centred=W.reads_centred)
+
+    def text_readout_null(self, j: int, texts: list[str]) -> tuple[float, list[float]]:
+        """(difference of neuron j's mean true pre-activation between texts[0] and texts[1] over
+        positions ≥ 1, the same difference for random readouts of W_in[:, j]'s norm: claims.null.readout_null)."""
+        self.model.cfg.check_neuron(j)
+        circuit, _ = self.circuit
+        Wc = circuit.weights
+        xs = []
+        for text in texts:
+            tokens = windows(self.model, [text], n_ctx=circuit.calibration.n_positions)[0]
+            cache = run_with_cache(Wc, tokens[None], names=["blocks.0.ln2.hook_normalized"], stop_at_layer=1)
+            xs.append(cache["blocks.0.ln2.hook_normalized"][0, 1:].double().mean(0))     # [d]
+        return readout_null(xs[0] - xs[1], Wc.blocks[0].W_in[:, j], f"readout:{j}", centred=Wc.reads_centred)
+
+    @functools.lru_cache(maxsize=None)
+    def steer(self, alpha: float):
+        l, h = self._check_head()
+        return steer(self.model, l, h, alpha, SteerOptions(select="negative")).result
+
+    @functools.cached_property
+    def authors_steer(self):
+        l, h = self._check_head()
+        return authors_steer(self.model, l, h)
+
+    @functools.cached_property
+    def denominators(self):
+        """S_h[n] over full-length windows (n up to n_ctx − 1, as the seed's traces run): windows of
+        the calibration text and of the held-out texts joined, starting every calibration.STRIDE tokens."""
+        texts = [shipped.calibration_text().text, held_out_text()]
+        win = self.model.cfg.n_ctx
+        wins = windows(self.model, texts, n_ctx=win, stride=min(STRIDE, win - 1))
+        return denominator_stability(self.model, wins, window=win, n_min=min(16, win - 2), stride=max(1, win // 8))
+
+    @functools.cached_property
+    def fidelity(self):
+        """Circuit fidelity on one held-out window: the shipped sample texts and sample_corpus.txt
+        joined (none is the calibration text), every FIDELITY_STRIDE-th position and the last."""
+        circuit, _ = self.circuit
+        tokens = windows(self.model, [held_out_text()], n_ctx=circuit.calibration.n_positions)[0]
+        p = len(tokens)
+        positions = sorted(set(range(FIDELITY_STRIDE, p, FIDELITY_STRIDE)) | {p - 1})
+        return circuit_fidelity(circuit, [tokens], positions=positions)
+
+    @functools.lru_cache(maxsize=None)
+    def neuron_scores(self, j: int) -> torch.Tensor:
+        """score[t, j] of every token t through the circuit ([d_vocab]; variant and position of the scan)."""
+        from ..layer0.neurons import ln2_divisor, readout, token_values
+
+        self.model.cfg.check_neuron(j)
+        circuit, choice = self.circuit
+        v = self.variant
+        n = choice.position if v.position is None else v.position
+        return token_values(circuit, n, torch.float64, position_part=v.position_part) @ \
+            readout(circuit, torch.float64, ln2_scale=ln2_divisor(circuit, v))[:, j]       # [V]
+
+    @functools.cached_property
+    def readout_null(self) -> torch.Tensor:
+        """score[t, k] [d_vocab READOUT_NULL] of random neurons through the circuit: readouts m_k
+        (residual → pre-activation) Gaussian with the norms of randomly chosen neurons' readouts
+        (centred where the readers are), scored as :meth:`neuron_scores` (variant and position of the scan)."""
+        from ..layer0.neurons import readout_vectors
+
+        circuit, choice = self.circuit
+        v = self.variant
+        n = choice.position if v.position is None else v.position
+        m = readout_vectors(circuit, ln2_scale=ln2_divisor(circuit, v)).double()                # [d M]
+        g = generator("neuron readouts")
+        norms = m.norm(dim=0)[torch.randint(0, m.shape[1], (READOUT_NULL,), generator=g)]        # [K]
+        R = random_readouts(torch.ones(m.shape[0], dtype=torch.float64), READOUT_NULL, g, circuit.weights.reads_centred)
+        R = R / R.norm(dim=0, keepdim=True) * norms                                              # [d K]
+        W_O = circuit.weights.blocks[0].W_O[circuit.heads].double()                              # [H e d]
+        return token_values(circuit, n, torch.float64, position_part=v.position_part) @ \
+            (W_O.reshape(-1, W_O.shape[-1]) @ R)                                                  # [V he] @ [he K]
+
+    @functools.cached_property
+    def vocab_index(self) -> dict[str, int]:
+        """Decoded token string → its first id (every id decoded on its own, as to_str_tokens)."""
+        out: dict[str, int] = {}
+        for i, t in enumerate(self.model.to_str_tokens(list(range(self.model.cfg.vocab)))):
+            out.setdefault(t, i)
+        return out
+
+    def token_ids(self, tokens: list[str]) -> tuple[list[int], list[str]]:
+        """(ids of the token strings that are one token here, the strings that are not)."""
+        idx = self.vocab_index
+        return [idx[t] for t in tokens if t in idx], [t for t in tokens if t not in idx]
+
+    @functools.cached_property
+    def topic_labels(self) -> list:
+        """topics.label_neuron for every neuron of the scan (its top and bottom TOP tokens)."""
+        from ..layer0.topics import label_neuron
+
+        return [label_neuron(n["neuron"], n["top_tokens"], n["bottom_tokens"]) for n in self.scan.neurons]
+
+    def true_activation(self, j: int, text: str) -> tuple[float, float, int]:
+        """(mean true pre-activation of neuron j over positions ≥ 1, mean circuit prediction over
+        every FIDELITY_STRIDE-th position, tokens)."""
+        from ..layer0.neurons import readout_vectors
+
+        self.model.cfg.check_neuron(j)
+        circuit, _ = self.circuit
+        tokens = windows(self.model, [text], n_ctx=circuit.calibration.n_positions)[0]
+        cache = run_with_cache(circuit.weights, tokens[None], names=["blocks.0.mlp.hook_pre"], stop_at_layer=1)
+        true = cache["blocks.0.mlp.hook_pre"][0, 1:, j]
+        pos = list(range(1, len(tokens), FIDELITY_STRIDE))
+        pred = circuit.predict(tokens, pos) @ readout_vectors(circuit, [j])[:, 0] + circuit.weights.blocks[0].b_in[j]
+        return float(true.mean()), float(pred.mean()), len(tokens) - 1
+
