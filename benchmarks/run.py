@@ -64,9 +64,10 @@ BENCHMARKS = {
     "bench_load": "load + processed weights + forward peak RSS vs the weights' own size, hub layouts",
     "bench_sizes": "full report per stage on hub-layout distilgpt2, gpt2, gpt2-medium (targets of issue 15)",
     "bench_families": "full report on Pythia-160m, Llama-3.2-1B, GPT-Neo-125M, OPT-125m and Qwen2-0.5B shapes in their hub layouts (targets of issue 23)",
+    "bench_floors": "every report stage vs its bare matmuls and eigen-solves (≤ 2×), the report vs load + weights + forward (≤ 5×), gpt2 (issue 33)",
 }
 #: seconds a module may run when --timeout is not given (default 900)
-TIMEOUTS = {"bench_sizes": 3600, "bench_families": 3600}
+TIMEOUTS = {"bench_sizes": 3600, "bench_families": 3600, "bench_floors": 3600}
 MARK = "@@BENCH-RESULT@@"
 
 

@@ -218,6 +218,7 @@ def calibrate(
     scales = []                  # float32, one per token: bounded by the input size limit
     P = n_windows = n_tokens = 0
     first: list[int] | None = None
+    queries: dict[int, Tensor] = {}          # the query token's queries by window length: computed once
     # windows streamed from the text (one every `step` tokens), tokenised piece by piece:
     # memory does not grow with its length
     for x in iter_windows(model, text, n_ctx, progress=_progress("calibrate", len(text)), stride=step):
@@ -225,7 +226,7 @@ def calibrate(
         n_tokens = max(n_tokens, n_windows * step + x.numel() - 1)       # window k starts at token k·step
         P, n_windows = max(P, x.numel()), n_windows + 1
         cache = run_with_cache(w, x[None], names=["blocks.0.attn.hook_k", "blocks.0.ln2.hook_scale"], stop_at_layer=1)
-        scores = layer0.fixed_query_scores(w, cache["blocks.0.attn.hook_k"], qid)   # [1 head q k]
+        scores = layer0.fixed_query_scores(w, cache["blocks.0.attn.hook_k"], qid, queries)   # [1 head q k]
         L = torch.logsumexp(scores, dim=-1)[0]                                    # [head q]
         p = L.shape[1]
         log_sum[:, :p] = torch.logaddexp(log_sum[:, :p], L)

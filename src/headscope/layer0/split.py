@@ -374,19 +374,32 @@ def log_Z(w: Weights, token: int, n_pos: int, c: float, chunk: int = 128) -> Flo
     return torch.cat(out, dim=1)
 
 
-def fixed_query_scores(w: Weights, k: Float[Tensor, "b p head e"], token: int) -> Float[Tensor, "b head q p"]:
+def fixed_queries(w: Weights, token: int, p: int) -> Float[Tensor, "p head e"]:
+    """The layer-0 queries of `token` at positions 0..p−1 (learned positions; what
+    :func:`fixed_query_scores` scores the keys with, the same for every text)."""
+    b0 = w.blocks[0]
+    x = ln1(w, w.W_E[token] + w.W_pos[:p])                                        # [p d]
+    return torch.einsum("pd,hde->phe", x, b0.W_Q) + b0.b_Q                        # [p head e]
+
+
+def fixed_query_scores(w: Weights, k: Float[Tensor, "b p head e"], token: int,
+                       queries: dict[int, Tensor] | None = None) -> Float[Tensor, "b head q p"]:
     """True layer-0 scores when the query at every position n is `token` at n.
 
     Keys ``k`` are the text's own (forward's ``hook_k``); causal and window masks applied. This is
     the model's computation at n had x_n been `token` (the key and value at n stay the
-    text's own).
+    text's own). ``queries``, a dict the caller keeps across calls with the same `w` and
+    `token` (e.g. calibration windows), holds :func:`fixed_queries` by length, computed once.
     """
     if _rotary(w.cfg):
         return _rs().fixed_query_scores(w, k, token)
-    b0 = w.blocks[0]
     p = k.shape[1]
-    x = ln1(w, w.W_E[token] + w.W_pos[:p])                                        # [p d]
-    q = torch.einsum("pd,hde->phe", x, b0.W_Q) + b0.b_Q                           # [p head e]
+    if queries is None:
+        q = fixed_queries(w, token, p)
+    else:
+        if p not in queries:
+            queries[p] = fixed_queries(w, token, p)
+        q = queries[p]
     scores = torch.einsum("qhe,bkhe->bhqk", q, k) / w.cfg.attn_scale(0)           # [b head q k]
     return scores.masked_fill(hidden(w, torch.arange(p, device=k.device), p), float("-inf"))
 

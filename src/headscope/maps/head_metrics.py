@@ -159,6 +159,8 @@ def _per_head(X: Float[Tensor, "n d"], W: Float[Tensor, "h d e"]) -> Float[Tenso
 def _groups(W: Float[Tensor, "h d e"]) -> int:
     """The largest g > 1 with W[h] identical within each run of g consecutive heads, else 1."""
     h = W.shape[0]
+    if h < 2 or not torch.equal(W[1], W[0]):        # every g > 1 needs W[1] = W[0]
+        return 1
     for g in range(h, 1, -1):
         if h % g == 0 and all(torch.equal(W[i], W[i - i % g]) for i in range(h)):
             return g

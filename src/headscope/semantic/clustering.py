@@ -13,7 +13,8 @@ context, ``exp(logit − logsumexp_row)``; edges below ``min_weight`` (1e-3) are
 (a query with no preference spreads 1/N over all nodes and keeps no edge) and the two
 directions summed.
 
-Partitions: Leiden (leidenalg, RB-configuration quality, seeded) and a spectral
+Partitions: Leiden (leidenalg, RB-configuration quality, seeded, iterated until an iteration
+gains at most 0.1 % of the quality: :func:`leiden`) and a spectral
 alternative (top eigenvectors of D^-½ W D^-½, rows normalised, seeded k-means; k
 defaults to the number of Leiden clusters). Quality: weighted modularity, and the
 adjusted Rand index against known categories when given.
@@ -131,6 +132,10 @@ def authors_graph(K: torch.Tensor, Q: torch.Tensor, k: int = 4):
     return g
 
 
+#: Leiden stops when an iteration gains at most this share of the partition's quality (:func:`leiden`)
+LEIDEN_TOL = 1e-3
+
+
 def leiden_modularity(graph, *, max_comm_size: int = 512, seed: int = 0, n_iterations: int = 2) -> np.ndarray:
     """Leiden with modularity quality (directed if the graph is) and communities of at most
     `max_comm_size` nodes; `n_iterations` = 2 as leidenalg's ``find_partition`` default.
@@ -178,11 +183,26 @@ def knn_graph(values: torch.Tensor, targets: torch.Tensor, n_nodes: int, lse: to
     return g
 
 
-def leiden(graph, *, resolution: float = 1.0, seed: int = 0) -> np.ndarray:
+def leiden(graph, *, resolution: float = 1.0, seed: int = 0, tol: float = LEIDEN_TOL) -> np.ndarray:
+    """Leiden (RB configuration, seeded) iterated until an iteration's gain in quality is at most
+    `tol` · |quality| (``tol=0``: until no iteration gains, leidenalg's ``n_iterations=-1``).
+
+    Each iteration is leidenalg's own (the same random stream as ``find_partition``); only the
+    stopping rule differs. On a graph with structure the first iteration finds it and the next
+    gains nothing (the planted heads: gain 1.0 × quality, then 0), so the partition is the
+    converged one; on a random graph (no structure to find) iterations go on moving a few nodes
+    for tiny gains (a random GPT-2-small-shaped head's 5000-node graph: 31 iterations, ~8 s
+    CPU, from the fifth on each gaining < 0.2 % of the quality; the rule stops it after 10).
+    """
     import leidenalg
 
-    part = leidenalg.find_partition(graph, leidenalg.RBConfigurationVertexPartition, weights="weight",
-                                    resolution_parameter=resolution, seed=seed, n_iterations=-1)
+    part = leidenalg.RBConfigurationVertexPartition(graph, weights="weight", resolution_parameter=resolution)
+    opt = leidenalg.Optimiser()
+    opt.set_rng_seed(seed)
+    while True:
+        gain = opt.optimise_partition(part, n_iterations=1)
+        if gain <= tol * abs(part.quality()):
+            break
     return np.asarray(part.membership)
 
 
