@@ -182,6 +182,14 @@ def n_tokens(tokenizer, d_vocab: int) -> int:
     return min(d_vocab, top + 1)
 
 
+def unknown_id(tokenizer) -> int | None:
+    """The id a tokenizer.json's model gives to text outside its vocabulary (its ``unk_token``: ``<unk>`` in a
+    SentencePiece-style or word-level vocabulary), or None (byte-level BPE spells any text)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    unk = getattr(getattr(backend, "model", None), "unk_token", None)
+    return backend.token_to_id(unk) if isinstance(unk, str) and unk else None
+
+
 def word_ids(tokenizer, word: str) -> list[int]:
     """The token ids of `word` as it reads after a space inside a text.
 
