@@ -157,6 +157,22 @@ def text_pieces(text: str, size: int | None = None) -> Iterator[str]:
     yield text[start:]
 
 
+def token_array(model, text: str, progress: Callable[[int, int], None] | None = None) -> torch.Tensor:
+    """The ids of `text` (no BOS), tokenised piece by piece (:func:`text_pieces`: the same ids as the whole
+    text), as one int32 tensor: 4 bytes a token, about one byte a character of English text, never a
+    Python list of the whole text. `progress(done, total)` is called with characters tokenised so far."""
+    import array
+
+    ids = array.array("i")
+    done = 0
+    for piece in text_pieces(text):
+        ids.extend(model.tokenizer.encode(piece))
+        done += len(piece)
+        if progress is not None:
+            progress(done, len(text))
+    return torch.frombuffer(ids, dtype=torch.int32).clone() if len(ids) else torch.zeros(0, dtype=torch.int32)
+
+
 def iter_windows(model, text: str, n_ctx: int, progress: Callable[[int, int], None] | None = None,
                  stride: int | None = None) -> Iterator[torch.Tensor]:
     """The windows ``[BOS] + chunk`` of one text, as :func:`windows` cuts them, streamed: the text is

@@ -1060,6 +1060,46 @@ CASES += [
          "attention_types expand to 2000000000 layers, expected 2", may_hang=True),
 ]
 
+# -- issue 36: index arguments are checked against config.json before any weight is read ----------
+# The checkpoint holds a NaN weight, which loading refuses once it reads the weights: a refusal of the argument
+# proves that it came first (they used to be checked after the load: `neuron 20` read every weight first).
+
+def nan_model(c: Ctx) -> str:
+    d = c.root / "nan-ckpt"
+    return str(d) if d.exists() else c.ckpt(edit_tensor("transformer.h.1.mlp.c_fc.weight", float("nan")),
+                                            name="nan-ckpt")
+
+
+CASES += [
+    Case("neuron 20 of 20, before the weights", lambda c: ["neuron", nan_model(c), "20", "--text", text(c)],
+         "neuron 20 out of range (MLP0 has neurons 0..19)"),
+    Case("neuron --heads 7, before the weights", lambda c: ["neuron", nan_model(c), "3", "--text", text(c), "--heads",
+                                                            "7"], "--heads: expected indices in 0..2, got '7'"),
+    Case("head 1.7, before the weights", lambda c: ["head", nan_model(c), "1.7"],
+         "head index 7 out of range (the model has 3 heads per layer)"),
+    Case("head 5.0, before the weights", lambda c: ["head", nan_model(c), "5.0"],
+         "layer 5 out of range (the model has layers 0..1)"),
+    Case("steer 1.7, before the weights", lambda c: ["steer", nan_model(c), "1.7", "--scale-negative", "0", "--out",
+                                                     steer_out(c)], "head index 7 out of range"),
+    Case("kernels --layer 5, before the weights", lambda c: ["kernels", nan_model(c), "--layer", "5"],
+         "layer 5 out of range"),
+    Case("kernels --n-ref 5000, before the weights", lambda c: ["kernels", nan_model(c), "--n-ref", "5000"],
+         "--n-ref: expected a query position in 1..39 (n_ctx − 1), got 5000"),
+    Case("kernels --window 999, before the weights", lambda c: ["kernels", nan_model(c), "--window", "999"],
+         "--window: expected 2..40, got 999"),
+    Case("survey --layer 9, before the weights", lambda c: ["survey", nan_model(c), "--layer", "9"],
+         "layer 9 out of range"),
+    Case("atlas --layers 0 9, before the weights", lambda c: ["atlas", nan_model(c), "--layers", "0", "9"],
+         "layer 9 out of range"),
+    Case("neurons --heads 7, before the weights",
+         lambda c: ["neurons", nan_model(c), "--calibration-text", text(c), "--heads", "7"],
+         "--heads: expected indices in 0..2, got '7'"),
+    Case("calibrate --max-windows 0", lambda c: ["calibrate", c.model(), "--text", text(c), "--out", "cal.json",
+                                                 "--max-windows", "0"],
+         "argument --max-windows: expected a window count ≥ 1, got 0"),
+]
+
+
 
 def snapshot(root: Path) -> dict[str, str]:
     """Every path under root → a digest of its content ('dir', 'link:…', or the kind of a FIFO/socket)."""
@@ -1255,3 +1295,4 @@ def test_a_file_name_that_is_not_utf8_gives_valid_utf8_json(ctx: Ctx):
     assert p.returncode == 0, err
     doc = json.loads(out.decode("utf-8"))                 # strict: valid UTF-8
     assert doc["texts"][0]["name"].startswith("t\\udcff.txt")   # the undecodable byte spelled as its surrogate escape
+

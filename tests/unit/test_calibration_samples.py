@@ -58,3 +58,33 @@ def test_too_few_samples_are_refused_in_one_line(tiny):
         check_samples(short, n)
     assert "\n" not in str(e.value)
     assert check_samples(cal, last, minimum=1) == cal.counts[last]
+
+
+def test_a_long_text_runs_a_seeded_sample_of_at_most_max_windows(tiny, monkeypatch, capsys):
+    """Issue 36: calibrate's work and memory are bounded by max_windows, not by the text's length (a 60 MiB
+    text took 240 s at 3.3 GB): a text of 26 windows with max_windows=5 runs exactly 5 forward passes, on 5 of
+    the text's own windows (seeded: the same 5 every run), keeps at most 5 windows' LayerNorm scales, and says
+    so on stderr; with the cap above the text's windows the result is that of every window (the tests above)."""
+    from headscope.corpus import iter_windows
+    from headscope.layer0 import calibration as C
+
+    every = [x.tolist() for x in iter_windows(tiny, TEXT, 16, stride=5)]
+    assert len(every) == 26
+    run, real = [], C.run_with_cache
+    monkeypatch.setattr(C, "run_with_cache", lambda w, x, **kw: run.append(x[0].tolist()) or real(w, x, **kw))
+    full = calibrate(tiny, TEXT, window=16, stride=5)
+    assert run == every and full.n_windows == full.n_text_windows == 26             # under the cap: every window
+    run.clear()
+    capsys.readouterr()
+    cal = calibrate(tiny, TEXT, window=16, stride=5, max_windows=5, progress=True)
+    assert len(run) == cal.n_windows == 5 and cal.n_text_windows == 26
+    assert all(x in every for x in run) and len({tuple(x) for x in run}) == 5
+    assert sum(cal.counts[:1]) == 5 and cal.tokens == every[0] and cal.n_text_tokens == full.n_text_tokens
+    again = calibrate(tiny, TEXT, window=16, stride=5, max_windows=5, progress=False)
+    assert run[5:] == run[:5] and again.to_dict() == cal.to_dict()                  # seeded
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == f"calibrate: {full.n_text_tokens} tokens; running a sample of 5 (seed 0) of 26 windows of up " \
+                     "to 16 tokens" and err[-1] == "calibrate: 100% of 5 windows"
+    assert cal.to_dict()["n_text_windows"] == 26
+    with pytest.raises(Exception, match="max_windows: expected a positive integer or None, got 0"):
+        calibrate(tiny, TEXT, max_windows=0)

@@ -43,3 +43,52 @@ def test_byte_level_bpe_is_unchanged():
     words += ["colour", "harbour", "neighbourhood", "don't", "1234", "Ünïcode", " leading"]
     for w in words:
         assert word_ids(tok, w) == tok.encode(w if w.startswith(" ") else " " + w), w
+
+
+# -- issue 36: what a vocabulary lacks is said as such ------------------------------------------
+
+
+def _word_level(words: list[str]):
+    """A word-level tokenizer.json (every word outside `words` → "<unk>"), through transformers."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {w: i for i, w in enumerate(["<unk>", "<|endoftext|>", *words])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=tok)
+
+
+def test_category_words_outside_the_vocabulary_are_said_to_be_so():
+    """Every category word unknown to a word-level vocabulary: each reads as the one token <unk>; it used to be
+    refused as "token 'January' is in both 'days' and 'months'" (a duplicate), now as words not in the vocabulary."""
+    from headscope._errors import NotApplicable
+    import re
+
+    tok = _word_level(["the", "cat"])
+    cats = {"days": ["Monday", "Tuesday"], "months": ["January", "February", "March", "April"]}
+    with pytest.raises(NotApplicable) as e:
+        category_tokens(tok, cats)
+    assert str(e.value) == ("categories: expected at least 2 categories with ≥ 2 words that are single tokens in this "
+                            "tokenizer's vocabulary (4 tokens), got 0 (0 single-token words of 6; 6 not in the "
+                            "vocabulary (read as its unknown token '<unk>': 'Monday', 'Tuesday', 'January', …))")
+    known = _word_level(["Monday", "Tuesday", "January", "February"])
+    assert category_tokens(known, cats) == {"days": [2, 3], "months": [4, 5]}      # March, April dropped
+
+
+def test_a_vocabulary_without_frequent_tokens_says_what_is_needed_and_found():
+    """A 100-token vocabulary: the merge-order stand-in for frequency (ids from 256 up) has no token; it used to be
+    refused as "the vocabulary offers 0 frequent tokens"; wordfreq's words outside the vocabulary count for none
+    (they all used to count for <unk>, making it the most frequent token)."""
+    from headscope._errors import HeadscopeError
+    from headscope.semantic.clustering import frequent_tokens, wordfreq_tokens
+
+    tok = _word_level([f"zq{i}" for i in range(96)] + ["the", "of"])
+    assert len(tok) == 100
+    with pytest.raises(HeadscopeError) as e:
+        frequent_tokens(tok, 50)
+    assert str(e.value) == ("frequent tokens: without a corpus they are the ids from 256 up (a byte-level BPE's merges "
+                            "after its 256 bytes, in merge order, standing in for frequency); expected at least 2, got 0 "
+                            "in this vocabulary of 100 tokens — give a corpus (--corpus FILE) to count the tokens of a "
+                            "text instead")
+    assert wordfreq_tokens(tok, 2, bos_first=False) == [tok.convert_tokens_to_ids("the"), tok.convert_tokens_to_ids("of")]

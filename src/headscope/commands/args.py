@@ -13,6 +13,7 @@ import torch
 from .._errors import HeadscopeError
 from .._json import dumps
 from ..core.entry import load
+from ..core.loading import check_dtype, load_checkpoint
 from ..core.model import Model
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -32,9 +33,17 @@ def int_at_least(low: int, what: str = "an integer"):
     return parse
 
 
-def load_model(args) -> Model:
-    """Load ``args.model`` with ``--device``, ``--dtype`` and ``--revision``."""
-    return load(args.model, device=args.device, dtype=DTYPES[args.dtype], revision=getattr(args, "revision", None))
+def load_model(args, check=None) -> Model:
+    """Load ``args.model`` with ``--device``, ``--dtype`` and ``--revision``.
+
+    `check(cfg)` checks the command's index arguments (layers, heads, neurons, positions) against
+    config.json's sizes before any weight is read: a bad index is refused in a moment, not after
+    the weights' load and finiteness check."""
+    if check is None:
+        return load(args.model, device=args.device, dtype=DTYPES[args.dtype], revision=getattr(args, "revision", None))
+    check_dtype(DTYPES[args.dtype])
+    return load_checkpoint(args.model, device=args.device, dtype=DTYPES[args.dtype],
+                           revision=getattr(args, "revision", None), check_config=check)
 
 
 def emit(args, result, text: str | None = None) -> None:

@@ -53,7 +53,7 @@ def run(args) -> int:
         return _revisions.run(args, revisions, "atlas", {
             "layers": args.layers, "tokens": args.tokens, "corpus": args.corpus, "survey": args.survey,
             "kernels": not args.no_kernels, "logit_diff": None if args.logit_diff is None else list(args.logit_diff)})
-    model = load_model(args)
+    model = load_model(args, check=lambda cfg: [cfg.check_layer(l) for l in args.layers or []])
     layers = None if args.layers is None else [model.cfg.check_layer(l) for l in args.layers]
     res = atlas(model, layers, n_tokens=args.tokens, corpus=args.corpus, kernels=not args.no_kernels,
                 survey=args.survey, logit_diff=None if args.logit_diff is None else tuple(args.logit_diff))

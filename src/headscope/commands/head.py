@@ -57,7 +57,7 @@ def run(args) -> int:
     for name in ("tokens", "k"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise HeadscopeError(f"--{name}: expected ≥ 1, got {getattr(args, name)}")
-    model = load_model(args)
+    model = load_model(args, check=lambda cfg: parse_head(args.head, cfg))       # before any weight is read
     layer, head = parse_head(args.head, model.cfg)
     options = HeadOptions(preset=args.preset, variant=args.variant, n_tokens=args.tokens, k=args.k,
                           frequency=args.frequency, attn_mean=args.attn_mean, keys=args.keys,

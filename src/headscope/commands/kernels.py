@@ -26,7 +26,7 @@ from .._atomic import atomic_directory, refuse_foreign_dir
 from .._errors import HeadscopeError
 from .._json import dumps
 from ..corpus import read_corpus, windows
-from ..layer0.kernels import DEFAULT_RULE, RULES, analyse_kernels
+from ..layer0.kernels import DEFAULT_RULE, RULES, analyse_kernels, check_n_ref
 from ..layer0.split import SEED_QUERY
 from ..report.views import kernels as V
 from ..shipped import sample_corpus
@@ -52,10 +52,19 @@ def add_arguments(p):
     p.add_argument("--out", help="directory for kernels.json and SVG figures")
 
 
+def _check_indices(args, cfg) -> None:
+    """--layer, --window and --n-ref against config.json's sizes."""
+    cfg.check_layer(args.layer)
+    if args.window is not None and not 2 <= args.window <= cfg.n_ctx:
+        raise HeadscopeError(f"--window: expected 2..{cfg.n_ctx}, got {args.window}")
+    if args.n_ref is not None and cfg.positional != "rotary":
+        check_n_ref(cfg, args.n_ref)
+
+
 def run(args) -> int:
     if args.out:
         refuse_foreign_dir(Path(args.out), OUT_MARKER)
-    model = load_model(args)
+    model = load_model(args, check=lambda cfg: _check_indices(args, cfg))      # before any weight is read
     model.cfg.check_layer(args.layer)
     if model.cfg.positional == "rotary":                    # no W_pos: the relative-position analogue
         return _run_relative(args, model)

@@ -22,7 +22,7 @@ from ..layer0.neurons import neuron_trace
 from ..report import html as H
 from ..report.views import neuron as V
 from .args import emit, int_at_least, load_model
-from .circuit_args import add_calibration_arguments, circuit_from_args
+from .circuit_args import add_calibration_arguments, circuit_from_args, parse_heads
 
 
 def add_arguments(p):
@@ -41,7 +41,7 @@ OWNED = starts_with(b"<!DOCTYPE html>\n", H.output_marker("neuron").encode())
 def run(args) -> int:
     if args.out:                                        # before any work
         check_output_file(args.out, owned=OWNED)
-    model = load_model(args)
+    model = load_model(args, check=lambda cfg: (cfg.check_neuron(args.neuron), parse_heads(args.heads, cfg)))
     circuit, _ = circuit_from_args(args, model)
     # a text longer than the calibrated window is cut into windows, each traced on its own
     texts, names = [], []

@@ -37,7 +37,7 @@ from .._errors import HeadscopeError
 from ..layer0.neurons import check_k, parse_variant, rank_neurons, scan_neurons
 from ..report.views import neurons as V
 from .args import emit, load_model, parse_float
-from .circuit_args import add_calibration_arguments, circuit_from_args
+from .circuit_args import add_calibration_arguments, circuit_from_args, parse_heads
 
 
 def add_arguments(p):
@@ -61,7 +61,7 @@ def run(args) -> int:
         raise HeadscopeError(f"--k: expected at least 1, got {args.k}")
     check_k(args.k)                                     # before any work
     variant = parse_variant(args.variant) if args.variant is not None else None
-    model = load_model(args)
+    model = load_model(args, check=lambda cfg: parse_heads(args.heads, cfg))     # before any weight is read
     circuit, choice = circuit_from_args(args, model)
     if variant is not None and variant.position is not None:
         circuit._check_n(variant.position)

@@ -62,7 +62,7 @@ def run(args) -> int:
             raise HeadscopeError(f"--eigen: expected distinct eigenvalue indices, got {twice[0]} more than once "
                                  f"in {args.eigen!r}")
     refuse_foreign_dir(Path(args.out), MARKER)          # before any work
-    model = load_model(args)
+    model = load_model(args, check=lambda cfg: parse_head(args.head, cfg))       # before any weight is read
     layer, head = parse_head(args.head, model.cfg)
     options = SteerOptions(preset=args.preset, select=select, keep_skew=not args.drop_skew,
                            categories=args.categories)

@@ -45,7 +45,7 @@ def run(args) -> int:
     for name in ("prompts", "length"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise HeadscopeError(f"--{name}: expected ≥ 1, got {getattr(args, name)}")
-    model = load_model(args)
+    model = load_model(args, check=lambda cfg: args.layer is None or cfg.check_layer(args.layer))
     layers = None if args.layer is None else [model.cfg.check_layer(args.layer)]
     bos = None if args.bos_query is None else args.bos_query == "include"
     res = survey(model, layers, categories=args.categories, n_prompts=args.prompts, length=args.length,

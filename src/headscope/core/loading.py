@@ -18,6 +18,8 @@ from .._errors import BadArgument, HeadscopeError, expected_got
 from .checkpoint import Checkpoint
 from .config import read_hf_config
 from .families import read_config
+from typing import Callable
+
 from .hub import resolve
 from .model import Model
 from .sources import FLOAT_DTYPES, open_source
@@ -29,8 +31,12 @@ def load_checkpoint(
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float32,
     revision: str | None = None,
+    check_config: Callable | None = None,
 ) -> Model:
     """Load a checkpoint by hub id (at `revision`) or directory (``headscope.load`` for paths).
+
+    `check_config(cfg)`, if given, runs on the :class:`Config` read from config.json, before the
+    tokenizer is read and before any weight is (the CLI's index arguments: refused in a moment).
 
     Reads config.json (its family validates it: :mod:`headscope.core.families`), the weight
     files' headers and the tokenizer, and checks every weight is finite; the weights
@@ -44,6 +50,8 @@ def load_checkpoint(
     files = open_source(directory)      # the weight files' headers: what every size in config.json must fit
     check_layers_present(hf, files, directory)
     family, cfg = read_config(hf)
+    if check_config is not None:
+        check_config(cfg)
     ckpt = Checkpoint(files, cfg, family=family, tie_word_embeddings=family.tied(hf), where=str(directory))
     tokenizer = load_tokenizer(directory, cfg.family)
     check_tokenizer(tokenizer, cfg.d_vocab, directory, cfg.family)

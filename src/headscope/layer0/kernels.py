@@ -333,6 +333,13 @@ def corpus_tv(weights: Weights, windows: Sequence[Tensor], c: float, patterns=No
     return out
 
 
+def check_n_ref(cfg, n: int) -> int:
+    """`n` if it is a query position of the model with keys before it (1..n_ctx − 1), else one line."""
+    if not 1 <= n <= cfg.n_ctx - 1:
+        raise HeadscopeError(f"--n-ref: expected a query position in 1..{cfg.n_ctx - 1} (n_ctx − 1), got {n}")
+    return n
+
+
 def analyse_kernels(
     model: Model,
     layer: int = 0,
@@ -356,8 +363,7 @@ def analyse_kernels(
     q_id = layer0.token_id(model, query)
     c_value, c_source = layer0.resolve_c(weights, c)
     n = min(N_REF, cfg.n_ctx - 1) if n_ref is None else n_ref    # the default is capped; a given n_ref is checked
-    if not 1 <= n <= cfg.n_ctx - 1:
-        raise HeadscopeError(f"--n-ref: expected a query position in 1..{cfg.n_ctx - 1} (n_ctx − 1), got {n}")
+    check_n_ref(cfg, n)
 
     kern = layer0.positional_kernel(weights, q_id, n, c_value)                   # [h n+1]
     cats = kernel_categories(weights, q_id, c_value, n, rule_name, kern=kern)

@@ -47,7 +47,7 @@ import torch
 
 from .._errors import HeadscopeError
 from .._input import read_text_file
-from ..core.tokenizer import word_ids
+from ..core.tokenizer import unknown_id, word_ids
 
 
 # -- frequency ------------------------------------------------------------------------------
@@ -66,7 +66,13 @@ def frequent_tokens(tokenizer, n: int, corpus: str | Path | None = None) -> list
         if not counts:
             raise HeadscopeError(f"corpus {corpus} holds no tokens")
         return [t for t, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:n]]
-    return [t for t in range(256, V) if t != bos][:n]
+    out = [t for t in range(256, V) if t != bos][:n]
+    if len(out) < 2:
+        raise HeadscopeError(f"frequent tokens: without a corpus they are the ids from 256 up (a byte-level BPE's "
+                             f"merges after its 256 bytes, in merge order, standing in for frequency); expected at "
+                             f"least 2, got {len(out)} in this vocabulary of {V} tokens — give a corpus (--corpus FILE) "
+                             f"to count the tokens of a text instead")
+    return out
 
 
 def wordfreq_tokens(tokenizer, n: int, *, lang: str = "en", bos_first: bool = True) -> list[int]:
@@ -89,6 +95,7 @@ def wordfreq_tokens(tokenizer, n: int, *, lang: str = "en", bos_first: bool = Tr
     except ImportError:  # pragma: no cover - a declared dependency
         raise HeadscopeError("the wordfreq package is needed for word frequencies (pip install wordfreq)") from None
     bos = tokenizer.bos_token_id
+    unk = unknown_id(tokenizer)
     want = n - (1 if bos_first and bos is not None else 0)
     size = max(4 * n, 2000)
     while True:
@@ -99,7 +106,7 @@ def wordfreq_tokens(tokenizer, n: int, *, lang: str = "en", bos_first: bool = Tr
             if len(ids) > 1:
                 cap = word_ids(tokenizer, word[:1].upper() + word[1:])
                 ids = cap if len(cap) == 1 else ids
-            if ids and ids[0] != bos:
+            if ids and ids[0] != bos and ids[0] != unk:            # a word outside the vocabulary counts for none
                 counts[ids[0]] = counts.get(ids[0], 0.0) + wordfreq.word_frequency(word, lang)
         if len(counts) >= want or len(words) < size:
             break

@@ -23,7 +23,7 @@ from .. import shipped
 from .._errors import HeadscopeError, NotApplicable
 from .._input import read_json_file
 from ..core.model import Model
-from ..core.tokenizer import word_ids
+from ..core.tokenizer import unknown_id, word_ids
 
 Tensor = torch.Tensor
 
@@ -80,13 +80,20 @@ def category_tokens(tokenizer, categories: dict[str, list[str]]) -> dict[str, li
     """
     out: dict[str, list[int]] = {}
     seen: dict[int, str] = {}
+    unk = unknown_id(tokenizer)
+    unknown: list[str] = []                      # words the tokenizer reads as its unknown token
+    longer: list[tuple[str, int]] = []           # words of more than one token
     for name, words in categories.items():
         if name == RELATED:
             continue
         ids = []
         for w in words:
             enc = word_ids(tokenizer, w)
-            if len(enc) == 1 and enc[0] not in ids:
+            if unk is not None and unk in enc:
+                unknown.append(w.strip())
+            elif len(enc) != 1:
+                longer.append((w.strip(), len(enc)))
+            elif enc[0] not in ids:
                 if enc[0] in seen:
                     raise HeadscopeError(f"categories: token {w!r} is in both {seen[enc[0]]!r} and {name!r}")
                 seen[enc[0]] = name
@@ -97,10 +104,22 @@ def category_tokens(tokenizer, categories: dict[str, list[str]]) -> dict[str, li
         from .._errors import NotApplicable
 
         n_words = sum(len(v) for v in out.values())
+        total = sum(len(w) for k, w in categories.items() if k != RELATED)
+        why = []
+        if unknown:
+            why.append(f"{len(unknown)} not in the vocabulary (read as its unknown token "
+                       f"{tokenizer.convert_ids_to_tokens(unk)!r}: {_some(unknown)})")
+        if longer:
+            why.append(f"{len(longer)} of more than one token ({_some([f'{w} → {k}' for w, k in longer])})")
         raise NotApplicable(f"categories: expected at least 2 categories with ≥ 2 words that are single tokens in "
-                            f"this tokenizer, got {len(out)} ({n_words} single-token words of "
-                            f"{sum(len(w) for k, w in categories.items() if k != RELATED)})")
+                            f"this tokenizer's vocabulary ({len(tokenizer)} tokens), got {len(out)} ({n_words} "
+                            f"single-token words of {total}" + (f"; {'; '.join(why)}" if why else "") + ")")
     return out
+
+
+def _some(items: list[str], k: int = 3) -> str:
+    """The first `k` of `items` quoted, '…' after them when there are more."""
+    return ", ".join(repr(x) if "→" not in x else x for x in items[:k]) + (", …" if len(items) > k else "")
 
 
 # -- prompts ----------------------------------------------------------------------
