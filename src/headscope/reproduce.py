@@ -96,6 +96,8 @@ class ClaimRow:
     rejects: str = ""              # the wrong convention the tolerance rejects (seed_claims.json)
     null: dict | None = None       # the statistic against its null (claims.null.NullComparison.to_dict)
     verdict: str = ""              # PASS, FAIL, "indistinguishable from random" or "no verdict"
+    component: str = ""            # --find: the component the row used (claims.find) …
+    why: str = ""                  # … and why it is that component
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -123,6 +125,7 @@ class ReproduceResult(HtmlRepr):
     reference: str
     notes: list[str]
     details: dict
+    components: list | None = None  # --find: every component located (claims.find.Found.to_dict)
 
     @property
     def ok(self) -> bool:
@@ -133,7 +136,8 @@ class ReproduceResult(HtmlRepr):
         return {"source": self.source, "fingerprint": self.fingerprint, "reference": self.reference,
                 "ok": self.ok, "n_pass": sum(r.passed is True for r in self.rows),
                 "n_fail": sum(r.passed is False for r in self.rows),
-                "rows": [r.to_dict() for r in self.rows], "notes": self.notes, "details": self.details}
+                "rows": [r.to_dict() for r in self.rows], "notes": self.notes, "details": self.details,
+                **({} if self.components is None else {"components": self.components})}
 
     def render(self) -> str:
         """The claims table as text (headscope.report.views.reproduce.text)."""
@@ -162,6 +166,7 @@ class Reference:
     planted_sigma_sym: float | None              # planted: the largest |λ| planted
     worst_heads: list[int] = dataclasses.field(default_factory=list)   # least stable denominators
     survey_categories: object = "seed"           # categories of the survey's rank rows ("seed" or a dict)
+    found: object = None                         # --find: the claims.find.Found the components come from
 
     @property
     def planted(self) -> bool:
@@ -242,6 +247,7 @@ class _Work:
         self.head = ref.semantic_head
         self.heads_spec = "published" if heads is None else heads
         self.variant = parse_variant(variant)
+        self.__dict__.update(getattr(ref.found, "shared", None) or {})     # --find's measurements, reused
 
     def _check_head(self) -> tuple[int, int]:
         return self.model.cfg.check_head(*self.head)
@@ -299,7 +305,9 @@ class _Work:
     @functools.cached_property
     def scan(self):
         circuit, choice = self.circuit
-        return scan_neurons(circuit, choice, self.model.tokenizer, threshold=DEFAULT_THRESHOLD, top=TOP,
+        bar = getattr(self.ref.found, "neuron_threshold", None)            # --find: the model's own bar
+        return scan_neurons(circuit, choice, self.model.tokenizer, threshold=DEFAULT_THRESHOLD if bar is None else bar,
+                            top=TOP,
                             variant=self.variant if self.variant.name != "paper" else None)
 
     def neuron_tokens(self, j: int) -> dict:
@@ -1326,6 +1334,8 @@ def reproduce(model: Model, *, reference: Reference | None = None,
         except HeadscopeError as e:
             rows.append(ClaimRow(**base, published=c.get("published_text"), measured=None,
                                  tolerance=c["tolerance"], passed=False, note=f"not measured: {e}", verdict="FAIL"))
+    if ref.found is not None:                       # --find: each row's component; none rests on one not found
+        ref.found.annotate(rows)
     notes = []
     shape = {k: getattr(model.cfg, k) for k in GPT2_SMALL}
     if ref.name == SEED_REFERENCE and shape != GPT2_SMALL:
@@ -1336,4 +1346,5 @@ def reproduce(model: Model, *, reference: Reference | None = None,
     if w.heads_spec != "published" or w.variant.name != "paper":
         notes.append(f"downstream layer-0 rows use heads {w.heads_spec!r} and contribution variant {w.variant.name!r}")
     return ReproduceResult(rows=rows, source=model.source, fingerprint=model.fingerprint, reference=ref.name,
-                           notes=notes, details=_details(w, claims, ref) if details else {})
+                           notes=notes, details=_details(w, claims, ref) if details else {},
+                           components=None if ref.found is None else ref.found.to_dict()["components"])

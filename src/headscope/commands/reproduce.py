@@ -11,6 +11,10 @@ fails, 2 when the model cannot be loaded (offline without a cached copy, say).
   headscope reproduce planted/ --json       # a planted checkpoint vs its manifest
   headscope reproduce --out claims.json     # also write the JSON (atomically)
   headscope reproduce --heads code          # downstream layer-0 rows with heads 0,2,6,8,9,10,11
+  headscope reproduce ./any-model --find    # locate the model's own components first, then the claims
+
+--find: instead of GPT-2's indices or a manifest, locate the components by criteria relative to the
+model's own null and scale (headscope.claims.find); every row names its component and why.
 
 --heads: the layer-0 heads of the downstream rows (neuron count and lists, neuron
 704's texts, circuit fidelity, worst denominators): published (default; 0,2,6,8,9,10
@@ -50,6 +54,9 @@ def add_arguments(p):
                         "such as 0,2,6,8,9,10,11")
     p.add_argument("--variant", default=None, metavar="SPEC",
                    help="contribution variant of the neuron rows: paper (default), code, with ,key=value overrides")
+    p.add_argument("--find", action="store_true",
+                   help="first locate the model's own components (contextual heads, semantic head, contextual and "
+                        "dialect neurons, worst denominator heads) and run every claim on them")
     _revisions.add_arguments(p)
 
 
@@ -73,11 +80,18 @@ def run(args) -> int:
             not all(x.strip().isdigit() for x in args.heads.split(",") if x.strip()):
         raise HeadscopeError(f"--heads: expected published, auto, seed, code or indices such as 0,2,6, "
                              f"got {args.heads!r}")
+    if revisions is not None and args.find:
+        raise HeadscopeError("--find runs on one model; leave out --revisions")
     if revisions is not None:
         return _revisions.run(args, revisions, "reproduce", {"details": not args.no_details, "heads": args.heads,
                                                              "variant": args.variant})
     model = load_model(args)
-    res = reproduce(model, details=not args.no_details, heads=args.heads, variant=variant)
+    reference = None
+    if args.find:
+        from ..claims.find import find_reference
+
+        reference = find_reference(model, variant=variant)
+    res = reproduce(model, reference=reference, details=not args.no_details, heads=args.heads, variant=variant)
     if args.out:
         atomic_write_text(Path(args.out), dumps(res.to_dict()), owned=OWNED)
     emit(args, res, V.text(res.to_dict()))
