@@ -89,3 +89,38 @@ def test_find_on_random_weights_passes_no_row(random_dir):
     assert len(comps) == 5 and all(c["why"] for c in comps.values())
     for c in comps.values():                     # nothing random is found, and the JSON says why
         assert c["found"] is False and c["why"].startswith("not found: "), c
+
+
+def test_a_row_on_a_component_not_found_cannot_pass():
+    from headscope.claims.find import Component, Found
+    from headscope.reproduce import ClaimRow
+
+    found = Found(components={"semantic_head": Component(kind="semantic_head", label="1.2 (best candidate)",
+                                                         found=False, why="not found: nothing clears its null")},
+                  source="x", fingerprint="y")
+    row = ClaimRow(id="bos_fallback", seed="002", claim="c", measure="m", published=0.5, measured=0.9, tolerance="t",
+                   passed=True, note="n", verdict="PASS")
+    found.annotate([row])
+    assert (row.passed, row.verdict, row.component) == (False, "FAIL", "1.2 (best candidate)")
+    assert row.why == "not found: nothing clears its null" and row.note.startswith("semantic head not found")
+
+
+def test_report_claims_page_links_each_row_to_its_component(tiny, tmp_path, check_report):
+    from headscope.report import ReportOptions, build_report, default_stages
+    from headscope.report.stages import select
+
+    assert "claims" not in [s.name for s in select(default_stages(), None)]      # optional: minutes on GPT-2
+    out = tmp_path / "r"
+    build_report(tiny, out, ReportOptions(stages=["claims"], progress=False))
+    data = check_report(out)["claims"]                  # finite JSON, balanced HTML
+    assert data["reference"] == "found in the model (--find)"         # neither GPT-2 Small nor planted
+    assert len(data["components"]) == 5 and all(r["component"] and r["why"] for r in data["rows"])
+    page = (out / "claims.html").read_text(encoding="utf-8")
+    for r in data["rows"]:
+        assert f"<td>{r['id']}</td>" in page
+    sem = next(c for c in data["components"] if c["kind"] == "semantic_head")
+    l, h = sem["head"]
+    assert f'<a href="heads/L{l}H{h}.html">{l}.{h}</a>' in page                     # the row links its head …
+    assert "All claims" in (out / "heads" / f"L{l}H{h}.html").read_text(encoding="utf-8")   # … and the page exists
+    assert "&lt;a href" not in page                                          # links are links, not escaped text
+    assert "claims.html" in (out / "index.html").read_text(encoding="utf-8")

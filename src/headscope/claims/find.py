@@ -427,3 +427,40 @@ def find_reference(model: Model, found: Found | None = None, *, variant=None):
         top_tokens=seed.top_tokens, bottom_tokens=seed.bottom_tokens, semantic_head=sem,
         n_negative_top64=int(n_negative), sigma=seed.sigma, planted_sigma_sym=None,
         worst_heads=c["worst_heads"].heads or [], survey_categories="seed", found=found)
+
+
+def reference_components(model: Model, ref) -> Found:
+    """The components a seed or planted :class:`~headscope.reproduce.Reference` names, as a
+    :class:`Found` (every one "found": the reference names it), so that every table (the
+    report's claims page) says which component each row used."""
+    why = "the planted manifest" if ref.planted else "the seed's published index (GPT-2 Small)"
+    l, h = ref.semantic_head
+    neurons = ref.neuron_indices
+    comps = [
+        Component(kind="contextual_heads", label="L0 heads " + ", ".join(map(str, ref.contextual_heads)), found=True,
+                  why=why, layer=0, heads=list(ref.contextual_heads)),
+        Component(kind=SEMANTIC, label=f"{l}.{h}", found=True, why=why, layer=l, head=[l, h]),
+        Component(kind="contextual_neurons", found=True, layer=0, neurons=list(neurons) if neurons else None,
+                  label=f"{len(neurons)} MLP0 neurons" if neurons else "MLP0 neurons above 5.0 (the seed's unit)",
+                  why=why if neurons else "the seed's threshold 5.0 on the scan"),
+        Component(kind="dialect_neuron", label=f"neuron {ref.neuron}", found=True, why=why, layer=0,
+                  neurons=[ref.neuron]),
+        Component(kind="worst_heads", label="L0 heads " + ", ".join(map(str, ref.worst_heads)), found=True, why=why,
+                  layer=0, heads=list(ref.worst_heads)),
+    ]
+    return Found(components={c.kind: c for c in comps}, source=model.source, fingerprint=model.fingerprint)
+
+
+def claims_table(model: Model):
+    """The claims table of the report's claims page: against a planted manifest, GPT-2 Small's
+    published figures on a GPT-2-Small-shaped model, else (any other model, where GPT-2's
+    indices mean nothing) the model's own components (:func:`find_reference`). Every row says
+    which component it used."""
+    from ..reproduce import GPT2_SMALL, reference_for, reproduce
+
+    ref = reference_for(model)
+    if ref.planted or {k: getattr(model.cfg, k) for k in GPT2_SMALL} == GPT2_SMALL:
+        ref = dataclasses.replace(ref, found=reference_components(model, ref))
+    else:
+        ref = find_reference(model)
+    return reproduce(model, reference=ref, details=False)
