@@ -208,16 +208,16 @@ def find_semantic_head(w) -> Component:
 
         weight_circuits(model.cfg, "the QK bilinear form of the semantic head")
         W = model.weights()
-        masses, shapes = {}, {}
+        masses, shape = {}, None
         for l in range(model.cfg.n_layers):
             for h in range(model.cfg.n_heads):
                 U, V = bilinear.qk_factors(W, l, h)                       # the row's form: W_QK = U Vᵀ
                 masses[(l, h)] = negative_mass(sym_eigenvalues(U, V))
-                shapes.setdefault(tuple(U.shape), (U, V))
+                shape = tuple(U.shape)                                    # every head has one shape
     except HeadscopeError as e:
         return _not_found(SEMANTIC, str(e))
-    (U, V), = [shapes[k] for k in sorted(shapes)][:1]       # every head of a model has one shape
-    nd = form_null(U, V, "find:semantic_head", centred=W.reads_centred)
+    ones = torch.ones(shape, dtype=torch.float64)          # any non-zero norm: the mass is scale-free
+    nd = form_null(ones, ones, "find:semantic_head", centred=W.reads_centred)
     spec = next(c for c in seed_claims()["claims"] if c["id"] == "negative_eigenvalues")["null"]
     nulls = {k: compare(m, nd["masses"], statistic="negative eigen-mass of the top 64", direction="above",
                         null="Gaussian W_Q, W_K of the head's shape (the mass does not depend on their norms)",
