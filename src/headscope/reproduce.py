@@ -100,7 +100,8 @@ class ClaimRow:
     why: str = ""                  # … and why it is that component
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        return d if self.component else {k: v for k, v in d.items() if k not in ("component", "why")}
 
 
 RANDOM = "indistinguishable from random"

@@ -126,3 +126,26 @@ def test_report_claims_page_links_each_row_to_its_component(random_report):
     assert "All claims" in (random_report / "heads" / f"L{l}H{h}.html").read_text(encoding="utf-8")   # … which exists
     assert "&lt;a href" not in page                                          # links are links, not escaped text
     assert "not found: " in page and "claims.html" in (random_report / "index.html").read_text(encoding="utf-8")
+
+
+def test_contextual_neurons_below_the_seeds_threshold_are_still_found(planted_model, planted_manifest):
+    """The planted neurons' readouts scaled by 0.25: every score falls below the seed's 5.0 (the
+    absolute bar finds none) but not against random readouts of their own norm, nor the break."""
+    import dataclasses
+
+    from headscope.claims.find import find_contextual_neurons
+    from headscope.layer0.neurons import DEFAULT_THRESHOLD
+    from headscope.reproduce import _Work, seed_claims, seed_reference
+
+    planted = sorted(n["index"] for n in planted_manifest["layer0"]["neurons"])
+    W = planted_model.weights()
+    b = W.blocks[0]
+    W_in = b.W_in.clone()
+    W_in[:, planted] *= 0.25
+    scaled = planted_model.with_weights(dataclasses.replace(W, blocks=[dataclasses.replace(b, W_in=W_in),
+                                                                      *W.blocks[1:]]))
+    w = _Work(scaled, seed_reference(seed_claims()))
+    c, bar = find_contextual_neurons(w, sorted(planted_manifest["layer0"]["contextual_heads"]))
+    assert c.found and c.neurons == planted, c
+    scores = {x["neuron"]: x["score"] for x in c.candidates}
+    assert max(scores[j] for j in planted) < DEFAULT_THRESHOLD and bar < DEFAULT_THRESHOLD
