@@ -149,3 +149,10 @@ def test_contextual_neurons_below_the_seeds_threshold_are_still_found(planted_mo
     assert c.found and c.neurons == planted, c
     scores = {x["neuron"]: x["score"] for x in c.candidates}
     assert max(scores[j] for j in planted) < DEFAULT_THRESHOLD and bar < DEFAULT_THRESHOLD
+
+
+def test_find_with_revisions_is_refused_in_one_line(tiny_hf_dir, tmp_path, capsys):
+    code = main(["reproduce", str(tiny_hf_dir), "--find", "--revisions", "main", "--revisions-out", str(tmp_path / "r")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err == ["headscope: error: --find runs on one model; leave out --revisions"]
+    assert not (tmp_path / "r").exists()

@@ -68,6 +68,8 @@ def run(args) -> int:
     if args.model and args.model_opt and args.model != args.model_opt:
         raise HeadscopeError(f"two models given: {args.model!r} and --model {args.model_opt!r}")
     args.model = args.model or args.model_opt or "gpt2"
+    if args.find and args.revisions is not None:
+        raise HeadscopeError("--find runs on one model; leave out --revisions")
     revisions = _revisions.requested(args)
     if revisions is not None and args.out:
         raise HeadscopeError("--out writes one revision's JSON; with --revisions they go to --revisions-out")
@@ -80,8 +82,6 @@ def run(args) -> int:
             not all(x.strip().isdigit() for x in args.heads.split(",") if x.strip()):
         raise HeadscopeError(f"--heads: expected published, auto, seed, code or indices such as 0,2,6, "
                              f"got {args.heads!r}")
-    if revisions is not None and args.find:
-        raise HeadscopeError("--find runs on one model; leave out --revisions")
     if revisions is not None:
         return _revisions.run(args, revisions, "reproduce", {"details": not args.no_details, "heads": args.heads,
                                                              "variant": args.variant})
