@@ -48,6 +48,7 @@ from .maps.atlas import Atlas, HeadRow, atlas
 
 # both seeds, end to end
 from .reproduce import ReproduceResult, reproduce
+from .claims.find import Found, find_components, find_reference
 from .report import ReportOptions, ReportResult, build_report
 
 __all__ = [
@@ -66,6 +67,6 @@ __all__ = [
     "effective_embeddings", "explain_score", "frequent_tokens", "head_clusters", "load_categories",
     "position_independence", "qk_matrix", "save_steered", "steer", "steered_qk", "survey", "topk_targets",
     "Atlas", "HeadRow", "atlas",
-    "ReproduceResult", "reproduce",
+    "ReproduceResult", "reproduce", "Found", "find_components", "find_reference",
     "ReportOptions", "ReportResult", "build_report",
 ]

@@ -35,6 +35,7 @@ class Reference:
     planted_sigma_sym: float | None              # planted: the largest |λ| planted
     worst_heads: list[int] = dataclasses.field(default_factory=list)   # least stable denominators
     survey_categories: object = "seed"           # categories of the survey's rank rows ("seed" or a dict)
+    found: object = None                         # --find: the claims.find.Found the components come from
 
     @property
     def planted(self) -> bool:

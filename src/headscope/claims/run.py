@@ -17,14 +17,21 @@ GPT2_SMALL = {"n_layers": 12, "n_heads": 12, "d_model": 768, "d_head": 64, "d_ml
 
 
 def reproduce(model: Model, *, reference: Reference | None = None,
-              details: bool = True, heads=None, variant=None) -> ReproduceResult:
-    """Measure every seed claim on `model` against `reference` (default: :func:`reference_for`).
+              details: bool = True, heads=None, variant=None, find: bool = False) -> ReproduceResult:
+    """Measure every seed claim on `model` against `reference` (default: :func:`reference_for`;
+    ``find=True``: the model's own components, :func:`headscope.claims.find.find_reference`).
 
     ``heads``: the layer-0 heads of the downstream rows ("published" by default, "auto",
     "seed", "code", or indices); ``variant``: the neurons' contribution variant
     (:func:`headscope.neurons.parse_variant`; default ``paper``).
     """
     claims = seed_claims()
+    if find and reference is not None:
+        raise HeadscopeError("find=True locates its own components; leave out reference=")
+    if find:
+        from .find import find_reference
+
+        reference = find_reference(model, variant=variant)
     ref = reference_for(model) if reference is None else reference
     w = Work(model, ref, heads=heads, variant=variant)
     if heads not in (None, "published"):
@@ -49,6 +56,8 @@ def reproduce(model: Model, *, reference: Reference | None = None,
         except HeadscopeError as e:
             rows.append(ClaimRow(**base, published=c.get("published_text"), measured=None,
                                  tolerance=c["tolerance"], passed=False, note=f"not measured: {e}", verdict="FAIL"))
+    if ref.found is not None:                       # --find: each row's component; none rests on one not found
+        ref.found.annotate(rows)
     notes = []
     shape = {k: getattr(model.cfg, k) for k in GPT2_SMALL}
     if ref.name == SEED_REFERENCE and shape != GPT2_SMALL:

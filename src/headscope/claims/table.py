@@ -46,9 +46,12 @@ class ClaimRow:
     rejects: str = ""              # the wrong convention the tolerance rejects (seed_claims.json)
     null: dict | None = None       # the statistic against its null (claims.null.NullComparison.to_dict)
     verdict: str = ""              # PASS, FAIL, "indistinguishable from random" or "no verdict"
+    component: str = ""            # --find: the component the row used (claims.find) …
+    why: str = ""                  # … and why it is that component
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        return d if self.component else {k: v for k, v in d.items() if k not in ("component", "why")}
 
 
 RANDOM = "indistinguishable from random"
@@ -73,6 +76,7 @@ class ReproduceResult(HtmlRepr):
     reference: str
     notes: list[str]
     details: dict
+    components: list | None = None  # --find: every component located (claims.find.Found.to_dict)
 
     @property
     def ok(self) -> bool:
@@ -83,7 +87,8 @@ class ReproduceResult(HtmlRepr):
         return {"source": self.source, "fingerprint": self.fingerprint, "reference": self.reference,
                 "ok": self.ok, "n_pass": sum(r.passed is True for r in self.rows),
                 "n_fail": sum(r.passed is False for r in self.rows),
-                "rows": [r.to_dict() for r in self.rows], "notes": self.notes, "details": self.details}
+                "rows": [r.to_dict() for r in self.rows], "notes": self.notes, "details": self.details,
+                **({} if self.components is None else {"components": self.components})}
 
     def render(self) -> str:
         """The claims table as text (headscope.report.views.reproduce.text)."""

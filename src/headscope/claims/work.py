@@ -41,6 +41,7 @@ class Work:
         self.head = ref.semantic_head
         self.heads_spec = "published" if heads is None else heads
         self.variant = parse_variant(variant)
+        self.__dict__.update(getattr(ref.found, "shared", None) or {})     # --find's measurements, reused
 
     def _check_head(self) -> tuple[int, int]:
         return self.model.cfg.check_head(*self.head)
@@ -130,7 +131,9 @@ class Work:
     @functools.cached_property
     def scan(self):
         circuit, choice = self.circuit
-        return scan_neurons(circuit, choice, self.model.tokenizer, threshold=DEFAULT_THRESHOLD, top=TOP,
+        bar = getattr(self.ref.found, "neuron_threshold", None)            # --find: the model's own bar
+        return scan_neurons(circuit, choice, self.model.tokenizer, threshold=DEFAULT_THRESHOLD if bar is None else bar,
+                            top=TOP,
                             variant=self.variant if self.variant.name != "paper" else None)
 
     def neuron_tokens(self, j: int) -> dict:

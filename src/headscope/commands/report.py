@@ -39,6 +39,9 @@ def add_arguments(p):
                    help="semantic deep dives of the N best survey heads; default 2")
     p.add_argument("--atlas-tokens", type=int, default=2000, metavar="N",
                    help="frequent tokens the atlas's metrics average over; default 2000")
+    p.add_argument("--claims", action="store_true",
+                   help="also the claims page: the seeds' claims on this model (reproduce; --find semantics on a model "
+                        "that is neither GPT-2 Small nor planted), each row linked to its component's page")
     p.add_argument("--no-cache", action="store_true", help="recompute every stage, ignoring data/*.json")
     p.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
 
@@ -53,7 +56,7 @@ def run(args) -> int:
     options = ReportOptions(calibration_text=args.calibration_text, samples=args.samples,
                             use_cache=not args.no_cache, progress=not args.no_progress,
                             stages=args.stages, neurons=args.neurons, deep_dives=args.deep_dives,
-                            atlas_tokens=args.atlas_tokens)
+                            atlas_tokens=args.atlas_tokens, claims=args.claims)
     model = load_model(args)
     result = build_report(model, args.out, options, inputs=inputs)
     lines = [f"{s.name:<14} {s.status:<14} {s.seconds:7.2f} s"

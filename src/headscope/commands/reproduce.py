@@ -11,6 +11,10 @@ fails, 2 when the model cannot be loaded (offline without a cached copy, say).
   headscope reproduce planted/ --json       # a planted checkpoint vs its manifest
   headscope reproduce --out claims.json     # also write the JSON (atomically)
   headscope reproduce --heads code          # downstream layer-0 rows with heads 0,2,6,8,9,10,11
+  headscope reproduce ./any-model --find    # locate the model's own components first, then the claims
+
+--find: instead of GPT-2's indices or a manifest, locate the components by criteria relative to the
+model's own null and scale (headscope.claims.find); every row names its component and why.
 
 --heads: the layer-0 heads of the downstream rows (neuron count and lists, neuron
 704's texts, circuit fidelity, worst denominators): published (default; 0,2,6,8,9,10
@@ -50,6 +54,9 @@ def add_arguments(p):
                         "such as 0,2,6,8,9,10,11")
     p.add_argument("--variant", default=None, metavar="SPEC",
                    help="contribution variant of the neuron rows: paper (default), code, with ,key=value overrides")
+    p.add_argument("--find", action="store_true",
+                   help="first locate the model's own components (contextual heads, semantic head, contextual and "
+                        "dialect neurons, worst denominator heads) and run every claim on them")
     _revisions.add_arguments(p)
 
 
@@ -61,6 +68,8 @@ def run(args) -> int:
     if args.model and args.model_opt and args.model != args.model_opt:
         raise HeadscopeError(f"two models given: {args.model!r} and --model {args.model_opt!r}")
     args.model = args.model or args.model_opt or "gpt2"
+    if args.find and args.revisions is not None:
+        raise HeadscopeError("--find runs on one model; leave out --revisions")
     revisions = _revisions.requested(args)
     if revisions is not None and args.out:
         raise HeadscopeError("--out writes one revision's JSON; with --revisions they go to --revisions-out")
@@ -77,7 +86,7 @@ def run(args) -> int:
         return _revisions.run(args, revisions, "reproduce", {"details": not args.no_details, "heads": args.heads,
                                                              "variant": args.variant})
     model = load_model(args)
-    res = reproduce(model, details=not args.no_details, heads=args.heads, variant=variant)
+    res = reproduce(model, details=not args.no_details, heads=args.heads, variant=variant, find=args.find)
     if args.out:
         atomic_write_text(Path(args.out), dumps(res.to_dict()), owned=OWNED)
     emit(args, res, V.text(res.to_dict()))

@@ -63,6 +63,7 @@ class ReportOptions:
     semantic_tokens: int = 5000                   # nodes of the deep dives' token graphs
     atlas_tokens: int = 2000                      # frequent tokens the atlas's metrics average over
     neighbour_keys: str = "auto"                  # deep dives' neighbours over "vocab", "nodes", or "auto" (by cost)
+    claims: bool = False                          # also the optional claims page (stage claims: the seeds' claims)
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -131,7 +132,8 @@ def build_report(model, out_dir: str | Path, options: ReportOptions | None = Non
     out = Path(out_dir)
     if inputs is None:
         inputs = load_inputs(options.calibration_text, options.samples)
-    stages = select(list(stages) if stages is not None else default_stages(), options.stages)
+    stages = list(stages) if stages is not None else default_stages()
+    stages = select(stages, options.stages or ([s.name for s in stages] if options.claims else None))
     for j in options.neurons or []:  # checked before any stage runs
         model.cfg.check_neuron(j)
     check_order(stages)

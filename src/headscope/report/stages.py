@@ -185,6 +185,7 @@ class Stage:
     requires: tuple[str, ...] = ()
     nullable: tuple[str, ...] = ()
     tolerates_not_applicable: bool = False
+    optional: bool = False          # run only when named (--stages NAME) or asked for (ReportOptions.claims)
 
     def key_options(self, options) -> dict:
         return {}
@@ -258,7 +259,7 @@ def check_order(stages: Sequence[Stage]) -> None:
 def select(stages: Sequence[Stage], names: Sequence[str] | None) -> list[Stage]:
     """The stages named (plus what they require), in registry order."""
     if not names:
-        return list(stages)
+        return [s for s in stages if not s.optional]
     by = {s.name: s for s in stages}
     unknown = [n for n in names if n not in by]
     if unknown:

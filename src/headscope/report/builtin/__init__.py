@@ -7,6 +7,7 @@ To add a stage to the default report, write a module here with one
 from . import model, attention, kernels, denominators, calibration, neurons, activations  # noqa: F401
 from . import survey, semantic, steering  # noqa: F401
 from . import atlas, composition  # noqa: F401
+from . import claims  # noqa: F401  (optional: --claims or --stages claims)
 
 from ..stages import Stage, registered_stages
 
