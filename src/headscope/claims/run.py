@@ -68,4 +68,5 @@ def reproduce(model: Model, *, reference: Reference | None = None,
     if w.heads_spec != "published" or w.variant.name != "paper":
         notes.append(f"downstream layer-0 rows use heads {w.heads_spec!r} and contribution variant {w.variant.name!r}")
     return ReproduceResult(rows=rows, source=model.source, fingerprint=model.fingerprint, reference=ref.name,
-                           notes=notes, details=_details(w, claims, ref) if details else {})
+                           notes=notes, details=_details(w, claims, ref) if details else {},
+                           components=None if ref.found is None else ref.found.to_dict()["components"])
