@@ -172,9 +172,12 @@ def binomial_quantiles(n: int, p: float, q: float = 0.95) -> tuple[int, int]:
     each does with probability p (the count a set of n random components reaches)."""
     if n < 0 or not 0.0 <= p <= 1.0:
         raise ValueError(f"binomial_quantiles: expected n ≥ 0 and 0 ≤ p ≤ 1, got n={n}, p={p}")
+    if p in (0.0, 1.0):                                   # a point mass
+        return (0, 0) if p == 0.0 else (n, n)
     acc, med = 0.0, None
-    for x in range(n + 1):
-        acc += math.comb(n, x) * p ** x * (1 - p) ** (n - x)
+    lp, lq, ln_fact_n = math.log(p), math.log1p(-p), math.lgamma(n + 1)
+    for x in range(n + 1):                                 # pmf in log space: C(n, x) overflows a float for n ≳ 1030
+        acc += math.exp(ln_fact_n - math.lgamma(x + 1) - math.lgamma(n - x + 1) + x * lp + (n - x) * lq)
         if med is None and acc >= 0.5 - 1e-12:
             med = x
         if acc >= q - 1e-12:
