@@ -135,7 +135,8 @@ def test_contextual_neurons_below_the_seeds_threshold_are_still_found(planted_mo
 
     from headscope.claims.find import find_contextual_neurons
     from headscope.layer0.neurons import DEFAULT_THRESHOLD
-    from headscope.reproduce import _Work, seed_claims, seed_reference
+    from headscope.claims.work import Work as _Work
+    from headscope.reproduce import seed_claims, seed_reference
 
     planted = sorted(n["index"] for n in planted_manifest["layer0"]["neurons"])
     W = planted_model.weights()
