@@ -456,19 +456,3 @@ def reference_components(model: Model, ref) -> Found:
                   layer=0, heads=list(ref.worst_heads)),
     ]
     return Found(components={c.kind: c for c in comps}, source=model.source, fingerprint=model.fingerprint)
-
-
-def claims_table(model: Model):
-    """The claims table of the report's claims page: against a planted manifest, GPT-2 Small's
-    published figures on a GPT-2-Small-shaped model, else (any other model, where GPT-2's
-    indices mean nothing) the model's own components (:func:`find_reference`). Every row says
-    which component it used."""
-    from .reference import reference_for
-    from .run import GPT2_SMALL, reproduce
-
-    ref = reference_for(model)
-    if ref.planted or {k: getattr(model.cfg, k) for k in GPT2_SMALL} == GPT2_SMALL:
-        ref = dataclasses.replace(ref, found=reference_components(model, ref))
-    else:
-        ref = find_reference(model)
-    return reproduce(model, reference=ref, details=False)

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from .._errors import HeadscopeError, NotApplicable
 from ..core.model import Model
 from ..shipped import seed_claims
@@ -70,3 +72,18 @@ def reproduce(model: Model, *, reference: Reference | None = None,
     return ReproduceResult(rows=rows, source=model.source, fingerprint=model.fingerprint, reference=ref.name,
                            notes=notes, details=_details(w, claims, ref) if details else {},
                            components=None if ref.found is None else ref.found.to_dict()["components"])
+
+
+def claims_table(model: Model):
+    """The claims table of the report's claims page: against a planted manifest, GPT-2 Small's
+    published figures on a GPT-2-Small-shaped model, else (any other model, where GPT-2's
+    indices mean nothing) the model's own components (:func:`headscope.claims.find.find_reference`). Every row says
+    which component it used."""
+    from .find import find_reference, reference_components
+
+    ref = reference_for(model)
+    if ref.planted or {k: getattr(model.cfg, k) for k in GPT2_SMALL} == GPT2_SMALL:
+        ref = dataclasses.replace(ref, found=reference_components(model, ref))
+    else:
+        ref = find_reference(model)
+    return reproduce(model, reference=ref, details=False)

@@ -1,7 +1,7 @@
 """Stage ``claims`` (optional: ``headscope report MODEL --stages claims`` or ``--claims``): the seeds'
 claims table on the model, with each row's component linked to its page.
 
-The table is :func:`headscope.claims.find.claims_table`: a planted checkpoint against its manifest,
+The table is :func:`headscope.claims.run.claims_table`: a planted checkpoint against its manifest,
 a GPT-2-Small-shaped model against the seeds' figures, any other model on its own components
 (``reproduce --find``). The page ``claims.html`` shows each row's component, measured value against
 its null, verdict and why that component; every component's head or neuron page gets the claims
@@ -26,7 +26,7 @@ class ClaimsStage(Stage):
                 "rows[].null", "rows[].null.*", "components[].null.*")
 
     def compute(self, ctx: Context) -> dict:
-        from ...claims.find import claims_table
+        from ...claims.run import claims_table
 
         ctx.progress.set_total(1)
         d = claims_table(ctx.model).to_dict()
