@@ -286,8 +286,8 @@ class Frame:
     log_Z: Float[Tensor, "head"]         # logsumexp_i pos_logits
     pos: Float[Tensor, "head k"]         # pos_h[n, i]
 
-    def content_logits(self, w: Weights, tokens: Int[Tensor, "t"]) -> Float[Tensor, "head t"]:
-        """log content_h[n, t] = q_h·E_h[n, t]/s for the given tokens."""
+    def content_logits(self, w: Weights, tokens: Int[Tensor, "t"] | slice) -> Float[Tensor, "head t"]:
+        """log content_h[n, t] = q_h·E_h[n, t]/s for the given tokens (ids, or a slice of the vocabulary)."""
         x = ln1(w, w.W_E[tokens] + w.W_pos[self.n])                             # [t d]
         return (x @ self.Kq).T + self.bq[:, None]                              # [head t]
 
@@ -359,8 +359,12 @@ def log_content_factors(w: Weights, query_token: int, n: int, tokens: Int[Tensor
     if _rotary(w.cfg):
         return _rs().log_content_factors(w, query_token, n, tokens)
     fr = frame(w, query_token, n, c=1.0)                                          # c does not enter content
-    tokens = torch.arange(w.cfg.vocab) if tokens is None else tokens
-    return torch.cat([fr.content_logits(w, ids) for ids in tokens.split(CONTENT_CHUNK)], dim=1).double()
+    if tokens is None:                      # the whole vocabulary: row slices of W_E, no gathered copy
+        V = w.cfg.vocab
+        parts = [fr.content_logits(w, slice(a, min(a + CONTENT_CHUNK, V))) for a in range(0, V, CONTENT_CHUNK)]
+    else:
+        parts = [fr.content_logits(w, ids) for ids in tokens.split(CONTENT_CHUNK)]
+    return torch.cat(parts, dim=1).double()
 
 
 def seed_log_denominator(log_denom: Float[Tensor, "... head"], fr: Frame) -> Float[Tensor, "... head"]:
