@@ -207,7 +207,9 @@ def _fused_qkv(block: Block) -> tuple[Tensor, Tensor]:
     return W_qkv, b_qkv
 
 
-def _attention(block: Block, x: Tensor, l: int, w: Weights, k: _Keeper) -> Tensor:
+def _attention(block: Block, x: Tensor, l: int, w: Weights, k: _Keeper) -> Tensor | None:
+    """Block l's attention output [b p d], or None when everything `k` asks for is kept by the
+    pattern (no values mixed, no W_O: patterns alone cost the scores and the softmax)."""
     cfg = w.cfg
     b_, p, d = x.shape
     h, e = cfg.n_heads, cfg.d_head
@@ -245,6 +247,8 @@ def _attention(block: Block, x: Tensor, l: int, w: Weights, k: _Keeper) -> Tenso
         k.put(pre + "attn.hook_denom", (s_max - pattern.gather(-1, at).log()).squeeze(-1))
     pattern = pattern.to(v.dtype)
     k.put(pre + "attn.hook_pattern", pattern)
+    if not k.pending():                                      # the pattern was all that was left
+        return None
     z = torch.matmul(pattern, v.transpose(1, 2)).transpose(1, 2)                                             # [b q h e]
     k.put(pre + "attn.hook_z", z)
     if k.wants(pre + "attn.hook_result"):
@@ -310,6 +314,8 @@ def _forward(w: Weights, tokens: Tensor, keeper: _Keeper, stop_at_layer: int | N
         block = w.blocks[l]
         keeper.put(f"blocks.{l}.hook_resid_pre", x)
         attn_out = _attention(block, x, l, w, keeper)
+        if attn_out is None:                # everything asked for is kept
+            return
         keeper.put(f"blocks.{l}.hook_attn_out", attn_out)
         mid = x + attn_out
         if cfg.post_ln:                                        # OPT-350m: LN1 after the residual add

@@ -147,8 +147,17 @@ def _centred(t: Tensor) -> Tensor:
 
 
 def measure_c(weights: Weights) -> float:
-    """Typical token-embedding norm: median over the vocabulary of |W_E[t] − mean|."""
-    return float(_centred(weights.W_E).norm(dim=-1).median())
+    """Typical token-embedding norm: median over the vocabulary of |W_E[t] − mean|.
+
+    Remembered on `weights` (rebuilt if W_E changes): the kernels, the heatmap, the
+    denominators, calibration and the atlas all ask for it, a pass over the whole vocabulary."""
+    key = (id(weights.W_E), weights.W_E._version)
+    memo = weights.__dict__.get("_measured_c")
+    if memo is not None and memo[0] == key:
+        return memo[1]
+    c = float(_centred(weights.W_E).norm(dim=-1).median())
+    weights.__dict__["_measured_c"] = (key, c, weights.W_E)   # W_E kept alive: its id is not reused
+    return c
 
 
 def resolve_c(weights: Weights, c: float | str | None = None) -> tuple[float, str]:
@@ -277,8 +286,8 @@ class Frame:
     log_Z: Float[Tensor, "head"]         # logsumexp_i pos_logits
     pos: Float[Tensor, "head k"]         # pos_h[n, i]
 
-    def content_logits(self, w: Weights, tokens: Int[Tensor, "t"]) -> Float[Tensor, "head t"]:
-        """log content_h[n, t] = q_h·E_h[n, t]/s for the given tokens."""
+    def content_logits(self, w: Weights, tokens: Int[Tensor, "t"] | slice) -> Float[Tensor, "head t"]:
+        """log content_h[n, t] = q_h·E_h[n, t]/s for the given tokens (ids, or a slice of the vocabulary)."""
         x = ln1(w, w.W_E[tokens] + w.W_pos[self.n])                             # [t d]
         return (x @ self.Kq).T + self.bq[:, None]                              # [head t]
 
@@ -350,8 +359,12 @@ def log_content_factors(w: Weights, query_token: int, n: int, tokens: Int[Tensor
     if _rotary(w.cfg):
         return _rs().log_content_factors(w, query_token, n, tokens)
     fr = frame(w, query_token, n, c=1.0)                                          # c does not enter content
-    tokens = torch.arange(w.cfg.vocab) if tokens is None else tokens
-    return torch.cat([fr.content_logits(w, ids) for ids in tokens.split(CONTENT_CHUNK)], dim=1).double()
+    if tokens is None:                      # the whole vocabulary: row slices of W_E, no gathered copy
+        V = w.cfg.vocab
+        parts = [fr.content_logits(w, slice(a, min(a + CONTENT_CHUNK, V))) for a in range(0, V, CONTENT_CHUNK)]
+    else:
+        parts = [fr.content_logits(w, ids) for ids in tokens.split(CONTENT_CHUNK)]
+    return torch.cat(parts, dim=1).double()
 
 
 def seed_log_denominator(log_denom: Float[Tensor, "... head"], fr: Frame) -> Float[Tensor, "... head"]:
@@ -428,15 +441,16 @@ def split_scores(weights: Weights, tokens: Int[Tensor, "p"], c: float
     Qh = Q.transpose(0, 1)                                                        # [h q e]
     q_eK = Qh @ eK.transpose(1, 2)                                                # [h q k]
     q_pK = Qh @ pK.transpose(1, 2)                                                # [h q k]  q_n · p_i W_K
-    q_pnK = torch.diagonal(q_pK, dim1=1, dim2=2)                                  # [h q]    q_n · p_n W_K
+    q_pnK = torch.diagonal(q_pK, dim1=1, dim2=2).clone()                          # [h q]    q_n · p_n W_K
     q_bK = torch.einsum("hqe,he->hq", Qh, b.b_K)                                  # [h q]
     norm2 = (e_x.pow(2).sum(-1)[None, :] + p.pow(2).sum(-1)[:, None] + 2 * p @ e_x.T).clamp_min(0) + d * cfg.ln_eps
     # [q k] = |c(W_E[x_k] + W_pos[q])|² + d·eps; clamped: rounding of the expansion must not go below d·eps
-    content = (math.sqrt(d) * (q_eK + q_pnK[:, :, None]) / norm2.sqrt() + q_bK[:, :, None]) / s
+    # in place, each step the same operation as (√d (q_eK + q_pnK) / √norm2 + q_bK) / s: [h q k] passes, no copies
+    content = q_eK.add_(q_pnK[:, :, None]).mul_(math.sqrt(d)).div_(norm2.sqrt()).add_(q_bK[:, :, None]).div_(s)
     pos_norm = (p.pow(2).sum(-1) + c ** 2).clamp_min(d * cfg.ln_eps).sqrt()      # [k] (floor: see positional_term)
-    position = math.sqrt(d) * (q_pK - q_pnK[:, :, None]) / pos_norm[None, None, :] / s
+    position = q_pK.sub_(q_pnK[:, :, None]).mul_(math.sqrt(d)).div_(pos_norm[None, None, :]).div_(s)
     mask = hidden(weights, torch.arange(P_len), P_len)                            # [q k]
-    return content.masked_fill(mask, -math.inf), position.masked_fill(mask, -math.inf)
+    return content.masked_fill_(mask, -math.inf), position.masked_fill_(mask, -math.inf)
 
 
 def crude_pattern(weights: Weights, tokens: Int[Tensor, "p"], c: float) -> Float[Tensor, "h q k"]:
@@ -457,7 +471,7 @@ def crude_pattern(weights: Weights, tokens: Int[Tensor, "p"], c: float) -> Float
 def approx_pattern(weights: Weights, tokens: Int[Tensor, "p"], c: float) -> Float[Tensor, "h q k"]:
     """attn_approx[n, i] = softmax_i of the split scores (visible keys only, rows sum to 1)."""
     content, position = split_scores(weights, tokens, c)
-    return torch.softmax(content + position, dim=-1)
+    return torch.softmax(content.add_(position), dim=-1)
 
 
 def text_positional_kernels(weights: Weights, tokens: Int[Tensor, "p"], c: float) -> Float[Tensor, "h q k"]:
@@ -480,4 +494,4 @@ def true_pattern(weights: Weights, tokens: Int[Tensor, "p"]) -> Float[Tensor, "h
 
 def tv_distance(true: Float[Tensor, "h q k"], approx: Float[Tensor, "h q k"]) -> Float[Tensor, "h q"]:
     """½ Σ_k |true − approx| per head and query position."""
-    return 0.5 * (true.double() - approx.double()).abs().sum(-1)
+    return 0.5 * true.to(torch.float64, copy=True).sub_(approx).abs_().sum(-1)   # approx promoted exactly

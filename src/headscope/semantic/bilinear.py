@@ -46,7 +46,7 @@ from .._errors import HeadscopeError
 from .._memory import rows_that_fit
 from ..core.forward import mlp, normalize, run_with_cache
 from ..core.weights import Weights
-from ..lowrank import span_basis
+from ..lowrank import small_matrices, span_basis
 
 Tensor = torch.Tensor
 VARIANTS = ("full", "mlp")
@@ -269,9 +269,10 @@ def bilinear_form(W: Float[Tensor, "d d"], layer: int, head: int, *, top: int = 
         lam, V = torch.linalg.eigh(S)                                                  # ascending
         sig_skew = torch.linalg.svdvals(A)[:n_sigma]
     else:
-        lam, Y = torch.linalg.eigh(B.T @ S @ B)                                        # [r], [r r]
+        with small_matrices():                                                         # r × r: one thread
+            lam, Y = torch.linalg.eigh(B.T @ S @ B)                                    # [r], [r r]
+            sig_skew = torch.linalg.svdvals(B.T @ A @ B)[:n_sigma]
         V = B @ Y                                                                      # [d r]
-        sig_skew = torch.linalg.svdvals(B.T @ A @ B)[:n_sigma]
         pad = min(n_sigma, W.shape[0]) - sig_skew.numel()
         sig_skew = torch.cat([sig_skew, sig_skew.new_zeros(max(pad, 0))])
     order = torch.argsort(lam.abs(), descending=True, stable=True)

@@ -45,6 +45,7 @@ from .._html_repr import HtmlRepr, render_text
 from .._json import dumps
 from .bilinear import bilinear_form, key_bias_vector, qk_factors, qk_matrix
 from ..core.model import Model
+from ..lowrank import small_matrices
 from ..core.sources import WEIGHTS_FILE, file_sha256
 from ..maps.patterns import head_pattern, head_patterns
 from .options import SteerOptions
@@ -117,11 +118,12 @@ def steered_qk(weights: Weights, layer: int, head: int, alpha: float, *, select:
     if cfg.kv_heads != cfg.n_heads:
         return _query_only(weights, layer, head, W, W_new, sel, ls)
     # W' and W live in span B on both sides (W' = B (BᵀW'B) Bᵀ): their SVDs are those of r × r cores
-    Uc, sig, Vhc = torch.linalg.svd(B.T @ W_new @ B)
+    with small_matrices():                                                            # r × r: one thread
+        Uc, sig, Vhc = torch.linalg.svd(B.T @ W_new @ B)
+        # ranks and errors on the scale of the unsteered head: a steered form that vanishes
+        # (α = 0 on every eigenvalue) is rank 0, not rank d_head of rounding noise
+        scale = float(torch.linalg.matrix_norm(B.T @ W @ B, ord=2))
     U, Vh = B @ Uc, Vhc @ B.T                                                         # [d r], [r d]
-    # ranks and errors on the scale of the unsteered head: a steered form that vanishes
-    # (α = 0 on every eigenvalue) is rank 0, not rank d_head of rounding noise
-    scale = float(torch.linalg.matrix_norm(B.T @ W @ B, ord=2))
     tol = rel_tol * scale
     r = min(int((sig > tol).sum()), e)
     root = sig[:r].sqrt()
