@@ -35,6 +35,13 @@ def held_out_text() -> str:
     return "\n\n".join([t.text for t in shipped.samples()] + [shipped.sample_corpus()[0][1]])
 
 
+def denominator_texts() -> list[tuple[str, str]]:
+    """The denominator rows' texts: the calibration text, the held-out samples joined, and the four
+    genre texts (data/genres: recipe, manual, dialogue, report; written for headscope)."""
+    return [("calibration", shipped.calibration_text().text), ("held-out", held_out_text()),
+            *[(t.name, t.text) for t in shipped.genre_texts()]]
+
+
 class Work:
     def __init__(self, model: Model, ref: Reference, heads=None, variant=None):
         self.model, self.ref = model, ref
@@ -241,11 +248,11 @@ class Work:
 
     @functools.cached_property
     def denominators(self):
-        """S_h[n] over full-length windows (n up to n_ctx − 1, as the seed's traces run): windows of
-        the calibration text and of the held-out texts joined, starting every calibration.STRIDE tokens."""
-        texts = [shipped.calibration_text().text, held_out_text()]
+        """S_h[n] over full-length windows (n up to n_ctx − 1, as the seed's traces run): disjoint
+        windows of :func:`denominator_texts` (distinct texts of different genres: on GPT-2's n_ctx one
+        window per text, none an offset of another)."""
         win = self.model.cfg.n_ctx
-        wins = windows(self.model, texts, n_ctx=win, stride=min(STRIDE, win - 1))
+        wins = windows(self.model, denominator_texts(), n_ctx=win)
         return denominator_stability(self.model, wins, window=win, n_min=min(16, win - 2), stride=max(1, win // 8))
 
     @functools.cached_property
