@@ -34,3 +34,31 @@ def test_denominator_windows_come_from_distinct_texts(planted_model):
             if i != j:
                 body = x[1:].tolist()
                 assert not any(tuple(body[k:k + 32]) == h for k in range(len(body) - 31))
+
+
+def test_denominator_decay_random_heads_are_no_evidence(tiny):
+    """A tiny random checkpoint read as the seed's contextual circuit: its heads' decay share is
+    measured against null draws of the same heads, and never PASSes."""
+    import importlib
+    import types
+
+    from headscope.claims.work import DENOMINATOR_NULL_ROUNDS, Work
+
+    R = importlib.import_module("headscope.reproduce")
+    claims = {c["id"]: c for c in R.seed_claims()["claims"]}
+    ref = R.seed_reference(R.seed_claims())
+    w = Work(tiny, ref)
+    w.circuit = (None, types.SimpleNamespace(heads=[0, 1, 2]))
+    w.denominator_windows = w.denominator_windows[:24]            # quick: 24 windows of 40 tokens
+    out = R.CHECKS["denominator_decay"](claims["denominator_decay"], ref, w)
+    assert len(out) == 6 and out[5].n_draws == 3 * DENOMINATOR_NULL_ROUNDS, out
+    assert R.verdict(out[3], out[5]) in ((False, "FAIL"), (False, R.RANDOM)), (out[4], out[5])
+    # a share the null draws reach as often is no evidence: every head and every draw "decays"
+    import dataclasses
+
+    w2 = Work(tiny, ref)
+    w2.circuit = w.circuit
+    w2.denominators = dataclasses.replace(w.denominators, trend_slope=[-1.0] * 3)
+    w2.denominator_null = [dataclasses.replace(r, trend_slope=[-1.0] * 3) for r in w.denominator_null]
+    out = R.CHECKS["denominator_decay"](claims["denominator_decay"], ref, w2)
+    assert out[3] is True and R.verdict(out[3], out[5]) == (False, R.RANDOM), out[5]

@@ -300,10 +300,17 @@ def _denominator_decay(c, ref, w):
     note = ("change of mean log S over n " + f"{d.n_min}–{d.window - 1}: " +
             ", ".join(f"{h}: {v * (d.window - d.n_min):+.3f}" for h, v in sorted(slopes.items())) +
             f" over {d.n_texts} windows")
+    span = d.window - d.n_min
+    draws = [r.trend_slope[h] * span for r in w.denominator_null for h in heads]
+    null = share_null(share, len(heads), sum(v <= -c["min_drop"] for v in draws), len(draws),
+                      statistic="share of the heads whose mean log S falls by ≥ min_drop",
+                      null=f"null draws of the same heads ({len(w.denominator_null)} each; Gaussian W_Q, W_K, W_V, "
+                           "W_O of each head's norms, biases permuted) on the same windows",
+                      margin=float(c["null"]["margin"]))
     if ref.planted:
         return c["published_text"], round(share, 4), c["tolerance"], None, \
-            note + "; no verdict: the planted manifest plants no decay of the denominators"
-    return c["published_text"], round(share, 4), c["tolerance"], share >= c["min_share"], note
+            note + "; no verdict: the planted manifest plants no decay of the denominators", null
+    return c["published_text"], round(share, 4), c["tolerance"], share >= c["min_share"], note, null
 
 
 FIDELITY_NEAR = 64           #: the fidelity row: positions within this many tokens below the scan's position
