@@ -62,3 +62,36 @@ def test_denominator_decay_random_heads_are_no_evidence(tiny):
     w2.denominator_null = [dataclasses.replace(r, trend_slope=[-1.0] * 3) for r in w.denominator_null]
     out = R.CHECKS["denominator_decay"](claims["denominator_decay"], ref, w2)
     assert out[3] is True and R.verdict(out[3], out[5]) == (False, R.RANDOM), out[5]
+
+
+def concentration_work(pred, meas):
+    """A Work whose denominators hold the given predicted and measured relative std ([head][pos])."""
+    import types
+
+    H, P = len(pred), len(pred[0])
+    d = types.SimpleNamespace(heads=list(range(H)), positions=[16 * (k + 1) for k in range(P)], n_min=16, delta=0.1,
+                              n_texts=6, predicted_rel_std=pred, measured_rel_std=meas, measured_rel_quantile=meas,
+                              chebyshev_rel=[[3 * v for v in r] for r in pred], hoeffding_rel=[[5 * v for v in r] for r in pred],
+                              sum_pos2=pred)
+    return types.SimpleNamespace(denominators=d)
+
+
+def test_denominator_concentration_needs_the_bound_to_order_the_spreads():
+    import importlib
+
+    import torch
+
+    R = importlib.import_module("headscope.reproduce")
+    c = {x["id"]: x for x in R.seed_claims()["claims"]}["denominator_concentration"]
+    ref = R.seed_reference(R.seed_claims())
+    g = torch.Generator().manual_seed(0)
+    pred = (torch.rand(12, 6, generator=g) + 0.01).tolist()
+    ordered = R.CHECKS["denominator_concentration"](c, ref, concentration_work(pred, [[1.1 * v for v in r] for r in pred]))
+    assert R.verdict(ordered[3], ordered[5]) == (True, "PASS"), ordered
+    noise = (torch.rand(12, 6, generator=g) + 0.01).tolist()                       # spreads unrelated to the bound
+    out = R.CHECKS["denominator_concentration"](c, ref, concentration_work(pred, noise))
+    assert R.verdict(out[3], out[5])[1] in ("FAIL", R.RANDOM), out
+    # one position's ordering shared by every head is not what the bound predicts per head
+    by_pos = [[0.01 * (k + 1) for k in range(6)] for _ in range(12)]
+    out = R.CHECKS["denominator_concentration"](c, ref, concentration_work([[v + 1e-3 * h for v in r] for h, r in enumerate(by_pos)], by_pos))
+    assert R.verdict(out[3], out[5])[1] in ("FAIL", R.RANDOM) and out[5].p95 > 0.5, out[5]
