@@ -404,8 +404,4 @@ def _denominator_concentration(c, ref, w):
             f"{d.n_texts} windows of distinct texts; measured ÷ predicted std (median) {ratio:.3g}; "
             f"(1 − δ = {1 - d.delta:.2f})-quantile within Chebyshev {in_cheb:.0%}, within Hoeffding {in_hoef:.0%}; "
             f"Spearman(Σ pos², measured std) {rho_s2 if rho_s2 is None else round(rho_s2, 3)}")
-    measured = round(rho, 4)
-    if ref.planted:
-        return c["published_text"], measured, c["tolerance"], None, \
-            note + "; no verdict: the planted keyword heads are not i.i.d. in content by design", null
-    return c["published_text"], measured, c["tolerance"], rho >= c["min_rho"], note, null
+    return c["published_text"], round(rho, 4), c["tolerance"], rho >= c["min_rho"], note, null
