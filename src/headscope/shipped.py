@@ -5,6 +5,8 @@
 - ``samples/*.txt``: short sample texts (news in British and American spelling,
   cooking, sport, French) for the report's per-token figures;
 - ``sample_corpus.txt``: a few paragraphs written for headscope, a default corpus;
+- ``genres/*.txt``: four ~1000-word texts of different genres (recipe, technical manual,
+  dialogue, news report; ``genres/README.md``), the denominator rows' distinct texts;
 - ``categories.json``: category word lists of the semantic-head prompts (with
   ``"_related"``: pairs of categories that overlap in meaning);
 - ``categories_seed.json``: the L1H5 authors' 8 category lists (their
@@ -61,6 +63,12 @@ def calibration_text() -> Text:
 def samples() -> list[Text]:
     """``samples/*.txt``, sorted by file name, each named by its stem."""
     files = sorted((f for f in (_data() / "samples").iterdir() if f.name.endswith(".txt")), key=lambda f: f.name)
+    return [Text(f.name[:-4], f.read_text(encoding="utf-8")) for f in files]
+
+
+def genre_texts() -> list[Text]:
+    """``genres/*.txt`` (recipe, manual, dialogue, report), sorted by file name, each named by its stem."""
+    files = sorted((f for f in (_data() / "genres").iterdir() if f.name.endswith(".txt")), key=lambda f: f.name)
     return [Text(f.name[:-4], f.read_text(encoding="utf-8")) for f in files]
 
 

@@ -206,8 +206,10 @@ def test_denominator_rows_reject_their_wrong_conventions():
     c = CLAIMS["denominator_decay"]
     falling, flat = [-1e-3] * 12, [1e-5] * 12                  # −1.0 nat vs +0.01 nat over n 16–1023
     for slope, ok in ((falling, True), (flat, False)):
-        w = work(denominators=denominators(spread, slope), circuit=(None, ctx))
-        assert H._denominator_decay(c, SEED, w)[3] is ok
+        w = work(denominators=denominators(spread, slope), circuit=(None, ctx),
+                 denominator_null=[denominators(spread, flat)] * 4)          # null heads that do not decay
+        out = H._denominator_decay(c, SEED, w)
+        assert out[3] is ok and out[5].clears is ok
 
 
 def survey_rows(losses):

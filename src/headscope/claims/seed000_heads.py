@@ -10,7 +10,7 @@ import statistics
 import torch
 
 from .._errors import HeadscopeError, NotApplicable
-from ..stats import sign_flip_means
+from ..stats import correlation, sign_flip_means, spearman
 from .null import compare, generator, share_null
 from .table import claim, margin_of, share_of
 
@@ -300,10 +300,17 @@ def _denominator_decay(c, ref, w):
     note = ("change of mean log S over n " + f"{d.n_min}–{d.window - 1}: " +
             ", ".join(f"{h}: {v * (d.window - d.n_min):+.3f}" for h, v in sorted(slopes.items())) +
             f" over {d.n_texts} windows")
+    span = d.window - d.n_min
+    draws = [r.trend_slope[h] * span for r in w.denominator_null for h in heads]
+    null = share_null(share, len(heads), sum(v <= -c["min_drop"] for v in draws), len(draws),
+                      statistic="share of the heads whose mean log S falls by ≥ min_drop",
+                      null=f"null draws of the same heads ({len(w.denominator_null)} each; Gaussian W_Q, W_K, W_V, "
+                           "W_O of each head's norms, biases permuted) on the same windows",
+                      margin=float(c["null"]["margin"]))
     if ref.planted:
         return c["published_text"], round(share, 4), c["tolerance"], None, \
-            note + "; no verdict: the planted manifest plants no decay of the denominators"
-    return c["published_text"], round(share, 4), c["tolerance"], share >= c["min_share"], note
+            note + "; no verdict: the planted manifest plants no decay of the denominators", null
+    return c["published_text"], round(share, 4), c["tolerance"], share >= c["min_share"], note, null
 
 
 FIDELITY_NEAR = 64           #: the fidelity row: positions within this many tokens below the scan's position
@@ -340,3 +347,61 @@ def _share(c, ref, w, values: dict, ok_value, what: str, planted_note: str = "")
     note = f"{what}: " + ", ".join(f"{h}: {v:.3g}" for h, v in sorted(values.items())) + f"; meeting it: {good}"
     return c["published_text"], round(share, 4), c["tolerance"], share >= c["min_share"], note + planted_note
 
+
+
+CONCENTRATION_PERMUTATIONS = 1000   #: the concentration row's null: head labels permuted per position
+
+
+def _ranks(t: torch.Tensor) -> torch.Tensor:
+    """Ranks of a 1-D tensor, ties their mean rank (as stats.spearman)."""
+    r = torch.empty_like(t)
+    r[torch.argsort(t, stable=True)] = torch.arange(len(t), dtype=t.dtype)
+    for v in t.unique():
+        m = t == v
+        r[m] = r[m].mean()
+    return r
+
+
+@claim("denominator_concentration")
+def _denominator_concentration(c, ref, w):
+    """Seed 000: under i.i.d. tokens, Chebyshev/Hoeffding bound S's deviation by σ·sqrt(Σ pos²) (and
+    R·sqrt(Σ pos² ln(2/δ)/2)), so heads with wide kernels and weak content dependence have stable
+    denominators. Measured: Spearman rank correlation, over every layer-0 head and prediction position
+    n ≥ n_min, between the weights' predicted relative std σ·sqrt(s₂)/E S and the measured relative std
+    across the distinct texts; null: the same with the heads' predictions permuted at each position
+    (seeded). Beside it: the share of (head, n) whose measured (1 − δ)-quantile of |S − mean|/mean lies
+    within the Chebyshev and the Hoeffding bounds, and the Σ pos² dependence."""
+    d = w.denominators
+    if d.predicted_rel_std is None:
+        raise NotApplicable("no i.i.d. prediction (the model's own query)")
+    keep = [k for k, n in enumerate(d.positions) if n >= d.n_min]
+    if not keep or len(d.heads) < 3:
+        raise NotApplicable("too few heads or positions for the concentration row")
+    pred = torch.tensor(d.predicted_rel_std, dtype=torch.float64)[:, keep]          # [head P]
+    meas = torch.tensor(d.measured_rel_std, dtype=torch.float64)[:, keep]
+    q = torch.tensor(d.measured_rel_quantile, dtype=torch.float64)[:, keep]
+    cheb = torch.tensor(d.chebyshev_rel, dtype=torch.float64)[:, keep]
+    hoef = torch.tensor(d.hoeffding_rel, dtype=torch.float64)[:, keep]
+    s2 = torch.tensor(d.sum_pos2, dtype=torch.float64)[:, keep]
+    rho = spearman(pred.flatten().tolist(), meas.flatten().tolist())
+    if rho is None:
+        raise NotApplicable("constant predicted or measured spreads")
+    # the null: permuting the predictions permutes their ranks, so rank once, permute the ranks
+    g = generator("denominator_concentration")
+    H, P = pred.shape
+    rp, rm = _ranks(pred.flatten()).reshape(H, P), _ranks(meas.flatten())
+    perm = torch.argsort(torch.rand(CONCENTRATION_PERMUTATIONS, H, P, generator=g, dtype=torch.float64), dim=1)
+    x = rp.expand(CONCENTRATION_PERMUTATIONS, H, P).gather(1, perm).flatten(1)                 # [N H·P]
+    draws = correlation(x, rm.expand_as(x)).nan_to_num(0.0).tolist()
+    null = compare(rho, draws, statistic="Spearman(predicted, measured relative std) over heads × positions",
+                   null="the heads' predictions permuted at each position (seeded)", direction="above",
+                   **margin_of(c["null"]))
+    in_cheb = float((q <= cheb).double().mean())
+    in_hoef = float((q <= hoef).double().mean())
+    ratio = float((meas / pred).median())
+    rho_s2 = spearman(s2.flatten().tolist(), meas.flatten().tolist())
+    note = (f"{len(d.heads)} heads × {len(keep)} positions n {d.positions[keep[0]]}–{d.positions[keep[-1]]}, "
+            f"{d.n_texts} windows of distinct texts; measured ÷ predicted std (median) {ratio:.3g}; "
+            f"(1 − δ = {1 - d.delta:.2f})-quantile within Chebyshev {in_cheb:.0%}, within Hoeffding {in_hoef:.0%}; "
+            f"Spearman(Σ pos², measured std) {rho_s2 if rho_s2 is None else round(rho_s2, 3)}")
+    return c["published_text"], round(rho, 4), c["tolerance"], rho >= c["min_rho"], note, null

@@ -27,12 +27,20 @@ KERNEL_WINDOWS = 16          #: windows of the shipped texts for the TV claim (a
 TOP = 50                     #: token lists compared for neuron claims
 KERNEL_NULL_ROUNDS = 2     #: null draws of every layer-0 head for the kernel rows (24 on GPT-2 Small)
 READOUT_NULL = 64          #: random neurons of the neuron rows' nulls (count, naive Bayes, topics)
+DENOMINATOR_NULL_ROUNDS = 4  #: null layers of the denominator rows (a layer-0 pass each): 4 draws of every head
 FIDELITY_STRIDE = 8          #: every 8th query position of the sample texts for the circuit-fidelity row
 
 
 def held_out_text() -> str:
     """The shipped sample texts and sample_corpus.txt joined: text the calibration never saw."""
     return "\n\n".join([t.text for t in shipped.samples()] + [shipped.sample_corpus()[0][1]])
+
+
+def denominator_texts() -> list[tuple[str, str]]:
+    """The denominator rows' texts: the calibration text, the held-out samples joined, and the four
+    genre texts (data/genres: recipe, manual, dialogue, report; written for headscope)."""
+    return [("calibration", shipped.calibration_text().text), ("held-out", held_out_text()),
+            *[(t.name, t.text) for t in shipped.genre_texts()]]
 
 
 class Work:
@@ -244,12 +252,29 @@ class Work:
 
     @functools.cached_property
     def denominators(self):
-        """S_h[n] over full-length windows (n up to n_ctx − 1, as the seed's traces run): windows of
-        the calibration text and of the held-out texts joined, starting every calibration.STRIDE tokens."""
-        texts = [shipped.calibration_text().text, held_out_text()]
-        win = self.model.cfg.n_ctx
-        wins = windows(self.model, texts, n_ctx=win, stride=min(STRIDE, win - 1))
-        return denominator_stability(self.model, wins, window=win, n_min=min(16, win - 2), stride=max(1, win // 8))
+        """S_h[n] over full-length windows (n up to n_ctx − 1, as the seed's traces run): disjoint
+        windows of :func:`denominator_texts` (distinct texts of different genres: on GPT-2's n_ctx one
+        window per text, none an offset of another)."""
+        return self._denominators(self.model)
+
+    @functools.cached_property
+    def denominator_windows(self) -> list[torch.Tensor]:
+        """Disjoint n_ctx windows of :func:`denominator_texts` (shorter tails are dropped by the measure)."""
+        return windows(self.model, denominator_texts(), n_ctx=self.model.cfg.n_ctx)
+
+    def _denominators(self, model: Model):
+        win = model.cfg.n_ctx
+        return denominator_stability(model, self.denominator_windows, window=win, n_min=min(16, win - 2),
+                                     stride=max(1, win // 8))
+
+    @functools.cached_property
+    def denominator_null(self) -> list:
+        """:attr:`denominators` of DENOMINATOR_NULL_ROUNDS models whose layer 0 is a null layer (every
+        head h a Gaussian draw of head h's W_Q, W_K, W_V, W_O norms, its biases permuted:
+        claims.null.null_layer), on the same windows: draw r of head h is ``[r].trend_slope[h]``."""
+        W = self.model.weights()
+        return [self._denominators(self.model.with_weights(null_layer(W, 0, f"denominators:{r}", 1)))
+                for r in range(DENOMINATOR_NULL_ROUNDS)]
 
     @functools.cached_property
     def fidelity(self):
