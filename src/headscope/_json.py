@@ -25,6 +25,7 @@ When a quantity is undefined on its input, the analysis says so explicitly:
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
@@ -82,6 +83,27 @@ def clean(obj):
 
 def dumps(obj) -> str:
     return json.dumps(clean(obj), sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+_LEAVES = (float, int, str, bool, type(None))
+
+
+def plain(obj):
+    """``dataclasses.asdict(obj)`` without its deep copy of every number: dataclasses become dicts
+    (fields in order, nested ones too), lists, tuples and dicts are rebuilt (nothing aliased),
+    numbers, strings and None are kept as they are (immutable), anything else deep-copied as
+    asdict does. A result of thousands of floats converts in a fraction of asdict's time."""
+    t = type(obj)
+    if t in _LEAVES:
+        return obj
+    if t is list or t is tuple:
+        items = [v if type(v) in _LEAVES else plain(v) for v in obj]
+        return items if t is list else tuple(items)
+    if t is dict:
+        return {k: v if type(v) in _LEAVES else plain(v) for k, v in obj.items()}
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    return copy.deepcopy(obj)
 
 
 # -- "not applicable" ---------------------------------------------------------------------

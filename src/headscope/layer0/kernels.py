@@ -61,6 +61,7 @@ import torch
 from jaxtyping import Float
 
 from . import split as layer0
+from .._json import plain
 from .._errors import HeadscopeError
 from .._html_repr import HtmlRepr
 from .split import SEED_QUERY
@@ -274,7 +275,7 @@ class HeadKernel:
     category_shape: str | None = None           # the shape rule's category
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return plain(self)
 
 
 TV_BINS = [i / 50 for i in range(51)]  #: histogram edges for TV values (0..1 by 0.02)
@@ -298,7 +299,7 @@ class KernelReport(HtmlRepr):
     corpus: dict | None = None          # {"n_windows", "n_queries", "names"} when TV was measured
 
     def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
+        d = plain(self)
         d["heads"] = [h.to_dict() for h in self.heads]
         return d
 

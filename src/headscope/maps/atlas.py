@@ -139,6 +139,7 @@ from .head_metrics import (  # noqa: F401  (re-exported: the metrics are part of
     low_rank_eigenvalues, copying_score, weighted_eigenvalues, negative_mass, positional_share,
     _sorted_complex, _per_head, _groups, _f64, _float, _positional_share_deep,
 )
+from .._json import plain
 from ..layer0 import split as layer0
 from ..semantic import bilinear, clustering
 from .._errors import HeadscopeError
@@ -252,7 +253,7 @@ class HeadRow:
         return f"L{self.layer}H{self.head}"
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return plain(self)
 
 
 @dataclasses.dataclass

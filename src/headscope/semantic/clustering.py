@@ -45,6 +45,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .._json import plain
 from .._errors import HeadscopeError
 from .._input import read_text_file
 from ..core.tokenizer import unknown_id, word_ids
@@ -279,7 +280,7 @@ class Cluster:
     purity: float | None = None
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return plain(self)
 
 
 @dataclasses.dataclass

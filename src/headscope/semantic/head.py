@@ -26,6 +26,7 @@ import dataclasses
 import torch
 
 from . import bilinear, clustering
+from .._json import plain
 from .._html_repr import HtmlRepr, render_text
 from .bilinear import BilinearForm
 from .clustering import Clustering
@@ -55,7 +56,7 @@ class GraphSpec:
     max_comm_size: int | None = None
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return plain(self)
 
 
 @dataclasses.dataclass
@@ -86,7 +87,7 @@ class Neighbours:
     logits: list[float]
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return plain(self)
 
 
 @dataclasses.dataclass
@@ -100,7 +101,7 @@ class SelfScore:
     to_top_target: dict        # bilinear.explain_score of (t, its top target)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return plain(self)
 
 
 @dataclasses.dataclass

@@ -42,7 +42,7 @@ from jaxtyping import Float
 from .._atomic import refuse_foreign_dir
 from .._errors import HeadscopeError
 from .._html_repr import HtmlRepr, render_text
-from .._json import dumps
+from .._json import dumps, plain
 from .bilinear import bilinear_form, key_bias_vector, qk_factors, qk_matrix
 from ..core.model import Model
 from ..lowrank import small_matrices
@@ -244,7 +244,7 @@ class SteerResult(HtmlRepr):
     processing: dict
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return plain(self)
 
     def render(self) -> str:
         """The measurements as text (headscope.report.views.steering.text)."""
@@ -327,7 +327,7 @@ class AuthorsSteer:
     fingerprint: str
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return plain(self)
 
     def render(self) -> str:
         """Per α, the scores' summary as text (headscope.report.views.steering.authors_text)."""

@@ -51,7 +51,7 @@ from jaxtyping import Float
 
 from .._errors import HeadscopeError
 from .._html_repr import HtmlRepr, render_text
-from .._json import finite_or_none
+from .._json import finite_or_none, plain
 from ..core.forward import run_with_cache
 from ..core.model import Model
 from .prompts import prompts_for
@@ -138,7 +138,7 @@ class HeadScore:
     rank: int = 0
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return plain(self)
 
 
 @dataclasses.dataclass
@@ -214,7 +214,7 @@ class PositionIndependence:
     n_pairs: int
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return plain(self)
 
 
 def position_independence(model: Model, layer: int, head: int, *, categories=None, n_prompts: int = 16,
