@@ -402,3 +402,14 @@ def test_steering_at_alpha_one_keeps_logits(case):
     # > 1e-6 until a random head whose pattern barely moves the logits gave 8.4e-7.)
     moved = _unfolded(raw, layer, head, steering.steered_qk(W, layer, head, 0.0, select=[0]))
     assert float((_logits(moved, tokens) - ref).abs().max()) > 1e-8
+
+
+@settings(max_examples=15, **SETTINGS)
+@given(layer0_cases(), st.integers(1, 5))
+def test_approx_tv_in_blocks_is_the_tv_of_the_full_approximate_pattern(case, rows):
+    """layer0.approx_tv (blocks of `rows` queries against the keys up to the block's last) is
+    tv_distance of the true and the full approximate pattern."""
+    cfg, w, tokens, c = case
+    _, _, pattern = _true_layer0(w, tokens)
+    full = K.tv_distance(pattern, K.approx_pattern(w, tokens, c))                # [h q]
+    torch.testing.assert_close(K.approx_tv(w, tokens, c, pattern, rows=rows), full, rtol=0, atol=1e-13)
