@@ -62,6 +62,7 @@ from jaxtyping import Float
 
 from . import split as layer0
 from .._json import plain
+from ..lowrank import small_matrices
 from .._errors import HeadscopeError
 from .._html_repr import HtmlRepr
 from .split import SEED_QUERY
@@ -368,9 +369,10 @@ def analyse_kernels(
     n = min(N_REF, cfg.n_ctx - 1) if n_ref is None else n_ref    # the default is capped; a given n_ref is checked
     check_n_ref(cfg, n)
 
-    kern = layer0.positional_kernel(weights, q_id, n, c_value)                   # [h n+1]
-    cats = kernel_categories(weights, q_id, c_value, n, rule_name, kern=kern)
-    trans, qtv = kernel_tvs(weights, q_id, c_value, n, kern)
+    with small_matrices():       # one query's kernels: [h n+1] products, fastest on one thread
+        kern = layer0.positional_kernel(weights, q_id, n, c_value)               # [h n+1]
+        cats = kernel_categories(weights, q_id, c_value, n, rule_name, kern=kern)
+        trans, qtv = kernel_tvs(weights, q_id, c_value, n, kern)
     logc = layer0.log_content_factors(weights, q_id, n)                          # [h v]
 
     tvs = None
@@ -417,5 +419,6 @@ def kernel_heatmap(model: Model, query: str = SEED_QUERY, c: float | str | None 
     q_id = layer0.token_id(model, query)
     c_value, _ = layer0.resolve_c(weights, c)
     P = min(positions, model.cfg.n_ctx)
-    rows = [layer0.positional_kernel(weights, q_id, n, c_value) for n in range(P)]          # [h n+1] each
+    with small_matrices():       # 48 tiny kernels: on two threads their CPU time was 15× (synchronising)
+        rows = [layer0.positional_kernel(weights, q_id, n, c_value) for n in range(P)]      # [h n+1] each
     return [[rows[n][h].tolist() for n in range(P)] for h in range(model.cfg.n_heads)]
