@@ -249,7 +249,8 @@ def position_independence_heads(model: Model, heads: list[tuple[int, int]], *, c
     for r, perm in enumerate(perms):
         perm_t = torch.from_numpy(perm)
         toks = prompts.tokens[:, perm_t]                      # new position n holds original token perm[n]
-        cache = run_with_cache(W, toks, names=list(names.values()), stop_at_layer=max(names) + 1)
+        with small_matrices():                                # short prompts: one thread (as the survey)
+            cache = run_with_cache(W, toks, names=list(names.values()), stop_at_layer=max(names) + 1)
         inv = torch.empty_like(perm_t)
         inv[perm_t] = torch.arange(p)
         for (layer, head), s in scores.items():
