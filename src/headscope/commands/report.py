@@ -10,6 +10,9 @@ data/<stage>.json with every number shown. Finished stages are cached in data/*.
 under a key of model fingerprint, options and input-text hashes: rerunning (or resuming
 an interrupted run) skips them. --no-cache recomputes everything. The default texts ship
 with headscope (headscope/data/calibration.txt, headscope/data/samples/*.txt).
+A stage that fails (bad input it finds, a weight file changed under the run) is marked
+"failed" with its reason, the other stages run and the report is written, then the command
+exits 2 with one line naming the failed stages.
 
 Stages, in order: model, attention (layers 0–1 on the samples), kernels (layer-0
 positional kernels, TV of the key split), denominators (with Hoeffding/Chebyshev
