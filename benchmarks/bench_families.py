@@ -21,12 +21,21 @@ subprocess). Stages the family does not support are reported as not applicable, 
   python benchmarks/bench_families.py --shapes gpt-neo-125m opt-125m qwen2-0.5b
   python benchmarks/bench_families.py --shapes pythia-160m
   python benchmarks/bench_families.py --cache /tmp/famhub --keep
+  python benchmarks/bench_families.py --shapes mistral-7b gpt-j-6b phi-3-mini --layers 4
+
+The 7-billion class (Mistral-7B, GPT-J-6B, Phi-3-mini) is stored in half precision as on the hub and
+read block by block into float32 (one copy, exact upcast, as transformers reads it with
+``dtype=float32``); processed blocks stay in memory once built, so a full-depth report needs the
+whole model in float32 (Mistral-7B 29 GB plus 3.2 GB of expanded key/value heads, GPT-J-6B 24 GB,
+Phi-3-mini 15 GB). Under 48 GB of memory they run only with ``--layers N``: the real widths at
+reduced depth, rows named ``<shape>@<N>L``, never presented as the full model's.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -89,10 +98,62 @@ SHAPES = {
         vocab_size=50272, hidden_size=1024, num_hidden_layers=24, ffn_dim=4096, num_attention_heads=16,
         max_position_embeddings=2048, do_layer_norm_before=False, word_embed_proj_dim=512,
         activation_function="relu", bos_token_id=2, eos_token_id=2, pad_token_id=1), "opt", 60.0, 3.0),
+    # issue 35's 7-billion class (15–28 GB of float32 weights: on the 24 GB machine run with --layers, the
+    # real widths at reduced depth; stored in half precision as on the hub), held to Gemma-2-2B's target
+    "mistral-7b": ("mistralai/Mistral-7B-v0.1", "MistralConfig", dict(
+        vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=8, head_dim=128, max_position_embeddings=32768,
+        rope_theta=10000.0, rms_norm_eps=1e-5, sliding_window=4096, tie_word_embeddings=False,
+        bos_token_id=1, eos_token_id=2), "sp32000", 900.0, 16.0),
+    "gpt-j-6b": ("EleutherAI/gpt-j-6b", "GPTJConfig", dict(
+        vocab_size=50400, n_embd=4096, n_layer=28, n_head=16, n_inner=16384, rotary_dim=64, n_positions=2048,
+        activation_function="gelu_new", layer_norm_epsilon=1e-5, tie_word_embeddings=False,
+        bos_token_id=50256, eos_token_id=50256), "gpt2", 900.0, 16.0),
+    "phi-3-mini": ("microsoft/Phi-3-mini-4k-instruct", "Phi3Config", dict(
+        vocab_size=32064, hidden_size=3072, intermediate_size=8192, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=4096,
+        original_max_position_embeddings=4096, rope_theta=10000.0, rms_norm_eps=1e-5, sliding_window=2047,
+        tie_word_embeddings=False, bos_token_id=1, eos_token_id=32000, pad_token_id=32000), "sp32000", 900.0, 16.0),
 }
+#: how each shape's hub files store their weights (the others: float32, as written by transformers)
+DISK_DTYPE = {"mistral-7b": "bfloat16", "gpt-j-6b": "float16", "phi-3-mini": "bfloat16"}
+#: what runs without --shapes: every shape that fits a 24 GB machine at full depth
+DEFAULT_SHAPES = [s for s in SHAPES if s not in DISK_DTYPE]
+#: the config key of each shape's depth (for --layers)
+DEPTH_KEY = {"GPTNeoConfig": "num_layers", "GPTJConfig": "n_layer"}
 
 
-def write_shape(shape: str, cache: Path) -> tuple[str, int, float]:
+def gpt2_bpe_cut(n_tokens: int, bos: str):
+    """GPT-2's real BPE cut to its first `n_tokens` − 1 tokens (and the merges that make only those),
+    with `bos` appended: a real English BPE for a 32000-row vocabulary (Mistral, Phi-3)."""
+    from tokenizers import Tokenizer
+
+    from headscope.core.tokenizer import bundled_gpt2_tokenizer
+
+    j = json.loads(bundled_gpt2_tokenizer().backend_tokenizer.to_str())
+    vocab = {t: i for t, i in j["model"]["vocab"].items() if i < n_tokens - 1}
+    j["model"]["vocab"] = vocab
+    j["model"]["merges"] = [m for m in j["model"]["merges"]
+                            if all(x in vocab for x in m) and "".join(m) in vocab]
+    j["added_tokens"] = []
+    tok = Tokenizer.from_str(json.dumps(j))
+    tok.add_special_tokens([bos])
+    return tok
+
+
+def shape_config(shape: str, layers: int | None = None) -> tuple[str, dict]:
+    """(config class, its keyword arguments) of `shape`, cut to `layers` blocks when given."""
+    _, cls, kwargs, _, _, _ = SHAPES[shape]
+    kwargs = dict(kwargs)
+    if layers is not None:
+        kwargs[DEPTH_KEY.get(cls, "num_hidden_layers")] = layers
+        if cls == "GPTNeoConfig":
+            kwargs["attention_types"] = [[["global", "local"], (layers + 1) // 2]]
+    return cls, kwargs
+
+
+def write_shape(shape: str, cache: Path, layers: int | None = None, repo_id: str | None = None
+                ) -> tuple[str, int, float]:
     """Build `shape` with transformers, save it in the hub's layout into `cache`; (repo id, parameters, seconds)."""
     import torch
     import transformers
@@ -100,17 +161,21 @@ def write_shape(shape: str, cache: Path) -> tuple[str, int, float]:
     from headscope.core.tokenizer import bundled_gpt2_tokenizer
     from headscope.testing.hub import cache_directory
 
-    repo_id, cls, kwargs, tok_family, _, _ = SHAPES[shape]
+    repo_id = repo_id or SHAPES[shape][0]
+    tok_family = SHAPES[shape][3]
+    cls, kwargs = shape_config(shape, layers)
     t0 = time.perf_counter()
     torch.manual_seed(0)
     config = getattr(transformers, cls)(**kwargs)
-    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model = transformers.AutoModelForCausalLM.from_config(
+        config, dtype=getattr(torch, DISK_DTYPE.get(shape, "float32")))
     n = sum(p.numel() for p in model.parameters())
     with tempfile.TemporaryDirectory(prefix=f"bench-families-{shape}-") as d:
         model.save_pretrained(d)
         del model
         # GPT-2's real BPE (50257 tokens; Pythia's is the same kind, 50277), the family's BOS added
-        tok = bundled_gpt2_tokenizer().backend_tokenizer
+        tok = (gpt2_bpe_cut(32000, "<s>") if tok_family == "sp32000" else
+               bundled_gpt2_tokenizer().backend_tokenizer)
         if tok_family == "llama":
             tok.add_special_tokens(["<|begin_of_text|>", "<|end_of_text|>"])
         elif tok_family == "opt":
@@ -135,15 +200,18 @@ def stored_parameters(snapshot: Path) -> int:
     return n
 
 
-def measure(shape: str, cache: Path, dtype: str = "float32") -> dict:
+def measure(shape: str, cache: Path, dtype: str = "float32", layers: int | None = None) -> dict:
+    """The baseline and the report of `shape` (its first `layers` blocks only, when given: stated in
+    the row's name, ``<shape>@<layers>L``, and its repo id, never as the full model's)."""
     from headscope.testing.hub import cached_snapshot
 
     repo_id, _, _, _, t_target, m_target = SHAPES[shape]
+    repo_id = repo_id if layers is None else f"{repo_id}-{layers}L"
     written = None
     try:
         cached_snapshot(cache, repo_id)
     except Exception:  # not there yet
-        repo_id, _, written = write_shape(shape, cache)
+        _, _, written = write_shape(shape, cache, layers, repo_id)
     n = stored_parameters(cached_snapshot(cache, repo_id))
     env = bench_sizes.child_env(cache)
     load_before = bench_sizes._loadavg()
@@ -152,22 +220,24 @@ def measure(shape: str, cache: Path, dtype: str = "float32") -> dict:
     with tempfile.TemporaryDirectory(prefix=f"bench-families-{shape}-") as out:
         rep = bench_sizes._run_child(["--child-report", repo_id, str(Path(out) / "report"), dtype], env, timeout)
     peak = max(max(p["peak_mb"], p.get("between_peak_mb") or 0.0) for p in rep["phases"])
-    return {"size": shape, "repo_id": repo_id, "parameters": n, "dtype": dtype,
+    return {"size": shape if layers is None else f"{shape}@{layers}L", "repo_id": repo_id, "parameters": n,
+            "layers": layers, "disk_dtype": DISK_DTYPE.get(shape, "float32"), "dtype": dtype,
             "cache_write_s": written, "loadavg_before": load_before, "loadavg_after": bench_sizes._loadavg(),
             "matmul_gflops": bench_sizes.matmul_gflops(),
             "baseline": base, "report": rep, "report_wall_s": rep["process_wall_s"], "report_peak_mb": peak,
             "target_s": t_target, "target_mb": m_target * 1024}
 
 
-def run(quick: bool = False, shapes=None, cache: str | Path | None = None, keep: bool = False) -> dict:
-    shapes = list(shapes or (("pythia-160m",) if quick else SHAPES))
+def run(quick: bool = False, shapes=None, cache: str | Path | None = None, keep: bool = False,
+        layers: int | None = None) -> dict:
+    shapes = list(shapes or (("pythia-160m",) if quick else DEFAULT_SHAPES))
     tmp = Path(cache) if cache else Path(tempfile.mkdtemp(prefix="bench-families-hub-"))
     results = []
     try:
         for shape in shapes:
             print(f"bench_families: {shape} …", file=sys.stderr, flush=True)
             tmp.mkdir(parents=True, exist_ok=True)
-            results.append(measure(shape, tmp))
+            results.append(measure(shape, tmp, layers=layers))
             print(bench_sizes.table(results[-1]), file=sys.stderr, flush=True)
             if not keep and not cache:
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -180,12 +250,19 @@ def run(quick: bool = False, shapes=None, cache: str | Path | None = None, keep:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
+    ap.add_argument("--shapes", nargs="+", default=DEFAULT_SHAPES, choices=list(SHAPES))
     ap.add_argument("--cache", help="HF cache directory to use (and keep); shapes already in it are not rewritten")
     ap.add_argument("--keep", action="store_true", help="keep the temporary HF cache")
+    ap.add_argument("--layers", type=int, metavar="N",
+                    help="only the first N blocks of each shape (real widths, reduced depth; rows named <shape>@<N>L)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
-    r = run(shapes=a.shapes, cache=a.cache, keep=a.keep)
+    big = [s for s in a.shapes if s in DISK_DTYPE]
+    memory_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    if big and a.layers is None and memory_gb < 48:
+        ap.error(f"{', '.join(big)}: the full depth needs more than this machine's {memory_gb:.0f} GB in "
+                 "float32; give --layers N (real widths, reduced depth)")
+    r = run(shapes=a.shapes, cache=a.cache, keep=a.keep, layers=a.layers)
     print(json.dumps(r, indent=2, default=str) if a.json else r["report_text"])
     return 0 if all(row["pass"] for row in r["rows"]) else 1
 

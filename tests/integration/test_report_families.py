@@ -95,3 +95,39 @@ def test_steered_checkpoint_of_a_family_that_limits_the_rebuild(case, tmp_path, 
         assert torch.equal(b0.W_K, b1.W_K) and torch.equal(b0.W_V, b1.W_V)          # the group's key is shared
     else:
         assert not b1.b_Q.any() and not b1.b_K.any()                                # GPT-Neo stores no such biases
+
+
+def test_survey_counts_only_partners_inside_each_layers_window(tmp_path):
+    """GPT-Neo's local layers (window 5, prompts of 16 words): the survey's target masks are the
+    layer's own (Config.hidden_keys), so a partner outside the window is no partner; they used to
+    be every layer's causal mask, which scored the local heads on partners they cannot see."""
+    import torch
+
+    from headscope.core.forward import run_with_cache
+    from headscope.semantic.prompts import prompts_for
+    from headscope.semantic.survey import PRESETS, pattern_metrics, survey, target_masks
+
+    _, d = build("gpt_neo", tmp_path, n_tokens=1024)
+    model = headscope.load(d)
+    assert [model.cfg.window(l) for l in range(3)] == [0, 5, 5]
+    rows = {(r.layer, r.head): r for r in survey(model).rows}
+    pre = PRESETS["headscope"]
+    prompts, _ = prompts_for(model, None, n_prompts=pre["n_prompts"], length=pre["length"], seed=0,
+                             cats_per_prompt=pre["cats_per_prompt"])
+    pos = torch.arange(prompts.tokens.shape[1])
+    cache = run_with_cache(model.weights(), prompts.tokens, names=[f"blocks.{l}.attn.hook_pattern" for l in range(3)])
+    causal = target_masks(prompts.tokens, prompts.labels, prompts.related)
+    for l in range(3):
+        own = target_masks(prompts.tokens, prompts.labels, prompts.related,
+                           hidden=model.cfg.hidden_keys(l, pos[:, None], pos[None, :]))
+        met = pattern_metrics(cache[f"blocks.{l}.attn.hook_pattern"], own)
+        old = pattern_metrics(cache[f"blocks.{l}.attn.hook_pattern"], causal)
+        for h in range(model.cfg.n_heads):
+            r = rows[(l, h)]
+            assert r.same_category == pytest.approx(float(met["same_category"][h]), abs=1e-12)
+            assert r.semantic_loss == pytest.approx(float(met["semantic_loss"][h]), abs=1e-12)
+            if l > 0:        # local: partners beyond the window were counted (as misses) before
+                assert r.same_category > float(old["same_category"][h]) + 1e-6
+                assert r.semantic_loss < float(old["semantic_loss"][h])
+            else:
+                assert r.same_category == pytest.approx(float(old["same_category"][h]), abs=1e-12)

@@ -89,3 +89,30 @@ def test_frequency_from_corpus(tmp_path):
     (tmp_path / "c.txt").write_text(" red red red blue blue green")
     assert clustering.frequent_tokens(tok, 2, tmp_path / "c.txt") == tok.encode(" red blue")
     assert clustering.frequent_tokens(tok, 3) == [256, 257, 258]
+
+
+def test_metrics_count_only_partners_inside_a_local_window():
+    """Window 2 (GPT-Neo local layers, Mistral/Qwen2/Phi-3/Gemma 2 windows): a query sees itself and
+    the key before it. A partner or BOS outside the window is no target (the layer's own mask,
+    Config.hidden_keys); the masks used to count them, as if every layer were global."""
+    from headscope.core.config import Config
+
+    tokens = torch.tensor([[9, 1, 5, 6, 2]])          # BOS, a(cat0), x(cat1), y(cat1), b(cat0)
+    labels = torch.tensor([[-1, 0, 1, 1, 0]])
+    cfg = Config(n_layers=1, d_model=4, n_heads=1, d_mlp=4, n_ctx=8, d_vocab=10, attn_windows=(2,))
+    pos = torch.arange(5)
+    hidden = cfg.hidden_keys(0, pos[:, None], pos[None, :])
+    m = target_masks(tokens, labels, hidden=hidden)
+    assert m["has_partner"].tolist() == [[False, False, False, True, False]]   # b's partner a is outside
+    assert m["sees_bos"].tolist() == [[True, True, False, False, False]]
+    A = torch.zeros(1, 1, 5, 5)
+    A[0, 0, 0, 0] = A[0, 0, 1, 0] = 1                 # a → BOS (no partner, BOS visible): fallback
+    A[0, 0, 2, 2] = 1                                 # x → itself: sees neither BOS nor a partner
+    A[0, 0, 3, 2] = 1                                 # y → x: partner
+    A[0, 0, 4, 4] = 1                                 # b → itself: a and BOS are outside the window
+    met = pattern_metrics(A, m)
+    assert abs(met["same_category"][0] - 1.0) < 1e-9  # only y has a partner it can see
+    assert abs(met["bos_fallback"][0] - 1.0) < 1e-9   # only a has no partner and sees BOS
+    assert abs(met["semantic_loss"][0]) < 1e-9        # a and y (the queries with a target) hit it
+    glob = pattern_metrics(A, target_masks(tokens, labels))   # as a global layer reads the same pattern
+    assert abs(glob["same_category"][0] - 0.5) < 1e-9 and abs(glob["bos_fallback"][0] - 0.5) < 1e-9

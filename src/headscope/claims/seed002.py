@@ -76,13 +76,14 @@ def _semantic_pairs(c, ref, w):
     return c["published_text"], measured, c["tolerance"], all(r[3] for r in results), note, null
 
 
-def rules_by_category(pattern: torch.Tensor, prompts) -> dict[str, dict]:
+def rules_by_category(pattern: torch.Tensor, prompts, hidden: torch.Tensor | None = None) -> dict[str, dict]:
     """Per category of `prompts`: same-category attention (queries with a partner), self and copy
-    attention, BOS attention (queries without a partner); pattern [b q k] of one head."""
+    attention, BOS attention (queries without a partner); pattern [b q k] of one head, `hidden`
+    [q k] its layer's mask (:meth:`Config.hidden_keys`; partners outside a local window are none)."""
     from ..semantic.survey import target_masks
 
     A = pattern.double()
-    m = target_masks(prompts.tokens, prompts.labels, prompts.related)
+    m = target_masks(prompts.tokens, prompts.labels, prompts.related, hidden=hidden)
     q = slice(1, None)
     lab = prompts.labels[:, q]
     part = (A[:, q] * m["partner"][:, q]).sum(-1)                                 # [b q]
@@ -95,7 +96,7 @@ def rules_by_category(pattern: torch.Tensor, prompts) -> dict[str, dict]:
     for c, name in enumerate(prompts.names):
         mine = lab == c
         out[name] = {"same_category": mean(part, mine & has_p), "self": mean(diag, mine),
-                     "copy": mean(copy, mine & has_c), "bos_fallback": mean(bos, mine & ~has_p),
+                     "copy": mean(copy, mine & has_c), "bos_fallback": mean(bos, mine & ~has_p & m["sees_bos"][:, q]),
                      "n_queries": int(mine.sum())}
     return out
 
@@ -111,7 +112,9 @@ def _three_rules(c, ref, w):
                              cats_per_prompt=c["cats_per_prompt"])
     W = w.model.weights()
     cache = run_with_cache(W, prompts.tokens, names=[f"blocks.{l}.attn.hook_pattern"], stop_at_layer=l + 1)
-    per = rules_by_category(cache[f"blocks.{l}.attn.hook_pattern"][:, h], prompts)
+    pos = torch.arange(prompts.tokens.shape[1])
+    hidden = w.model.cfg.hidden_keys(l, pos[:, None], pos[None, :])                  # the layer's own mask
+    per = rules_by_category(cache[f"blocks.{l}.attn.hook_pattern"][:, h], prompts, hidden)
     planted = set(ref.survey_categories) if isinstance(ref.survey_categories, dict) else None
     verdicts, skipped = {}, []
     for name, r in per.items():
@@ -139,7 +142,7 @@ def _three_rules(c, ref, w):
         pat = run_with_cache(m.weights(), prompts.tokens, names=[f"blocks.{l}.attn.hook_pattern"],
                              stop_at_layer=l + 1)[f"blocks.{l}.attn.hook_pattern"]                 # [b H q k]
         for k in range(pat.shape[1]):
-            got = rules_by_category(pat[:, k], prompts)
+            got = rules_by_category(pat[:, k], prompts, hidden)
             draws.append(min(got[n]["same_category"] for n in verdicts))
     null = compare(worst, draws, statistic="smallest same-category attention over the categories", direction="above",
                    null="null heads of the semantic head (Gaussian W_Q, W_K, W_V, W_O of its norms)", **margin_of(c["null"]))

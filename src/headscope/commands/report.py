@@ -10,6 +10,9 @@ data/<stage>.json with every number shown. Finished stages are cached in data/*.
 under a key of model fingerprint, options and input-text hashes: rerunning (or resuming
 an interrupted run) skips them. --no-cache recomputes everything. The default texts ship
 with headscope (headscope/data/calibration.txt, headscope/data/samples/*.txt).
+A stage that fails (bad input it finds, a weight file changed under the run) is marked
+"failed" with its reason, the other stages run and the report is written, then the command
+exits 2 with one line naming the failed stages.
 
 Stages, in order: model, attention (layers 0–1 on the samples), kernels (layer-0
 positional kernels, TV of the key split), denominators (with Hoeffding/Chebyshev
@@ -61,8 +64,13 @@ def run(args) -> int:
     result = build_report(model, args.out, options, inputs=inputs)
     lines = [f"{s.name:<14} {s.status:<14} {s.seconds:7.2f} s"
              + (f"  peak RSS {s.peak_rss_mb / 1024:5.2f} GB" if s.peak_rss_mb is not None else "")
-             + (f"  ({s.not_applicable})" if s.not_applicable is not None else "")
+             + (f"  ({s.not_applicable})" if s.not_applicable is not None and s.failed is None else "")
+             + (f"  ({s.failed})" if s.failed is not None else "")
              for s in result.stages]
     lines.append(f"wrote {result.index} ({len(result.pages)} pages)")
     emit(args, result, "\n".join(lines))
+    if result.failed:       # the other stages ran and the report is written; the run still fails (exit 2)
+        raise HeadscopeError("report stage" + ("s " if len(result.failed) > 1 else " ")
+                             + "; ".join(f"{s.name} failed ({s.failed})" for s in result.failed)
+                             + f"; the other stages ran and {result.index} was written")
     return 0

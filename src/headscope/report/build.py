@@ -90,10 +90,13 @@ class StageRun:
     rss_mb: float | None = None
     peak_rss_mb: float | None = None
     not_applicable: str | None = None     # the reason, when the stage did not apply (data holds it too)
+    failed: str | None = None             # the one-line reason, when the stage raised HeadscopeError (no data written)
 
     @property
     def status(self) -> str:
-        """"not applicable" (computed or cached: the data say so), else "cached" or "computed"."""
+        """"failed", "not applicable" (computed or cached: the data say so), else "cached" or "computed"."""
+        if self.failed is not None:
+            return "failed"
         return "not applicable" if self.not_applicable is not None else "cached" if self.cached else "computed"
 
 
@@ -116,7 +119,13 @@ class ReportResult:
             "stages": [dataclasses.asdict(s) | {"status": s.status} for s in self.stages],
             "pages": self.pages,
             "data_files": self.data_files,
+            "failed": {s.name: s.failed for s in self.failed},
         }
+
+    @property
+    def failed(self) -> list[StageRun]:
+        """The stages that failed (each raised :class:`HeadscopeError`, or needs one that did)."""
+        return [s for s in self.stages if s.failed is not None]
 
 
 def build_report(model, out_dir: str | Path, options: ReportOptions | None = None,
@@ -126,6 +135,12 @@ def build_report(model, out_dir: str | Path, options: ReportOptions | None = Non
     `stages` defaults to every registered stage (:func:`headscope.report.builtin.default_stages`);
     `inputs`, the texts of `options` already read (:func:`headscope.report.inputs.load_inputs`;
     read here when not given).
+
+    A stage that raises :class:`HeadscopeError` (other than :class:`NotApplicable`) does not end the
+    report: it is recorded as failed with its one-line reason (``ReportResult.failed``; the summary
+    and its section say so), no data file is written for it, the stages that require it fail with
+    "needs the … stage, which failed", and the others run. The caller decides what a failure means
+    (``headscope report`` exits 2 naming the failed stages).
     """
     options = options or ReportOptions()
     model = model.bound(options.processing)     # every stage reads the weights under this processing
@@ -149,6 +164,7 @@ def _build(model, out: Path, odir: OutputDir, options: ReportOptions, inputs, st
     results: dict[str, dict] = {}
     keys: dict[str, str] = {}
     runs: list[StageRun] = []
+    failed: dict[str, str] = {}
     for i, stage in enumerate(stages):
         key, parts = stage_key(stage, model, options, inputs, keys)
         path = data_path(out, stage)
@@ -156,12 +172,28 @@ def _build(model, out: Path, odir: OutputDir, options: ReportOptions, inputs, st
         rel = path.relative_to(out).as_posix()
         # reused only as this run would write it: its key, and the hash the manifest recorded (no hand edit)
         data = read_cached(odir.verified(rel, max_input_bytes()), key) if options.use_cache else None
+        broken = next((d for d in stage.requires if d in failed), None)
+        if broken is not None:
+            data = None                                   # never a cached result over a failed requirement
         raw = None
         cached = data is not None
         if data is None:
             progress = Progress(f"[{i + 1}/{len(stages)}] {stage.name}", enabled=options.progress)
             try:
+                if broken is not None:
+                    raise HeadscopeError(f"needs the {broken} stage, which failed")
                 raw = _compute(stage, Context(model, options, inputs, dict(results), progress))
+            except NotApplicable:
+                raise
+            except HeadscopeError as e:
+                failed[stage.name] = (str(e).splitlines() or [type(e).__name__])[0]
+                results[stage.name] = failed_data(failed[stage.name])   # what later renders read
+                keys[stage.name] = key
+                runs.append(StageRun(stage.name, key, False, round(time.perf_counter() - t0, 3),
+                                     round(time.process_time() - c0, 3), failed=failed[stage.name]))
+                if options.progress:
+                    print(f"[{i + 1}/{len(stages)}] {stage.name}: failed: {failed[stage.name]}", file=sys.stderr)
+                continue
             finally:
                 progress.close()
             if not isinstance(raw, dict):
@@ -180,7 +212,7 @@ def _build(model, out: Path, odir: OutputDir, options: ReportOptions, inputs, st
                              data[NOT_APPLICABLE] if is_not_applicable(data) else None))
 
     written = _render(model, odir, stages, results, options, inputs)
-    data_files = [f"data/{s.name}.json" for s in stages]
+    data_files = [f"data/{s.name}.json" for s in stages if s.name not in failed]   # a failed stage's old data goes
     odir.remove_stale(set(written) | set(data_files) | {MARKER})
     return ReportResult(out, out / "index.html", runs, sorted(p for p in written if p != "index.html"),
                         data_files, model.fingerprint)
@@ -202,6 +234,21 @@ def _compute(stage: Stage, ctx: Context) -> dict:
         return stage.compute(ctx)
     except NotApplicable as e:
         return not_applicable(str(e))
+
+
+FAILED = "failed"
+
+
+def failed_data(reason: str) -> dict:
+    """A failed stage's entry among the results the renders read: not applicable to them (their
+    readers already handle that), and marked failed (never written to data/)."""
+    return {NOT_APPLICABLE: f"the stage failed: {reason}", FAILED: reason}
+
+
+def _render_failed(stage: Stage, data: dict) -> Rendered:
+    reason = data[FAILED]
+    return Rendered(index=[H.Safe('<p class="failed"><strong>Failed:</strong> ') + reason + H.Safe("</p>")],
+                    summary=[(stage.title, f"failed: {reason}")])
 
 
 def _render_not_applicable(stage: Stage, data: dict) -> Rendered:
@@ -227,7 +274,8 @@ def _render(model, odir: OutputDir, stages: Sequence[Stage], results: dict, opti
     page_stages: dict[str, list[str]] = {}
     for stage in stages:
         data = results[stage.name]
-        r = _render_not_applicable(stage, data) if is_not_applicable(data) else stage.render(data, rctx)
+        r = (_render_failed(stage, data) if isinstance(data, dict) and FAILED in data else
+             _render_not_applicable(stage, data) if is_not_applicable(data) else stage.render(data, rctx))
         if r.index:
             index_sections.append((stage, H.join(r.index)))
         summary += r.summary

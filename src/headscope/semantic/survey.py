@@ -8,6 +8,10 @@ For a query q (q ≥ 1) the target mask is::
 
 and the seed's loss is ``L = mean_q −log Σ_k (M ⊙ A)[q, k]`` for the head's pattern A
 (a query's term is capped at −log 1e-30 ≈ 69 nats where its target mass underflows).
+On a layer with a local attention window (GPT-Neo's local layers, Mistral, Qwen2, Phi-3 and
+Gemma 2 windows) "earlier" means earlier *and visible* — the layer's own mask,
+:meth:`Config.hidden_keys`: a partner outside the window is no partner, and BOS outside it no
+fallback; a query that sees neither has no target and is left out of the loss's mean.
 
 Categories that overlap in meaning (days and months, colours and metals: " silver" is
 a colour too) are declared in the categories file under ``"_related"`` (pairs of names);
@@ -70,12 +74,19 @@ PRESETS = {
 }
 
 
-def target_masks(tokens: Tensor, labels: Tensor, related: list[tuple[int, int]] | None = None
-                 ) -> dict[str, Tensor]:
+def target_masks(tokens: Tensor, labels: Tensor, related: list[tuple[int, int]] | None = None,
+                 hidden: Tensor | None = None) -> dict[str, Tensor]:
     """Boolean masks [b q k]: partner, copy (earlier copies), related (earlier tokens of an
-    overlapping category), target (partner, related, or BOS when there is no partner)."""
+    overlapping category), target (partner, related, or BOS when there is no partner).
+
+    `hidden` [q k]: the keys the layer's queries cannot see (``cfg.hidden_keys(l, pos[:, None],
+    pos[None, :])``; default: none but the later ones) — a key it hides is nobody's partner, copy or
+    fallback. ``has_partner`` and ``sees_bos`` [b q] say which queries have a visible partner and a
+    visible BOS."""
     b, p = tokens.shape
     earlier = torch.ones(p, p, dtype=torch.bool).tril(-1)                                  # k < q
+    if hidden is not None:
+        earlier &= ~hidden.to(torch.bool)                                                  # … and visible
     same_cat = (labels[:, :, None] == labels[:, None, :]) & (labels[:, :, None] >= 0)      # [b q k]
     same_tok = tokens[:, :, None] == tokens[:, None, :]
     partner = same_cat & ~same_tok & earlier
@@ -86,9 +97,12 @@ def target_masks(tokens: Tensor, labels: Tensor, related: list[tuple[int, int]] 
             rel |= (labels[:, :, None] == x) & (labels[:, None, :] == y)
     rel &= earlier
     has_partner = partner.any(-1)                                                          # [b q]
+    sees_bos = (torch.ones(p, dtype=torch.bool) if hidden is None else ~hidden[:, 0].to(torch.bool))
+    sees_bos = sees_bos[None, :].expand(b, p)
     target = partner | rel
-    target[:, :, 0] |= ~has_partner
-    return {"partner": partner, "copy": copy, "related": rel, "target": target, "has_partner": has_partner}
+    target[:, :, 0] |= ~has_partner & sees_bos
+    return {"partner": partner, "copy": copy, "related": rel, "target": target, "has_partner": has_partner,
+            "sees_bos": sees_bos}
 
 
 def pattern_metrics(pattern: Float[Tensor, "batch head q k"], masks: dict[str, Tensor],
@@ -103,21 +117,26 @@ def pattern_metrics(pattern: Float[Tensor, "batch head q k"], masks: dict[str, T
     def m(x):
         return x[:, None, q].double()                                                       # [b 1 q (k)]
     lq = slice(0, None) if include_bos_query else q
-    target = (A[:, :, lq] * masks["target"][:, None, lq].double()).sum(-1)                 # [b h q]
-    loss = -target.clamp_min(1e-30).log().mean(dim=(0, 2))
+    tmask = masks["target"][:, None, lq]
+    target = (A[:, :, lq] * tmask.double()).sum(-1)                                        # [b h q]
     diag = torch.diagonal(A, dim1=-2, dim2=-1)[:, :, q]                                    # [b h q]
     has_copy = masks["copy"].any(-1)[:, None, q].double()
     has_partner = masks["has_partner"][:, None, q].double()
+    sees_bos = masks.get("sees_bos", torch.ones_like(masks["has_partner"]))[:, None, q].double()
 
     def masked_mean(x, w):                                     # NaN where no query applies (→ None)
         n = w.sum(dim=(0, 2))
         return torch.where(n > 0, (x * w).sum(dim=(0, 2)) / n.clamp_min(1), torch.full_like(n, math.nan))
+    # queries with a target they can see (every query but under a local window that hides BOS and partners)
+    scored = tmask.any(-1).double().expand_as(target)
+    loss = masked_mean(-target.clamp_min(1e-30).log(), scored)
+    loss = torch.nan_to_num(loss, nan=-math.log(1e-30))         # no query sees a target (window 1): the cap
     return {
         "semantic_loss": loss,
         "self_attention": diag.mean(dim=(0, 2)),
         "copy_attention": masked_mean((A[:, :, q] * m(masks["copy"])).sum(-1), has_copy),
         "same_category": masked_mean((A[:, :, q] * m(masks["partner"])).sum(-1), has_partner),
-        "bos_fallback": masked_mean(A[:, :, q, 0], 1 - has_partner),
+        "bos_fallback": masked_mean(A[:, :, q, 0], (1 - has_partner) * sees_bos),
     }
 
 
@@ -185,9 +204,15 @@ def survey(model: Model, layers: list[int] | None = None, *, categories=None, n_
     with small_matrices():
         cache = run_with_cache(W, prompts.tokens, names=[f"blocks.{l}.attn.hook_pattern" for l in layers],
                                stop_at_layer=max(layers) + 1, batch_size=32)
-        masks = target_masks(prompts.tokens, prompts.labels, prompts.related)
-        mets = {l: pattern_metrics(cache[f"blocks.{l}.attn.hook_pattern"], masks, include_bos_query=bos_query)
-                for l in layers}
+        pos = torch.arange(prompts.tokens.shape[1])
+        masks = {}                                                 # by local window: the layer's own mask
+        mets = {}
+        for l in layers:
+            if cfg.window(l) not in masks:
+                masks[cfg.window(l)] = target_masks(prompts.tokens, prompts.labels, prompts.related,
+                                                    hidden=cfg.hidden_keys(l, pos[:, None], pos[None, :]))
+            mets[l] = pattern_metrics(cache[f"blocks.{l}.attn.hook_pattern"], masks[cfg.window(l)],
+                                      include_bos_query=bos_query)
     rows = []
     for l in layers:
         met = mets[l]
