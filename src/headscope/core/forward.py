@@ -240,7 +240,10 @@ def _attention(block: Block, x: Tensor, l: int, w: Weights, k: _Keeper) -> Tenso
         scores = scores.div_(cfg.attn_softcap).tanh_().mul_(cfg.attn_softcap)
     scores.masked_fill_(above, float("-inf"))                                                               # in place: fresh tensor
     k.put(pre + "attn.hook_attn_scores", scores)
-    pattern = torch.softmax(scores, dim=-1)
+    if k.wants(pre + "attn.hook_attn_scores") or k.wants(pre + "attn.hook_denom"):
+        pattern = torch.softmax(scores, dim=-1)
+    else:                                                    # the scores are not read again: softmax in place
+        pattern = torch._softmax(scores, -1, False, out=scores)                                             # the same values
     if k.wants(pre + "attn.hook_denom"):
         # log Z = s_max − log p_max (p_max ≥ 1/n never underflows): no second exp pass
         s_max, at = scores.max(dim=-1, keepdim=True)                                                        # [b h q 1]

@@ -419,7 +419,7 @@ def fixed_query_scores(w: Weights, k: Float[Tensor, "b p head e"], token: int,
 
 
 #: query positions per block of :func:`fixed_query_log_denominators`
-QUERY_BLOCK = 128
+QUERY_BLOCK = 256
 
 
 def fixed_query_log_denominators(w: Weights, k: Float[Tensor, "b p head e"], token: int,
