@@ -57,7 +57,7 @@ ROOT = HERE.parent
 
 #: benchmark module → what it measures (in table order)
 BENCHMARKS = {
-    "bench_neurons": "neuron scan vs bare matmuls (target ≤ 2×)",
+    "bench_neurons": "neuron scan vs bare matmuls (target ≤ 2×); `headscope neurons` vs load + those matmuls (≤ 3×)",
     "bench_head": "vocab × vocab top-k vs bare matmul (target ≤ 2×)",
     "bench_forward": "forward with full cache vs HF eager output_attentions (target ≥ 1.0×)",
     "bench_report": "full report time and peak RSS (target < 5 min, < 4 GB)",

@@ -76,6 +76,9 @@ def test_fixed_query_attention_is_the_models_own_inside_the_window(case, request
     mine = S.fixed_query_scores(w, k, t)
     assert torch.equal(torch.isfinite(mine), torch.isfinite(scores))
     torch.testing.assert_close(torch.softmax(mine, -1), pattern.to(mine.dtype), rtol=1e-9, atol=1e-9)
+    for block in (3, 5, P):           # causal query blocks: the window's mask inside each block too
+        torch.testing.assert_close(S.fixed_query_log_denominators(w, k, t, block=block), torch.logsumexp(mine, -1),
+                                   rtol=1e-12, atol=1e-12)
 
 
 def test_learned_split_kernels_and_denominators_see_only_the_window(neo):

@@ -17,7 +17,9 @@ def test_early_exit_equals_full_pass(tiny):
     for names, stop in ([["blocks.0.attn.hook_k", "blocks.0.ln2.hook_scale"], 1],
                         [["blocks.0.ln2.hook_normalized"], None],
                         [["blocks.0.attn.hook_pattern"], None],
-                        [["blocks.1.hook_resid_mid", "blocks.0.mlp.hook_post"], None]):
+                        [["blocks.1.hook_resid_mid", "blocks.0.mlp.hook_post"], None],
+                        [["blocks.0.mlp.hook_pre", "blocks.0.ln2.hook_scale"], 1],
+                        [["blocks.1.mlp.hook_pre"], None]):
         part = run_with_cache(W, toks, names=names, stop_at_layer=stop)
         full = run_with_cache(W, toks, names=names + ["logits"])                  # every block runs
         assert set(part) == set(names)
@@ -33,6 +35,8 @@ def test_early_exit_skips_the_rest(tiny, monkeypatch):
     real = forward._mlp
     monkeypatch.setattr(forward, "_mlp", lambda *a, **k: calls.append(a[2]) or real(*a, **k))
     run_with_cache(W, toks, names=["blocks.0.ln2.hook_scale"])
+    assert calls == []
+    run_with_cache(W, toks, names=["blocks.0.mlp.hook_pre"])          # the pre-activation: no GELU, no W_out
     assert calls == []
     run_with_cache(W, toks, names=["logits"])
     assert calls == list(range(W.cfg.n_layers))

@@ -240,7 +240,10 @@ def _attention(block: Block, x: Tensor, l: int, w: Weights, k: _Keeper) -> Tenso
         scores = scores.div_(cfg.attn_softcap).tanh_().mul_(cfg.attn_softcap)
     scores.masked_fill_(above, float("-inf"))                                                               # in place: fresh tensor
     k.put(pre + "attn.hook_attn_scores", scores)
-    pattern = torch.softmax(scores, dim=-1)
+    if k.wants(pre + "attn.hook_attn_scores") or k.wants(pre + "attn.hook_denom"):
+        pattern = torch.softmax(scores, dim=-1)
+    else:                                                    # the scores are not read again: softmax in place
+        pattern = torch._softmax(scores, -1, False, out=scores)                                             # the same values
     if k.wants(pre + "attn.hook_denom"):
         # log Z = s_max − log p_max (p_max ≥ 1/n never underflows): no second exp pass
         s_max, at = scores.max(dim=-1, keepdim=True)                                                        # [b h q 1]
@@ -276,14 +279,21 @@ def mlp(block: Block, x: Float[Tensor, "... d"], cfg) -> tuple[Tensor, Tensor, T
     """
     shape, d = x.shape[:-1], x.shape[-1]
     ln, scale = reader_norm(x, block.ln2_w, block.ln2_b, cfg)
+    pre = mlp_pre(block, ln, cfg).reshape(-1, block.W_in.shape[1])                                          # [n m]
     if cfg.gated_mlp:
-        pre = torch.addmm(block.b_gate, ln.reshape(-1, d), block.W_gate)                                     # [n m]
         post = activation(cfg.act_fn, pre) * torch.addmm(block.b_in, ln.reshape(-1, d), block.W_in)
     else:
-        pre = torch.addmm(block.b_in, ln.reshape(-1, d), block.W_in)                                         # [n m]
         post = activation(cfg.act_fn, pre)
     out = _branch_norm(torch.addmm(block.b_out, post, block.W_out), block.ln2_post_w, cfg)                 # [n d]
     return out.view(*shape, d), ln, scale, pre.view(*shape, -1), post.view(*shape, -1)
+
+
+def mlp_pre(block: Block, ln: Float[Tensor, "... d"], cfg) -> Float[Tensor, "... m"]:
+    """The MLP's pre-activation (``mlp.hook_pre``) from LN2's output: ln @ W_in + b_in, or the gate's
+    ln @ W_gate + b_gate for a gated MLP."""
+    d = ln.shape[-1]
+    W, b = (block.W_gate, block.b_gate) if cfg.gated_mlp else (block.W_in, block.b_in)
+    return torch.addmm(b, ln.reshape(-1, d), W).view(*ln.shape[:-1], W.shape[1])                            # [... m]
 
 
 def _mlp(block: Block, x: Tensor, l: int, w: Weights, k: _Keeper) -> Tensor:
@@ -326,10 +336,12 @@ def _forward(w: Weights, tokens: Tensor, keeper: _Keeper, stop_at_layer: int | N
         left = keeper.pending()
         if not left:
             return
-        if left <= {f"blocks.{l}.ln2.hook_scale", f"blocks.{l}.ln2.hook_normalized"}:
-            ln, scale = reader_norm(src, block.ln2_w, block.ln2_b, cfg)   # all that is left: LN2, not the MLP
-            keeper.put(f"blocks.{l}.ln2.hook_scale", scale)
+        if left <= {f"blocks.{l}.ln2.hook_scale", f"blocks.{l}.ln2.hook_normalized", f"blocks.{l}.mlp.hook_pre"}:
+            ln, scale = reader_norm(src, block.ln2_w, block.ln2_b, cfg)   # all that is left: LN2 (and the
+            keeper.put(f"blocks.{l}.ln2.hook_scale", scale)              # pre-activation), not the rest of the MLP
             keeper.put(f"blocks.{l}.ln2.hook_normalized", ln)
+            if keeper.wants(f"blocks.{l}.mlp.hook_pre"):
+                keeper.put(f"blocks.{l}.mlp.hook_pre", mlp_pre(block, ln, cfg))
             return
         mlp_out = _mlp(block, src, l, w, keeper)
         keeper.put(f"blocks.{l}.hook_mlp_out", mlp_out)

@@ -15,6 +15,7 @@ from .split import (  # noqa: F401
     view, check_split, token_id, measure_c, resolve_c, ln1, queries, positional_term,
     positional_basis, key_split, Frame, score_readouts, positional_logits, query_frames,
     positional_kernels, positional_kernel, frame, log_content_factors, seed_log_denominator, log_Z,
-    fixed_query_scores, split_scores, approx_pattern, approx_tv, text_positional_kernels, text_content_factors,
+    fixed_query_scores, fixed_query_log_denominators, split_scores, approx_pattern, approx_tv,
+    text_positional_kernels, text_content_factors,
     true_pattern, crude_pattern, tv_distance, SEED_QUERY, GPT2_C, CONTENT_CHUNK,
 )

@@ -274,13 +274,12 @@ def calibrate(
         x = window_ids(k)
         P = max(P, x.numel())
         cache = run_with_cache(w, x[None], names=["blocks.0.attn.hook_k", "blocks.0.ln2.hook_scale"], stop_at_layer=1)
-        scores = layer0.fixed_query_scores(w, cache["blocks.0.attn.hook_k"], qid, queries)   # [1 head q k]
-        L = torch.logsumexp(scores, dim=-1)[0]                                    # [head q]
+        L = layer0.fixed_query_log_denominators(w, cache["blocks.0.attn.hook_k"], qid, queries)[0]   # [head q]
         p = L.shape[1]
         log_sum[:, :p] = torch.logaddexp(log_sum[:, :p], L)
         counts[:p] += 1
         scales.append(cache["blocks.0.ln2.hook_scale"][0, 1:] if p > 1 else cache["blocks.0.ln2.hook_scale"][0])
-        del cache, scores
+        del cache
         if report is not None:
             report(i + 1, len(chosen))
     log_sum, counts = log_sum[:, :P], counts[:P]

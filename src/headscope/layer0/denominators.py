@@ -134,7 +134,7 @@ def denominator_stability(
     c = layer0.measure_c(w)
     if query is not None:
         qid = layer0.token_id(model, query)
-        L = torch.logsumexp(layer0.fixed_query_scores(w, cache["blocks.0.attn.hook_k"], qid), -1)  # [b head p]
+        L = layer0.fixed_query_log_denominators(w, cache["blocks.0.attn.hook_k"], qid)  # [b head p]
         log_Z = layer0.log_Z(w, qid, window, c)                                 # [head p]
         logS = L - log_Z                                                         # [b head p] log S
         norm = "seed: S = sum_j pos[n,j]*content[n,x_j] = exp(logsumexp(scores) - log Z[n]), fixed query"

@@ -134,14 +134,14 @@ def token_values(circuit: Circuit, n: int, dtype=torch.float32, chunk: int = CHU
     Wcat = torch.cat([fr.Kq[:, circuit.heads], b.W_V[circuit.heads].permute(1, 0, 2).reshape(w.cfg.d_model, H * e)],
                      dim=1).to(dtype)                                                # [d H + H*e]
     bq, bV = fr.bq[circuit.heads].to(dtype), b.b_V[circuit.heads].reshape(H * e).to(dtype)
-    W_E, wpos = w.W_E.to(dtype), w.W_pos[n].to(dtype)
+    wpos = w.W_pos[n].to(dtype)
     ln_w, ln_b = b.ln1_w.to(dtype), b.ln1_b.to(dtype)
     Y = torch.empty(w.cfg.vocab, H * e, dtype=dtype)                                 # tokens: no padding rows
     for s in range(0, w.cfg.vocab, chunk):
-        x = W_E[s:min(s + chunk, w.cfg.vocab)] + wpos                                # [c d]
-        x = x - x.mean(-1, keepdim=True)
+        x = w.W_E[s:min(s + chunk, w.cfg.vocab)].to(dtype) + wpos                    # [c d] (a chunk cast at a time)
+        x.sub_(x.mean(-1, keepdim=True))
         sigma = (x.pow(2).mean(-1, keepdim=True) + w.cfg.ln_eps).sqrt()              # [c 1]
-        x = x / sigma * ln_w + ln_b
+        x.div_(sigma).mul_(ln_w).add_(ln_b)                                          # in place: the same values
         out = x @ Wcat                                                               # [c H + H*e]
         a = (out[:, :H] + bq - log_S).exp()                                          # [c H] content/S̄
         val = out[:, H:]
@@ -251,9 +251,9 @@ def scan_neurons(
     hi = torch.full((M.shape[1],), float("-inf"), dtype=dtype)
     lo = torch.full((M.shape[1],), float("inf"), dtype=dtype)
     for s in range(0, Y.shape[0], chunk):                                 # pass 1: running max / min
-        score = Y[s:s + chunk] @ M                                        # [c m]
-        torch.maximum(hi, score.amax(0), out=hi)
-        torch.minimum(lo, score.amin(0), out=lo)
+        c_lo, c_hi = torch.aminmax(Y[s:s + chunk] @ M, dim=0)            # [c m] → [m] each, one pass
+        torch.maximum(hi, c_hi, out=hi)
+        torch.minimum(lo, c_lo, out=lo)
     if not bool(torch.isfinite(hi).all() and torch.isfinite(lo).all()):
         # scores beyond float32 (e^88: a token's content/S̄ that large): redo in float64; beyond that, n/a
         if dtype != torch.float64:

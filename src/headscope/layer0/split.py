@@ -375,7 +375,8 @@ def seed_log_denominator(log_denom: Float[Tensor, "... head"], fr: Frame) -> Flo
 
 def log_Z(w: Weights, token: int, n_pos: int, c: float, chunk: int = 128) -> Float[Tensor, "head pos"]:
     """log Z_h[n] for n = 0..n_pos−1 (the positional kernel's normaliser), the frames' ``log_Z``
-    for `chunk` positions at a time (one [chunk head n_pos] block of logits, masked above n)."""
+    for `chunk` positions at a time (one [chunk head k] block of logits up to the chunk's last position k − 1,
+    masked above n)."""
     if _rotary(w.cfg):
         return _rs().log_Z(w, token, n_pos, c)
     _check_frame(w, [token], n_pos - 1)
@@ -383,7 +384,7 @@ def log_Z(w: Weights, token: int, n_pos: int, c: float, chunk: int = 128) -> Flo
     for a in range(0, n_pos, chunk):
         ns = torch.arange(a, min(a + chunk, n_pos))
         q = queries(w, torch.full_like(ns, token), ns)                             # [m h e]
-        L = _positional_logits(w, q, ns, n_pos, c)                                 # [m h n_pos], −inf where hidden
+        L = _positional_logits(w, q, ns, int(ns[-1]) + 1, c)                       # [m h k]: keys ≤ the last n, −inf where hidden
         out.append(torch.logsumexp(L, dim=-1).T)                                   # [h m]
     return torch.cat(out, dim=1)
 
@@ -416,6 +417,39 @@ def fixed_query_scores(w: Weights, k: Float[Tensor, "b p head e"], token: int,
         q = queries[p]
     scores = torch.einsum("qhe,bkhe->bhqk", q, k) / w.cfg.attn_scale(0)           # [b head q k]
     return scores.masked_fill(hidden(w, torch.arange(p, device=k.device), p), float("-inf"))
+
+
+#: query positions per block of :func:`fixed_query_log_denominators`
+QUERY_BLOCK = 256
+
+
+def fixed_query_log_denominators(w: Weights, k: Float[Tensor, "b p head e"], token: int,
+                                 queries: dict[int, Tensor] | None = None, block: int = QUERY_BLOCK
+                                 ) -> Float[Tensor, "b head p"]:
+    """L_h[n] = logsumexp over the keys visible from n of :func:`fixed_query_scores` (the model's
+    log-denominator had x_n been `token`), without forming the masked scores.
+
+    Query positions [a, a + block) read keys [0, a + block) only (causal): about half the
+    products, exponentials and sums of ``logsumexp(fixed_query_scores(...), -1)``, the same
+    values (the keys left out are the −inf entries, which add exp(−∞) = 0)."""
+    if _rotary(w.cfg):
+        return torch.logsumexp(_rs().fixed_query_scores(w, k, token), -1)
+    p = k.shape[1]
+    if queries is None:
+        q = fixed_queries(w, token, p)
+    else:
+        if p not in queries:
+            queries[p] = fixed_queries(w, token, p)
+        q = queries[p]
+    qh = q.permute(1, 0, 2)                                                       # [head q e]
+    kh = k.permute(0, 2, 3, 1).contiguous()                                       # [b head e k]
+    out = torch.empty(k.shape[0], k.shape[2], p, dtype=torch.promote_types(q.dtype, k.dtype), device=k.device)
+    for a in range(0, p, block):
+        z = min(a + block, p)
+        s = torch.matmul(qh[:, a:z], kh[..., :z]).div_(w.cfg.attn_scale(0))      # [b head m z]
+        s.masked_fill_(hidden(w, torch.arange(a, z, device=k.device), z), float("-inf"))
+        out[..., a:z] = torch.logsumexp(s, -1)
+    return out
 
 
 # -- the split over a whole window (vectorised over query positions) --------------------------
