@@ -31,6 +31,7 @@ import torch
 from .._errors import NotApplicable
 from ..core.forward import run_with_cache
 from ..semantic import bilinear, clustering
+from .null import compare
 from .table import claim, margin_of, share_of
 
 N_NODES = 3000            #: the authors' LIM (clustering.py): BOS + the 2 999 most frequent tokens
@@ -104,8 +105,6 @@ def _semantic_clusters(c, ref, w):
         for k in range(m.cfg.n_heads):
             if len(draws) < CLUSTER_DRAWS:
                 draws.append(cluster_quality(X, *bilinear.qk_factors(Wn, l, k), nodes, labelled))
-    from .null import compare
-
     null = compare(mine["ari"], [d["ari"] for d in draws], statistic="ARI of the Leiden clusters vs the categories",
                    null=NULL, direction="above", **margin_of(c["null"]),
                    null_passes=share_of(draws, lambda d: d["ari"] >= c["min_ari"]))
@@ -161,8 +160,6 @@ def _explain_score(c, ref, w):
 
     r = rs(inp.W, [h])[0]
     draws = [x for m in w.semantic_null for x in rs(m.weights(), range(m.cfg.n_heads))]
-    from .null import compare
-
     null = compare(r, draws, statistic="Pearson r of the form's prediction with the head's scores", null=NULL,
                    direction="above", **margin_of(c["null"]), null_passes=share_of(draws, lambda x: x >= c["min_r"]))
     note = (f"{tokens.shape[0]} category prompts of {tokens.shape[1]} tokens; scores centred per query over keys "
