@@ -133,11 +133,10 @@ def _keyword_density(c, ref, w):
                    null="null heads of the contextual heads (Gaussian W_Q, W_K, W_V, W_O of their norms), each with "
                         "its own keywords", direction="above", **margin_of(c["null"]),
                    null_passes=share_of(draws, lambda x: x >= c["min_r"]))
-    measured = {str(h): round(mine[h]["r"], 4) for h in heads}
     note = "; ".join(f"head {h}: r {mine[h]['r']:.3f}, {mine[h]['n_keywords']} keywords (content ≥ e × the typical "
                      f"token's), mean density {mine[h]['density']:.3f}" for h in heads)
     note += f"; {stab.n_texts} windows of distinct texts, n ≥ {stab.n_min} every {KEYWORD_STRIDE}th"
-    return c["published_text"], measured, c["tolerance"], worst >= c["min_r"], note, null
+    return c["published_text"], round(worst, 4), c["tolerance"], worst >= c["min_r"], note, null
 
 
 # -- broad context ----------------------------------------------------------------------------------
