@@ -8,7 +8,8 @@ One job per module, imports running down this list:
 * :mod:`~headscope.claims.reference`: what the rows compare with (the seeds' figures or a planted manifest);
 * :mod:`~headscope.claims.work`: the measurements the rows share, computed once per run;
 * :mod:`~headscope.claims.seed000_heads`, :mod:`~headscope.claims.seed000_neurons`,
-  :mod:`~headscope.claims.seed002`: one check function per claim;
+  :mod:`~headscope.claims.seed000_context`, :mod:`~headscope.claims.seed002`,
+  :mod:`~headscope.claims.seed002_clusters`: one check function per claim;
 * :mod:`~headscope.claims.details`: the JSON's supporting figures;
 * :mod:`~headscope.claims.run`: the runner (:func:`~headscope.claims.run.reproduce`).
 

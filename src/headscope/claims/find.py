@@ -81,6 +81,7 @@ ROW_COMPONENTS = {
     "n_contextual_neurons": "contextual_neurons", "neuron_704_top": "dialect_neuron",
     "neuron_704_bottom": "dialect_neuron", "neuron_704_texts": "dialect_neuron", "naive_bayes": "dialect_neuron",
     "neuron_topics": "contextual_neurons", "neuron_transfer": "contextual_neurons",
+    "keyword_density": "worst_heads", "broad_context": "contextual_neurons",
 }
 #: the rows of seed 002 read the semantic head; a row not listed reads the contextual heads
 SEMANTIC = "semantic_head"
@@ -420,11 +421,9 @@ def find_reference(model: Model, found: Found | None = None, *, variant=None):
     neurons = c["contextual_neurons"].neurons if c["contextual_neurons"].found else []
     dialect = (c["dialect_neuron"].neurons or [seed.neuron])[0]
     n_negative = seed.n_negative_top64
-    try:
-        from ..semantic import bilinear
-        W = model.weights()
-        l, h = model.cfg.check_head(*sem)
-        n_negative = bilinear.bilinear_form(bilinear.qk_matrix(W, l, h), l, h).n_negative_top
+    try:                                        # the semantic head's form, as the claims table computes it
+        from .work import Work
+        n_negative = Work(model, dataclasses.replace(seed, semantic_head=sem)).form.n_negative_top
     except HeadscopeError:
         pass
     return Reference(

@@ -8,7 +8,7 @@ import dataclasses
 from .._errors import HeadscopeError, NotApplicable
 from ..core.model import Model
 from ..shipped import seed_claims
-from . import seed000_heads, seed000_neurons, seed002  # noqa: F401  (their @claim rows fill CHECKS)
+from . import seed000_context, seed000_heads, seed000_neurons, seed002, seed002_clusters  # noqa: F401  (@claim rows)
 from .details import details as _details
 from .reference import PLANTED_REFERENCE, SEED_REFERENCE, Reference, reference_for, resolve_heads
 from .table import CHECKS, RANDOM, ClaimRow, ReproduceResult, verdict
