@@ -405,10 +405,10 @@ def find_reference(model: Model, found: Found | None = None, *, variant=None):
     locates: ``reproduce(model, reference=find_reference(model))`` asks the seeds' questions of
     them. Where a component is not found, the rows use its best candidate and cannot pass.
 
-    The seeds' figures that only describe GPT-2 Small stay the published column: neuron 704's
-    token lists (compared with the dialect neuron's selection) and σ_sym / σ_skew. The exact
-    negative count of the semantic head is its own (the row's verdict rests on the negative
-    eigen-mass against its null)."""
+    The seeds' figures that only describe GPT-2 Small — neuron 704's token lists, σ_sym / σ_skew —
+    give those rows no verdict here (:func:`gpt2_only`): they are compared only on GPT-2 Small. The
+    exact negative count of the semantic head is its own (the row's verdict rests on the negative
+    eigen-mass against its null); the survey rows use the categories the head was found by."""
     from ..shipped import seed_claims
     from .reference import Reference, seed_reference
 
@@ -433,7 +433,20 @@ def find_reference(model: Model, found: Found | None = None, *, variant=None):
         neuron_label=f"{dialect} (dialect neuron{'' if c['dialect_neuron'].found else ', not found: best candidate'})",
         top_tokens=seed.top_tokens, bottom_tokens=seed.bottom_tokens, semantic_head=sem,
         n_negative_top64=int(n_negative), sigma=seed.sigma, planted_sigma_sym=None,
-        worst_heads=c["worst_heads"].heads or [], survey_categories="seed", found=found)
+        worst_heads=c["worst_heads"].heads or [],
+        # the survey rows ask about the found head on the prompts it was found by (headscope's shipped
+        # categories, the survey of find_semantic_head), not the authors' 8 lists of GPT-2's 1.5
+        survey_categories=shipped.categories(), found=found)
+
+
+def gpt2_only(ref, what: str) -> None:
+    """Refuse a verdict on a figure that describes only GPT-2 Small's own component (neuron 704's token
+    lists, σ 1.86 / 1.34) when the row runs on components --find located: no verdict, one line why."""
+    if ref.name == FOUND_REFERENCE:
+        from .._errors import NotApplicable
+
+        raise NotApplicable(f"GPT-2-specific figure ({what}); compared only on GPT-2 Small's own component "
+                            "(reproduce without --find)")
 
 
 def reference_components(model: Model, ref) -> Found:
