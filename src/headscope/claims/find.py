@@ -60,8 +60,8 @@ from .._errors import HeadscopeError
 from ..core.forward import run_with_cache
 from ..core.model import Model
 from .null import compare, form_null, generator, negative_mass, random_readouts, sym_eigenvalues
+from .reference import FOUND_REFERENCE
 
-FOUND_REFERENCE = "found in the model (--find)"
 CONTEXTUAL_CATEGORY = "slowly_decaying"     #: the kernel category of the seed's contextual heads
 KERNEL_TV = 0.25                            #: single-linkage bar on kernel TV (as contextual.SELECTION)
 NEURON_MARGIN = 2.0                         #: a neuron's score over its random-readout null; a scale break
@@ -406,7 +406,7 @@ def find_reference(model: Model, found: Found | None = None, *, variant=None):
     them. Where a component is not found, the rows use its best candidate and cannot pass.
 
     The seeds' figures that only describe GPT-2 Small — neuron 704's token lists, σ_sym / σ_skew —
-    give those rows no verdict here (:func:`gpt2_only`): they are compared only on GPT-2 Small. The
+    give those rows no verdict here (:func:`~headscope.claims.reference.gpt2_only`): they are compared only on GPT-2 Small. The
     exact negative count of the semantic head is its own (the row's verdict rests on the negative
     eigen-mass against its null); the survey rows use the categories the head was found by."""
     from ..shipped import seed_claims
@@ -437,16 +437,6 @@ def find_reference(model: Model, found: Found | None = None, *, variant=None):
         # the survey rows ask about the found head on the prompts it was found by (headscope's shipped
         # categories, the survey of find_semantic_head), not the authors' 8 lists of GPT-2's 1.5
         survey_categories=shipped.categories(), found=found)
-
-
-def gpt2_only(ref, what: str) -> None:
-    """Refuse a verdict on a figure that describes only GPT-2 Small's own component (neuron 704's token
-    lists, σ 1.86 / 1.34) when the row runs on components --find located: no verdict, one line why."""
-    if ref.name == FOUND_REFERENCE:
-        from .._errors import NotApplicable
-
-        raise NotApplicable(f"GPT-2-specific figure ({what}); compared only on GPT-2 Small's own component "
-                            "(reproduce without --find)")
 
 
 def reference_components(model: Model, ref) -> Found:

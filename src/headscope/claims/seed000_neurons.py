@@ -12,8 +12,8 @@ from .. import shipped
 from .._errors import NotApplicable
 from ..layer0.neurons import DEFAULT_THRESHOLD
 from ..stats import binomial_quantiles, hypergeometric_quantiles, roc_auc, spearman
-from .find import gpt2_only
 from .null import NullComparison, compare
+from .reference import gpt2_only
 from .table import claim, margin_of, share_of
 
 

@@ -12,9 +12,8 @@ from .. import shipped
 from .._errors import HeadscopeError, NotApplicable
 from ..core.forward import run_with_cache
 from ..stats import robust_z
-from .find import gpt2_only
 from .null import compare, negative_mass
-from .reference import SEED_REFERENCE
+from .reference import SEED_REFERENCE, gpt2_only
 from .table import claim, margin_of, share_of
 
 
