@@ -131,8 +131,9 @@ def _three_rules(c, ref, w):
         f"{n} {fmt(r['same_category'])}/{fmt(r['self'])}/{fmt(r['copy'])}/{fmt(r['bos_fallback'])}"
         for n, r in per.items())
     if skipped:
-        note += f"; no verdict for {skipped}" + (" (not planted categories)" if planted is not None else
-                                                  " (no query with or without a partner)")
+        why = ("not planted categories" if ref.planted else "not among the categories the head was found by") \
+            if planted is not None else "no query with or without a partner"
+        note += f"; no verdict for {skipped} ({why})"
     worst = min(per[n]["same_category"] for n in verdicts)
     draws = []
     for m in w.semantic_null:
