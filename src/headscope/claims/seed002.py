@@ -380,8 +380,9 @@ def _rebuild_note(e: dict) -> str:
     errs = e["rebuild_errors"]
     if isinstance(errs, str):
         return f"; measured on the exact steered form; no rebuilt checkpoint ({errs})"
+    alphas = ", ".join(f"{a:g}" for a in e["alphas"][1:])
     return ("; measured on the exact steered form (no rank-d_head rebuild); the rebuild error of `headscope steer`'s "
-            "checkpoint " + ", ".join(f"{x:.1e}" for x in errs))
+            f"checkpoint at α {alphas}: " + ", ".join(f"{x:.1e}" for x in errs))
 
 
 @claim("steer_restores_self")
