@@ -345,7 +345,12 @@ def _fidelity(c, ref, w):
     pos, r, fvu = fidelity_near(f, n)
     if r is None or fvu is None:
         raise NotApplicable("circuit fidelity undefined (constant outputs)")
-    base = w.fidelity_baseline(tuple(pos))
+    try:
+        base = w.fidelity_baseline(tuple(pos))
+    except NotApplicable:
+        raise
+    except HeadscopeError as e:                     # no null layer-0 draws here: no verdict without a null
+        raise NotApplicable(f"the null of circuit fidelity cannot be measured ({e})") from None
     gain = lambda d: d["r"] - d["r_free"] if d["r"] is not None and d["r_free"] is not None else math.nan  # noqa: E731
     m = base["model"]
     draws = [gain(d) for d in base["null"]]
