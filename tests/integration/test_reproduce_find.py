@@ -18,7 +18,11 @@ from headscope.cli import main
 PLANTED_ROWS = ("kernel_categories", "contextual_heads", "contextual_heads_auto", "denominator_worst_heads",
                 "circuit_fidelity", "n_contextual_neurons", "neuron_704_texts", "naive_bayes", "neuron_topics",
                 "neuron_transfer", "semantic_pairs", "self_suppression", "bos_fallback", "position_independence",
-                "negative_eigenvalues", "steer_restores_self", "steer_alpha_sweep")
+                "negative_eigenvalues", "steer_restores_self", "steer_alpha_sweep",
+                # issue 32 §3: on the categories the head was found by; TV against the model's own null
+                "survey_top", "survey_outlier", "three_rules_by_category", "tv_contextual")
+#: rows whose published figure is GPT-2 Small's own component: no verdict under --find
+GPT2_ONLY = ("neuron_704_top", "neuron_704_bottom", "sym_vs_skew")
 
 #: rows about every layer-0 kernel that have no null yet (issue 32 §1; claims/null.py)
 NO_NULL_YET = ("translation_equivariance", "query_dependence")
@@ -59,6 +63,7 @@ def test_find_on_the_planted_checkpoint_passes_the_planted_rows(planted_found, p
     _, d = planted_found
     rows = {r["id"]: r for r in d["rows"]}
     assert {rid: rows[rid]["verdict"] for rid in PLANTED_ROWS} == {rid: "PASS" for rid in PLANTED_ROWS}
+    assert all(rows[rid]["verdict"] == "no verdict" and "GPT-2-specific figure" in rows[rid]["note"] for rid in GPT2_ONLY)
     # every row names its component and why; the rows ran on the found components
     assert all(r["component"] and r["why"] for r in d["rows"])
     assert rows["survey_top"]["component"] == "1.5" and rows["neuron_704_texts"]["component"].startswith("neuron ")

@@ -53,6 +53,8 @@ def test_neuron_transfer_row():
         names = {t.name: t.text for t in shipped.samples()}
         by_text = {v: k for k, v in names.items()}
         w.true_activation = lambda j, text: (sign * act.get(by_text[text], 0.0), 0.0, 0)
+        # the labelled difference against random readouts of the neuron's norm (±0.5)
+        w.sample_readout_null = lambda j, name: (sign * (act[name] - 0.0), [0.5 * (-1) ** k for k in range(64)])
         return w
 
     row = NR._neuron_transfer(c, SEED, work(1.0))

@@ -60,8 +60,8 @@ from .._errors import HeadscopeError
 from ..core.forward import run_with_cache
 from ..core.model import Model
 from .null import compare, form_null, generator, negative_mass, random_readouts, sym_eigenvalues
+from .reference import FOUND_REFERENCE
 
-FOUND_REFERENCE = "found in the model (--find)"
 CONTEXTUAL_CATEGORY = "slowly_decaying"     #: the kernel category of the seed's contextual heads
 KERNEL_TV = 0.25                            #: single-linkage bar on kernel TV (as contextual.SELECTION)
 NEURON_MARGIN = 2.0                         #: a neuron's score over its random-readout null; a scale break
@@ -406,10 +406,10 @@ def find_reference(model: Model, found: Found | None = None, *, variant=None):
     locates: ``reproduce(model, reference=find_reference(model))`` asks the seeds' questions of
     them. Where a component is not found, the rows use its best candidate and cannot pass.
 
-    The seeds' figures that only describe GPT-2 Small stay the published column: neuron 704's
-    token lists (compared with the dialect neuron's selection) and σ_sym / σ_skew. The exact
-    negative count of the semantic head is its own (the row's verdict rests on the negative
-    eigen-mass against its null)."""
+    The seeds' figures that only describe GPT-2 Small — neuron 704's token lists, σ_sym / σ_skew —
+    give those rows no verdict here (:func:`~headscope.claims.reference.gpt2_only`): they are compared only on GPT-2 Small. The
+    exact negative count of the semantic head is its own (the row's verdict rests on the negative
+    eigen-mass against its null); the survey rows use the categories the head was found by."""
     from ..shipped import seed_claims
     from .reference import Reference, seed_reference
 
@@ -432,7 +432,10 @@ def find_reference(model: Model, found: Found | None = None, *, variant=None):
         neuron_label=f"{dialect} (dialect neuron{'' if c['dialect_neuron'].found else ', not found: best candidate'})",
         top_tokens=seed.top_tokens, bottom_tokens=seed.bottom_tokens, semantic_head=sem,
         n_negative_top64=int(n_negative), sigma=seed.sigma, planted_sigma_sym=None,
-        worst_heads=c["worst_heads"].heads or [], survey_categories="seed", found=found)
+        worst_heads=c["worst_heads"].heads or [],
+        # the survey rows ask about the found head on the prompts it was found by (headscope's shipped
+        # categories, the survey of find_semantic_head), not the authors' 8 lists of GPT-2's 1.5
+        survey_categories=shipped.categories(), found=found)
 
 
 def reference_components(model: Model, ref) -> Found:

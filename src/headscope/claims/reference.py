@@ -14,6 +14,7 @@ from ..shipped import seed_claims
 
 SEED_REFERENCE = "seed (GPT-2 Small)"
 PLANTED_REFERENCE = "planted manifest"
+FOUND_REFERENCE = "found in the model (--find)"   #: claims.find's components
 
 
 @dataclasses.dataclass
@@ -73,6 +74,16 @@ def planted_reference(manifest: dict) -> Reference:
             survey_categories={k: list(v["tokens"]) for k, v in l1["categories"].items()})
     except (KeyError, TypeError, ValueError, IndexError, StopIteration) as e:
         raise HeadscopeError(f"planted.json: malformed manifest ({type(e).__name__}: {e})") from None
+
+
+def gpt2_only(ref: Reference, what: str) -> None:
+    """Refuse a verdict on a figure that describes only GPT-2 Small's own component (neuron 704's token
+    lists, σ 1.86 / 1.34) when the row runs on components --find located: no verdict, one line why."""
+    if ref.name == FOUND_REFERENCE:
+        from .._errors import NotApplicable
+
+        raise NotApplicable(f"GPT-2-specific figure ({what}); compared only on GPT-2 Small's own component "
+                            "(reproduce without --find)")
 
 
 def reference_for(model: Model) -> Reference:

@@ -3,6 +3,7 @@ texts, naive Bayes, topics and their transfer. One check per claim (:func:`claim
 
 from __future__ import annotations
 
+import math
 import statistics
 
 import torch
@@ -12,6 +13,7 @@ from .._errors import NotApplicable
 from ..layer0.neurons import DEFAULT_THRESHOLD
 from ..stats import binomial_quantiles, hypergeometric_quantiles, roc_auc, spearman
 from .null import NullComparison, compare
+from .reference import gpt2_only
 from .table import claim, margin_of, share_of
 
 
@@ -63,7 +65,9 @@ def _neuron_topics(c, ref, w):
 @claim("neuron_transfer")
 def _neuron_transfer(c, ref, w):
     """Neurons labelled with a topic that has a shipped sample text: true mean activation on that
-    text above (top label) or below (bottom label) the mean over the other sample texts."""
+    text above (top label) or below (bottom label) the mean over the other sample texts. The null:
+    the same difference for random readouts of each neuron's norm (in the labelled direction, ÷ its
+    own 95th percentile); the statistic is the median of that ratio over the tested neurons."""
     by = {t.name: t.text for t in shipped.samples()}
     tests = []
     for x in w.topic_labels:
@@ -74,16 +78,28 @@ def _neuron_transfer(c, ref, w):
     if not tests:
         raise NotApplicable("no contextual neuron has a label with a shipped sample text (sport, cooking, "
                             "French, Commonwealth or American spelling)")
-    results = []
+    results, ratios, null_rows = [], [], []
     for j, label, name, sign in tests:
         act = {n: w.true_activation(j, t)[0] for n, t in by.items()}
         others = statistics.mean(v for n, v in act.items() if n != name)
         results.append((j, label, act[name], others, sign * (act[name] - others) > 0))
+        diff, draws = w.sample_readout_null(j, name)
+        d = torch.tensor(draws, dtype=torch.float64) * sign
+        p95 = float(torch.quantile(d, 0.95))
+        ratios.append(sign * diff / p95 if p95 > 0 else math.inf)
+        null_rows.append(d / p95 if p95 > 0 else torch.zeros_like(d))
     share = sum(r[4] for r in results) / len(results)
+    stat = statistics.median(ratios)
+    draws = torch.stack(null_rows).median(0).values.tolist() if len(null_rows) > 1 else null_rows[0].tolist()
+    null = compare(stat, draws, statistic="median over the tested neurons of the labelled difference ÷ its random-readout p95",
+                   null="random readouts of each neuron's norm (the same texts), in the labelled direction",
+                   direction="above", **margin_of(c["null"]))
     note = "; ".join(f"{j} ({label}): {a:.3f} vs {o:.3f}" for j, label, a, o, _ in results[:10]) + \
-        " (true mean activation on the topic's sample vs the other samples; calibrated on calibration.txt)"
+        " (true mean activation on the topic's sample vs the other samples; calibrated on calibration.txt); " \
+        "difference ÷ random readouts' p95: " + ", ".join(f"{x:.3g}" for x in ratios[:10])
     return c["published_text"], f"{sum(r[4] for r in results)}/{len(results)}", c["tolerance"], \
-        share >= c["min_share"], note
+        share >= c["min_share"], note, null
+
 
 def _scaled_count(w) -> str:
     """The count under variant ``scaled`` (the same scan ÷ σ̄₂), for the row's note."""
@@ -161,6 +177,7 @@ def _neuron_side(c, ref, w):
     order): its overlap and Jaccard with headscope's selection of the same size, and the threshold
     that reproduces it best; the null is the overlap of a random selection of that size."""
     side = c["side"]
+    gpt2_only(ref, f"neuron 704's {side}-{len(ref.top_tokens if side == 'top' else ref.bottom_tokens)} token list")
     want = ref.top_tokens if side == "top" else ref.bottom_tokens
     scores = w.neuron_scores(ref.neuron)                                           # [V]
     ids, missing = w.token_ids(want)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import torch
@@ -12,6 +13,7 @@ from ..core.model import Model
 from ..corpus import windows
 from ..layer0.calibration import STRIDE, calibrate, check_samples
 from ..layer0.contextual import build_circuit, circuit_fidelity
+from ..stats import correlation, fraction_unexplained, median
 from ..layer0.denominators import denominator_stability
 from ..layer0.kernels import analyse_kernels
 from ..layer0.neurons import DEFAULT_THRESHOLD, ln2_divisor, parse_variant, readout, scan_neurons, token_values
@@ -240,6 +242,27 @@ class Work:
             xs.append(cache["blocks.0.ln2.hook_normalized"][0, 1:].double().mean(0))     # [d]
         return readout_null(xs[0] - xs[1], Wc.blocks[0].W_in[:, j], f"readout:{j}", centred=Wc.reads_centred)
 
+    @functools.cached_property
+    def sample_means(self) -> dict[str, torch.Tensor]:
+        """Mean LN2-normalised residual of layer 0 ([d], float64) over positions ≥ 1 of each shipped
+        sample text (one layer-0 pass each): a neuron's mean pre-activation there is this · W_in[:, j] + b_in[j]."""
+        circuit, _ = self.circuit
+        out = {}
+        for t in shipped.samples():
+            tokens = windows(self.model, [t.text], n_ctx=circuit.calibration.n_positions)[0]
+            cache = run_with_cache(circuit.weights, tokens[None], names=["blocks.0.ln2.hook_normalized"], stop_at_layer=1)
+            out[t.name] = cache["blocks.0.ln2.hook_normalized"][0, 1:].double().mean(0)        # [d]
+        return out
+
+    def sample_readout_null(self, j: int, name: str) -> tuple[float, list[float]]:
+        """(neuron j's mean pre-activation on sample `name` minus its mean over the other samples, the
+        same for READOUT_DRAWS random readouts of W_in[:, j]'s norm: claims.null.readout_null)."""
+        self.model.cfg.check_neuron(j)
+        means = self.sample_means
+        dx = means[name] - torch.stack([v for k, v in means.items() if k != name]).mean(0)
+        Wc = self.circuit[0].weights
+        return readout_null(dx, Wc.blocks[0].W_in[:, j], f"transfer:{j}:{name}", centred=Wc.reads_centred)
+
     @functools.lru_cache(maxsize=None)
     def steer(self, alpha: float):
         l, h = self._check_head()
@@ -249,6 +272,20 @@ class Work:
     def authors_steer(self):
         l, h = self._check_head()
         return authors_steer(self.model, l, h)
+
+    @functools.cached_property
+    def steer_inputs(self) -> dict:
+        """The semantic head's layer on the steering prompts (those of :func:`steer`: 32 seeded
+        category prompts of 16 words): its LN1 output x̂ ([b p d], float64: the same for every head
+        of the layer, so for its null draws too) and the head's own pattern ([b p p]); one pass."""
+        from ..semantic.prompts import prompts_for
+
+        l, h = self._check_head()
+        o = SteerOptions().resolved()
+        tokens = prompts_for(self.model, o.categories, n_prompts=32, length=16, seed=o.seed)[0].tokens
+        names = [f"blocks.{l}.ln1.hook_normalized", f"blocks.{l}.attn.hook_pattern"]
+        cache = run_with_cache(self.model.weights(), tokens, names=names, stop_at_layer=l + 1)
+        return {"x": cache[names[0]].double(), "pattern": cache[names[1]][:, h].double()}
 
     @functools.cached_property
     def denominators(self):
@@ -285,6 +322,33 @@ class Work:
         p = len(tokens)
         positions = sorted(set(range(FIDELITY_STRIDE, p, FIDELITY_STRIDE)) | {p - 1})
         return circuit_fidelity(circuit, [tokens], positions=positions)
+
+    @functools.lru_cache(maxsize=None)
+    def fidelity_baseline(self, positions: tuple[int, ...]) -> dict:
+        """The circuit against the content-free approximation (:meth:`Circuit.predict` with
+        ``content=False``: the positional kernel alone, no content/S̄) at `positions` of the held-out
+        window, on the model (``model``) and on DENOMINATOR_NULL_ROUNDS null layers (``null``: the
+        layer-0 draws of :attr:`denominator_null`, every head a Gaussian draw of its own norms, their
+        S̄ the log mean S that measure sampled on the denominator texts — no new calibration pass).
+        Each: medians over the positions of r and FVU, of the circuit and of the content-free one."""
+        from .. import layer0
+        from ..layer0.contextual import Circuit
+
+        circuit, _ = self.circuit
+        tokens = windows(self.model, [held_out_text()], n_ctx=circuit.calibration.n_positions)[0]
+        pos = list(positions)
+        W = self.model.weights()
+        cal = circuit.calibration
+        nulls = []
+        for r, d in enumerate(self.denominator_null):
+            view = layer0.view(self.model.with_weights(null_layer(W, 0, f"denominators:{r}", 1)))
+            log_S = cal.log_seed_denom.clone()
+            got = torch.tensor(d.log_mean, dtype=log_S.dtype)                                    # [H n_ctx]
+            m = min(got.shape[1], log_S.shape[1])
+            log_S[:, :m] = got[:, :m]
+            nulls.append(Circuit(weights=view, calibration=dataclasses.replace(cal, log_seed_denom=log_S),
+                                 heads=circuit.heads))
+        return {"model": _fit_pair(circuit, tokens, pos), "null": [_fit_pair(c, tokens, pos) for c in nulls]}
 
     @functools.lru_cache(maxsize=None)
     def neuron_scores(self, j: int) -> torch.Tensor:
@@ -351,3 +415,14 @@ class Work:
         pred = circuit.predict(tokens, pos) @ readout_vectors(circuit, [j])[:, 0] + circuit.weights.blocks[0].b_in[j]
         return float(true.mean()), float(pred.mean()), len(tokens) - 1
 
+
+
+def _fit_pair(circuit, tokens: torch.Tensor, positions: list[int]) -> dict:
+    """Medians over `positions` of r and FVU between the heads' true summed output and the circuit
+    (``r``, ``fvu``) and the content-free approximation (``r_free``, ``fvu_free``)."""
+    true = circuit.true_output(tokens)[positions]                                             # [n d]
+    out = {}
+    for key, content in (("", True), ("_free", False)):
+        pred = circuit.predict(tokens, positions, content=content)
+        out["r" + key], out["fvu" + key] = median(correlation(pred, true)), median(fraction_unexplained(true, pred))
+    return out

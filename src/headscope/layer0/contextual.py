@@ -202,8 +202,12 @@ class Circuit:
         return finite_or_not_applicable(out, "the contextual circuit's token contributions")
 
     def predict(self, tokens: Int[Tensor, "p"], positions: list[int], *,
-                block_bytes: int = 128 * 2**20) -> Float[Tensor, "n d"]:
+                block_bytes: int = 128 * 2**20, content: bool = True) -> Float[Tensor, "n d"]:
         """Σ_i pos[n, i] · contribution[n, t_q, x_i] + off[n] for each n in `positions`.
+
+        ``content=False``: the content-free approximation, every token weight content/S̄ replaced by 1
+        (the heads attend by the shared positional kernel alone): the baseline that lacks the seed's
+        mechanism (row circuit_fidelity's null).
 
         :meth:`token_weights`, :meth:`shared_kernel` and :meth:`offset` evaluated for blocks of
         positions at once (:func:`headscope.layer0.query_frames`), with LN(W_E[x_i] + W_pos[n])
@@ -218,7 +222,8 @@ class Circuit:
         if w.cfg.positional == "rotary":                     # kernel over distance × content (rotary_split)
             from . import rotary_split
             log_S = self.calibration.log_seed_denom[self.heads].to(w.W_E.dtype)
-            return finite_or_not_applicable(rotary_split.predict(w, self.token, self.heads, log_S, tokens, positions),
+            return finite_or_not_applicable(rotary_split.predict(w, self.token, self.heads, log_S, tokens, positions,
+                                                                 content=content),
                                             "the contextual circuit's prediction")
         H = self.heads
         d = w.cfg.d_model
@@ -231,9 +236,9 @@ class Circuit:
             _, Kq, bq, pos = layer0.query_frames(w, self.token, ns, self.calibration.c)   # [m d h], [m h], [m h k]
             X = layer0.ln1(w, w.W_E[tokens[:k]][None] + w.W_pos[ns][:, None])           # [m k d]
             log_S = self.calibration.log_seed_denom[H][:, ns].T.to(X.dtype)             # [m H]
-            content = torch.einsum("mkd,mdh->mhk", X, Kq[:, :, H]) + bq[:, H, None]      # [m H k]
+            scores = torch.einsum("mkd,mdh->mhk", X, Kq[:, :, H]) + bq[:, H, None]       # [m H k] content logits
             kernel = pos[:, H].mean(1)                                                  # [m k] shared kernel
-            a = (content - log_S[:, :, None]).exp() * kernel[:, None, :]                 # [m H k]
+            a = ((scores - log_S[:, :, None]).exp() if content else torch.ones_like(scores)) * kernel[:, None, :]
             a = a.masked_fill(layer0.hidden(w, ns, k)[:, None, :], 0.0)                # keys n does not see
             u = torch.einsum("mhk,mkd->mhd", a, X)                                     # [m H d]
             rw, scale = layer0.positional_basis(w, k, self.calibration.c)              # [n_ctx d], [k]

@@ -223,11 +223,12 @@ def _masked_kernels(w: Weights, kap: Float[Tensor, "h D"], ns: Int[Tensor, "m"])
 
 
 def predict(w: Weights, token: int, heads: list[int], log_S: Float[Tensor, "H pos"], tokens: Int[Tensor, "p"],
-            positions: list[int], block: int = 64) -> Float[Tensor, "n d"]:
+            positions: list[int], block: int = 64, content: bool = True) -> Float[Tensor, "n d"]:
     """The contextual circuit's output at each n in `positions` (:meth:`headscope.layer0.contextual.Circuit.predict`):
     Σ_i pos[n, i] Σ_{h ∈ H} content_h[n, x_i]/S̄_h[n] · v_h(x_i) W_O[h], pos the chosen heads' mean kernel;
     no positional value term (rotary values carry no position). ``log_S`` [H pos]: log S̄ of the chosen heads.
-    The frames of `block` positions at once: κ and rot(q, Δ) are shared, only the truncation at n differs."""
+    The frames of `block` positions at once: κ and rot(q, Δ) are shared, only the truncation at n differs.
+    ``content=False``: every token weight content/S̄ replaced by 1 (the positional kernel alone)."""
     b = w.blocks[0]
     if not positions:
         return torch.empty(0, w.cfg.d_model, dtype=w.W_E.dtype)
@@ -247,8 +248,8 @@ def predict(w: Weights, token: int, heads: list[int], log_S: Float[Tensor, "H po
         idx = (ns[:, None] - torch.arange(D)[None, :])                            # [m k]
         valid = idx >= 0
         kern = pos_d[:, heads].mean(1).gather(1, idx.clamp_min(0)) * valid        # [m k] shared kernel
-        content = torch.einsum("khe,mhe->mhk", dK[:, heads], qt) / s              # [m H k]
-        a = (content - log_S[:, ns].T[:, :, None]).exp() * kern[:, None, :]       # [m H k]
+        logit = torch.einsum("khe,mhe->mhk", dK[:, heads], qt) / s                # [m H k] content logits
+        a = ((logit - log_S[:, ns].T[:, :, None]).exp() if content else torch.ones_like(logit)) * kern[:, None, :]
         z = torch.einsum("mhk,hke->mhe", a, V)                                    # [m H e]
         rows.append(torch.einsum("mhe,hed->md", z, b.W_O[heads]))
     return torch.cat(rows)
