@@ -299,11 +299,14 @@ def test_hub_sizes_load_offline_and_match_transformers(hub_size):
 @pytest.mark.parametrize("hub_size", ["distilgpt2"], indirect=True)
 def test_hub_sizes_full_report(hub_size, tmp_path, check_report):
     """The main job, as a user runs it on a downloaded model: ``headscope report REPO --out R``
-    offline from the HF cache, on the smallest real hub size (distilgpt2, ≈ 20 s on 2 cores; gpt2
-    and gpt2-medium: benchmarks/bench_sizes.py, which checks each report the same way)."""
+    offline from the HF cache, on the smallest real hub size (distilgpt2: every stage at GPT-2's
+    widths and vocabulary, with one semantic deep dive and the atlas over 500 tokens instead of 2 and
+    2000: the same code on less work; the default options on gpt2 and gpt2-medium:
+    benchmarks/bench_sizes.py, which checks each report the same way)."""
     repo, (layers, d, heads), cache, snap = hub_size
     out = tmp_path / "report"
-    r = subprocess.run([sys.executable, "-m", "headscope", "report", repo, "--out", str(out), "--no-progress", "--json"],
+    r = subprocess.run([sys.executable, "-m", "headscope", "report", repo, "--out", str(out), "--no-progress", "--json",
+                        "--deep-dives", "1", "--atlas-tokens", "500"],
                        capture_output=True, text=True, timeout=900, env=offline_env(HF_HUB_CACHE=str(cache)))
     assert r.returncode == 0, r.stderr[-3000:]
     data = check_report(out)                           # finite JSON, nulls only where declared, balanced HTML
