@@ -104,6 +104,41 @@ def tiny(tiny_hf_dir):
     return headscope.load(tiny_hf_dir)
 
 
+#: a sample text full of markup: the report must escape every token of it
+REPORT_MARKUP = ("Breaking: <script>alert(1)</script> and <img src=x onerror=alert(2)> & \"quoted\" ></div><b>bold</b>\n")
+#: the planted report's fast options (tests/integration/test_report.py, test_report_browser.py)
+REPORT_FAST = dict(progress=False, n_neurons=4, deep_dives=1, semantic_tokens=1500, kernel_windows=4, atlas_tokens=500)
+
+
+@pytest.fixture(scope="session")
+def report_inputs(tmp_path_factory) -> dict:
+    """The planted report's inputs: three sample texts (one full of markup, one with an odd file
+    name) and, in ``options``, a short calibration text (the first 450 words of the shipped one:
+    it keeps the tests fast) with :data:`REPORT_FAST`."""
+    from headscope.shipped import calibration_text
+
+    d = tmp_path_factory.mktemp("samples")
+    (d / "markup.txt").write_text(REPORT_MARKUP + "The shop on the high street sells bread, milk and newspapers.\n")
+    (d / "news.txt").write_text("The council approved the new budget on Tuesday after a long debate about "
+                                "roads, schools and the local library, which will stay open on Sundays.\n")
+    (d / "<i>odd&name.txt").write_text("Rain is expected tomorrow across the north, with sunshine later.\n")
+    cal = tmp_path_factory.mktemp("calibration") / "calibration.txt"
+    cal.write_text(" ".join(calibration_text().text.split()[:450]) + "\n")
+    return {"samples": [d / "markup.txt", d / "news.txt", d / "<i>odd&name.txt"], "markup": REPORT_MARKUP,
+            "options": {"calibration_text": cal, **REPORT_FAST}}
+
+
+@pytest.fixture(scope="session")
+def planted_report(planted_model, report_inputs, tmp_path_factory):
+    """(directory, ReportResult) of the planted checkpoint's report on :func:`report_inputs`, built
+    once for the test_report and the browser tests. Read it; write to a copy."""
+    from headscope.report import ReportOptions, build_report
+
+    out = tmp_path_factory.mktemp("report") / "r"
+    return out, build_report(planted_model, out, ReportOptions(samples=report_inputs["samples"],
+                                                               **report_inputs["options"]))
+
+
 @pytest.fixture()
 def no_network(monkeypatch):
     """Any attempt to open a network connection fails the test."""

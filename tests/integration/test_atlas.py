@@ -247,17 +247,19 @@ def _cli(*args):
 
 
 def test_command(tiny_hf_dir, tmp_path, capsys):
-    """``python -m headscope atlas`` (two processes); the refusals through the same main() in this
-    process (one line on stderr, exit status 2: an exception here would fail the test as a traceback
-    would)."""
+    """``python -m headscope atlas`` (a process); its text output and the refusals through the same
+    main() in this process (one line on stderr, exit status 2: an exception here would fail the test
+    as a traceback would)."""
     from headscope.cli import main
 
     p = _cli("atlas", str(tiny_hf_dir), "--layers", "1", "--tokens", "50", "--json")
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
     assert d["layers"] == [1] and [r["head"] for r in d["rows"]] == [0, 1, 2] and d["spec"]["n_tokens"] == 50
-    text = _cli("atlas", str(tiny_hf_dir), "--tokens", "50")
-    assert text.returncode == 0 and re.search(r"layer 1: most negative self score L1H\d", text.stdout)
+    capsys.readouterr()
+    assert main(["atlas", str(tiny_hf_dir), "--tokens", "50"]) == 0
+    text = capsys.readouterr()
+    assert re.search(r"layer 1: most negative self score L1H\d", text.out) and "Traceback" not in text.err
     for args, msg in [(["--tokens", "1"], "--tokens: expected ≥ 2"), (["--layers", "2"], "layer 2 out of range"),
                       (["--layers", "x"], "invalid int value")]:
         try:

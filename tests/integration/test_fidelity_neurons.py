@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 import pytest
 import torch
@@ -37,6 +38,12 @@ def scan(cc, model, variant=None, threshold=5.0):
     return scan_neurons(circuit, choice, model.tokenizer, threshold=threshold, variant=variant)
 
 
+@pytest.fixture(scope="module")
+def planted_scan(planted_circuit, planted_model):
+    """Today's scan (no variant, threshold 5.0) of the planted circuit, shared by the tests that compare with it."""
+    return scan(planted_circuit, planted_model)
+
+
 def test_parse_variant():
     assert parse_variant(None) == VARIANTS["paper"] == ContributionVariant()
     v = parse_variant("code,glitch=exclude")
@@ -51,8 +58,8 @@ def test_parse_variant():
             parse_variant(bad)
 
 
-def test_default_variant_is_todays_scan(planted_circuit, planted_model):
-    a, b = scan(planted_circuit, planted_model), scan(planted_circuit, planted_model, "paper")
+def test_default_variant_is_todays_scan(planted_circuit, planted_model, planted_scan):
+    a, b = planted_scan, scan(planted_circuit, planted_model, "paper")
     assert a.max_all == b.max_all
     assert a.neurons == [{k: v for k, v in n.items() if k != "score"} for n in b.neurons]
     assert all(n["score"] == n["max_contribution"] for n in b.neurons)     # the selection score: max
@@ -84,17 +91,17 @@ def test_position_part_agrees_on_planted_differs_on_tiny(planted_circuit, plante
         assert torch.allclose((a - b)[t, k * e:(k + 1) * e], want, atol=1e-10)
 
 
-def test_ln2_variants_rescale_exactly(planted_circuit, planted_model):
-    base = scan(planted_circuit, planted_model)                       # paper: the seed's formula, no LN2 scale
+def test_ln2_variants_rescale_exactly(planted_circuit, planted_model, planted_scan):
+    base = planted_scan                                               # paper: the seed's formula, no LN2 scale
     sigma = planted_circuit[0].calibration.ln2_scale
-    scaled = scan(planted_circuit, planted_model, "scaled", threshold=0.0)
-    const = scan(planted_circuit, planted_model, "ln2=2.5", threshold=0.0)
+    scaled = scan(planted_circuit, planted_model, "scaled")           # max_all: every neuron, whatever the threshold
+    const = scan(planted_circuit, planted_model, "ln2=2.5", threshold=math.inf)
     b = torch.tensor(base.max_all)
     assert base.variant is None and parse_variant(None).ln2 == "none"
     assert torch.allclose(torch.tensor(scaled.max_all), b / sigma, rtol=1e-4, atol=1e-6)
     assert torch.allclose(torch.tensor(const.max_all), b / 2.5, rtol=1e-4, atol=1e-6)
     # both units find exactly the planted neurons here (σ̄₂ ≈ 0.16: scaled scores are ≈ 6× larger)
-    found = {n["neuron"] for n in scan(planted_circuit, planted_model, "scaled").neurons}
+    found = {n["neuron"] for n in scaled.neurons}
     assert found == {n["neuron"] for n in base.neurons}
 
 
@@ -156,11 +163,11 @@ def test_glitch_file(tiny_circuit, tiny, tmp_path):
         scan(tiny_circuit, tiny, f"glitch={f}")
 
 
-def test_position_variant(planted_circuit, planted_model):
+def test_position_variant(planted_circuit, planted_model, planted_scan):
     circuit, choice = planted_circuit
     a = scan_neurons(circuit, choice, planted_model.tokenizer, position=100)
     b = scan(planted_circuit, planted_model, "position=100")
-    assert a.max_all == b.max_all and b.position == 100 and a.max_all != scan(planted_circuit, planted_model).max_all
+    assert a.max_all == b.max_all and b.position == 100 and a.max_all != planted_scan.max_all
     with pytest.raises(HeadscopeError, match="not calibrated"):
         scan(planted_circuit, planted_model, "position=5000")
 

@@ -299,11 +299,18 @@ def test_hub_sizes_load_offline_and_match_transformers(hub_size):
 @pytest.mark.parametrize("hub_size", ["distilgpt2"], indirect=True)
 def test_hub_sizes_full_report(hub_size, tmp_path, check_report):
     """The main job, as a user runs it on a downloaded model: ``headscope report REPO --out R``
-    offline from the HF cache, on the smallest real hub size (distilgpt2, ≈ 20 s on 2 cores; gpt2
-    and gpt2-medium: benchmarks/bench_sizes.py, which checks each report the same way)."""
+    offline from the HF cache, on the smallest real hub size (distilgpt2: every stage at GPT-2's
+    widths and vocabulary, on less work than the defaults: the first 450 words of the calibration
+    text, one semantic deep dive, the atlas over 500 tokens; the default options on gpt2 and
+    gpt2-medium: benchmarks/bench_sizes.py, which checks each report the same way)."""
+    from headscope.shipped import calibration_text
+
     repo, (layers, d, heads), cache, snap = hub_size
     out = tmp_path / "report"
-    r = subprocess.run([sys.executable, "-m", "headscope", "report", repo, "--out", str(out), "--no-progress", "--json"],
+    cal = tmp_path / "calibration.txt"
+    cal.write_text(" ".join(calibration_text().text.split()[:450]) + "\n", encoding="utf-8")
+    r = subprocess.run([sys.executable, "-m", "headscope", "report", repo, "--out", str(out), "--no-progress", "--json",
+                        "--calibration-text", str(cal), "--deep-dives", "1", "--atlas-tokens", "500"],
                        capture_output=True, text=True, timeout=900, env=offline_env(HF_HUB_CACHE=str(cache)))
     assert r.returncode == 0, r.stderr[-3000:]
     data = check_report(out)                           # finite JSON, nulls only where declared, balanced HTML

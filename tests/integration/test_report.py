@@ -19,8 +19,6 @@ from headscope.report import REGISTRY, ReportOptions, build_report, default_stag
 EXPECTED_STAGES = {"model", "attention", "kernels", "denominators", "calibration", "neurons", "activations",
                    "survey", "semantic", "steering"}
 
-MARKUP = "Breaking: <script>alert(1)</script> and <img src=x onerror=alert(2)> & \"quoted\" ></div><b>bold</b>\n"
-
 #: every element the report's pages may contain (inline SVG included); anything else is injected markup
 ALLOWED_TAGS = {
     "html", "head", "meta", "title", "style", "body", "header", "nav", "main", "footer", "section", "div",
@@ -31,33 +29,23 @@ ALLOWED_TAGS = {
 
 
 @pytest.fixture(scope="module")
-def samples(tmp_path_factory) -> list[Path]:
-    d = tmp_path_factory.mktemp("samples")
-    (d / "markup.txt").write_text(MARKUP + "The shop on the high street sells bread, milk and newspapers.\n")
-    (d / "news.txt").write_text("The council approved the new budget on Tuesday after a long debate about "
-                                "roads, schools and the local library, which will stay open on Sundays.\n")
-    (d / "<i>odd&name.txt").write_text("Rain is expected tomorrow across the north, with sunshine later.\n")
-    # a shorter calibration text keeps the tests fast: the first 450 words of the shipped one
-    from headscope.shipped import calibration_text
-
-    CALIBRATION.append(tmp_path_factory.mktemp("calibration") / "calibration.txt")
-    CALIBRATION[-1].write_text(" ".join(calibration_text().text.split()[:450]) + "\n")
-    return [d / "markup.txt", d / "news.txt", d / "<i>odd&name.txt"]
+def samples(report_inputs) -> list[Path]:
+    """The report's sample texts; its calibration text and fast options go to :func:`_options`
+    (tests/conftest.py: report_inputs)."""
+    OPTIONS.update(report_inputs["options"])
+    return report_inputs["samples"]
 
 
-CALIBRATION: list[Path] = []
-FAST = dict(progress=False, n_neurons=4, deep_dives=1, semantic_tokens=1500, kernel_windows=4, atlas_tokens=500)
+OPTIONS: dict = {}
 
 
 def _options(samples, **kw) -> ReportOptions:
-    return ReportOptions(samples=samples, calibration_text=CALIBRATION[-1], **{**FAST, **kw})
+    return ReportOptions(samples=samples, **{**OPTIONS, **kw})
 
 
 @pytest.fixture(scope="module")
-def report(planted_model, samples, tmp_path_factory):
-    out = tmp_path_factory.mktemp("report") / "r"
-    result = build_report(planted_model, out, _options(samples))
-    return out, result
+def report(planted_report, samples):
+    return planted_report
 
 
 def _html_files(out: Path) -> list[Path]:

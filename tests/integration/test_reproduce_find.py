@@ -35,8 +35,20 @@ def _reproduce_json(*argv) -> tuple[int, dict]:
     return code, json.loads(buf.getvalue())
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _forget_the_measurements():
+    """The planted tables share their measurements through the process memo (claims.work.shared;
+    test_reproduce.py runs just before this module): none is needed after it."""
+    yield
+    from headscope.claims.work import clear_memo
+
+    clear_memo()
+
+
 @pytest.fixture(scope="module")
 def planted_found(planted_dir):
+    """`reproduce PLANTED --find`: the search, then the table on what it found (in a whole-suite run
+    served the measurements test_reproduce.py made where they agree)."""
     return _reproduce_json(planted_dir, "--find")
 
 

@@ -45,10 +45,12 @@ def details(w: Work, claims: dict, ref: Reference) -> dict:
                                 "stride": STRIDE, "min_samples": MIN_SAMPLES,
                                 "samples_at": {str(n): w.calibration.counts[n] for n in sorted(
                                     {0, 255, 500, w.calibration.n_positions - 1}) if n < w.calibration.n_positions}})
-    put("neuron_variants", lambda: _neuron_variants(w))
-    put("neuron_head_sets", lambda: _neuron_head_sets(w))
-    put("neuron_calibration_texts", lambda: _neuron_calibrations(w))
-    put("neurons_robust_top", lambda: _robust_top(w))
+    # the neuron count under other variants, head sets and texts: kept for the process (claims.work.shared)
+    for key, fn, deps in (("neuron_variants", _neuron_variants, ("heads",)),
+                          ("neuron_head_sets", _neuron_head_sets, ("heads", "variant", "threshold", "published")),
+                          ("neuron_calibration_texts", _neuron_calibrations, ("heads", "variant", "threshold")),
+                          ("neurons_robust_top", _robust_top, ("heads", "variant"))):
+        put(key, lambda key=key, fn=fn, deps=deps: w.memo(key, deps, lambda: fn(w)))
     put("neuron", lambda: {"neuron": ref.neuron, **w.neuron_tokens(ref.neuron)})
     put("denominators", lambda: {"window": w.denominators.window, "n_windows": w.denominators.n_texts,
                                  "median_rel_spread": w.denominators.median_rel_spread})

@@ -1,13 +1,21 @@
-"""The measurements the claims share, each computed once per run (:class:`Work`)."""
+"""The measurements the claims share, each computed once per run (:class:`Work`), and once per
+process for the same model (:func:`shared`): a table against another reference (a tampered or
+absent manifest, ``--heads``, ``--find``'s search and then its table) reuses every measurement
+that does not depend on what changed."""
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
+import hashlib
+import json
+from pathlib import Path
 
 import torch
 
 from .. import shipped
+from .._errors import HeadscopeError
 from ..core.forward import run_with_cache
 from ..core.model import Model
 from ..corpus import windows
@@ -45,6 +53,92 @@ def denominator_texts() -> list[tuple[str, str]]:
             *[(t.name, t.text) for t in shipped.genre_texts()]]
 
 
+#: the models whose measurements the process keeps (most recent last): model key → {key: value}
+_MEMO: collections.OrderedDict = collections.OrderedDict()
+MEMO_MODELS = 2
+#: files beside the weights that a measurement reads (config and tokenizer); the fingerprint covers the weights
+_INPUT_FILES = ("config.json", "tokenizer.json", "vocab.json", "merges.txt")
+_NO_MEMO = object()
+_INPUTS = ("model", "ref", "head", "heads_spec", "variant")     #: what a Work is made of (Work.__init__)
+
+
+def clear_memo() -> None:
+    """Forget every measurement kept by :func:`shared`."""
+    _MEMO.clear()
+
+
+def _model_key(model: Model):
+    """What every measurement of `model` reads: the weight files' fingerprint, the config and
+    tokenizer files, the processing, dtype and device. None (nothing is kept) for a model whose
+    weights are not its files' (Model.with_weights: a null draw, an edit) or held in memory."""
+    if model.edited or model.directory is None:
+        return None
+    try:
+        fingerprint = model.fingerprint
+    except HeadscopeError:
+        return None
+    h = hashlib.sha256()
+    for name in _INPUT_FILES:
+        f = Path(model.directory) / name
+        h.update(name.encode() + (f.read_bytes() if f.is_file() else b"\0absent"))
+    return fingerprint, h.hexdigest(), model.resolved_processing(), str(model.dtype), str(model.device)
+
+
+#: what a measurement may depend on besides the model: a hashable value of the Work each
+_DEPS = {
+    "head": lambda w: tuple(w.head),
+    "heads": lambda w: None if w.heads is None else tuple(w.heads),
+    "variant": lambda w: w.variant if w.variant.glitch in ("keep", "exclude") else _NO_MEMO,   # a file: not kept
+    "categories": lambda w: json.dumps(w.ref.survey_categories, sort_keys=True),
+    "threshold": lambda w: getattr(w.ref.found, "neuron_threshold", None),
+    "published": lambda w: tuple(w.ref.contextual_heads),
+}
+
+
+def _memo(w: "Work", name, deps: tuple[str, ...], compute):
+    """``compute()``, kept for the process under (model key, `name`, the values of `deps`)."""
+    mkey = None if w.__dict__.get("_memo_off") else w._memo_model
+    dep = tuple(_DEPS[d](w) for d in deps)
+    if mkey is None or _NO_MEMO in dep:
+        return compute()
+    store = _MEMO.get(mkey)
+    if store is None:
+        store = _MEMO[mkey] = {}
+        while len(_MEMO) > MEMO_MODELS:
+            _MEMO.popitem(last=False)
+    _MEMO.move_to_end(mkey)
+    key = (name, dep)
+    if key not in store:
+        store[key] = compute()
+    return store[key]
+
+
+def shared(*deps: str):
+    """A :class:`Work` measurement computed once per process for the same model (:func:`_model_key`)
+    and the same `deps` (names of :data:`_DEPS`: the parts of the reference or options it reads);
+    a property cached on the Work as ``functools.cached_property``. Callers must not modify it."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def get(self):
+            return _memo(self, fn.__name__, deps, lambda: fn(self))
+        return functools.cached_property(get)
+    return wrap
+
+
+def shared_method(*deps: str):
+    """:func:`shared` for a method of hashable arguments (kept per arguments, on the Work as well)."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def get(self, *args):
+            calls = self.__dict__.setdefault("_calls", {})
+            key = (fn.__name__, args)
+            if key not in calls:
+                calls[key] = _memo(self, key, deps, lambda: fn(self, *args))
+            return calls[key]
+        return get
+    return wrap
+
+
 class Work:
     def __init__(self, model: Model, ref: Reference, heads=None, variant=None):
         self.model, self.ref = model, ref
@@ -53,16 +147,34 @@ class Work:
         self.variant = parse_variant(variant)
         self.__dict__.update(getattr(ref.found, "shared", None) or {})     # --find's measurements, reused
 
+    def __setattr__(self, name, value):
+        """A measurement set by hand (a stand-in, a test's edit) makes this Work's measurements its
+        own: from then on none is kept for the process nor served from it."""
+        if name not in _INPUTS:
+            self.__dict__["_memo_off"] = True
+        elif name == "model":
+            self.__dict__.pop("_memo_model", None)
+        super().__setattr__(name, value)
+
+    @functools.cached_property
+    def _memo_model(self):
+        return _model_key(self.model)
+
+    def memo(self, name, deps: tuple[str, ...], compute):
+        """``compute()`` kept for the process as a :func:`shared` measurement named `name`
+        (hashable) that reads the model and `deps` only (the details' figures)."""
+        return _memo(self, name, deps, compute)
+
     def _check_head(self) -> tuple[int, int]:
         return self.model.cfg.check_head(*self.head)
 
-    @functools.cached_property
+    @shared()
     def kernels(self):
         texts = [(t.name, t.text) for t in [shipped.calibration_text(), *shipped.samples()]]
         wins = windows(self.model, texts, max_windows=KERNEL_WINDOWS)
         return analyse_kernels(self.model, layer=0, query=SEED_QUERY, c="measured", windows=wins)
 
-    @functools.cached_property
+    @shared()
     def split_tv(self) -> dict:
         """Median TV(true, approx) per head over positions n ≥ 1 of the kernel windows, for the
         seed's split, for the crude split √(|W_pos[i]|² + c²) (row key_split_vs_crude) and for the
@@ -100,14 +212,14 @@ class Work:
         return [{"category": cats.categories[k], "translation_tv": float(trans[k]), "query_tv": float(qtv[k]),
                  "shape_tv": float(shape[k])} for k in range(kern.shape[0])]
 
-    @functools.cached_property
+    @shared()
     def kernel_shape(self) -> list[dict]:
         """:meth:`_kernel_measures` of the model's own layer-0 heads."""
         from .. import layer0
 
         return self._kernel_measures(layer0.view(self.model))
 
-    @functools.cached_property
+    @shared()
     def kernel_null(self) -> list[dict]:
         """:meth:`_kernel_measures` of KERNEL_NULL_ROUNDS × n_heads null heads of layer 0
         (claims.null.null_layer), each with the head it stands for (``head``: draw r·n_heads + h is h's)."""
@@ -117,7 +229,7 @@ class Work:
         view = null_layer(layer0.view(self.model), 0, "kernels", KERNEL_NULL_ROUNDS)
         return [{"head": k % H, **m} for k, m in enumerate(self._kernel_measures(view))]
 
-    @functools.cached_property
+    @shared()
     def calibration(self):
         return calibrate(self.model, shipped.calibration_text().text, query=SEED_QUERY)
 
@@ -125,7 +237,7 @@ class Work:
     def heads(self) -> list[int] | None:
         return resolve_heads(self.heads_spec, self.ref, self.model.cfg.n_heads)
 
-    @functools.cached_property
+    @shared("heads")
     def circuit(self):
         """(circuit, choice) over the heads the downstream rows use (the published ones by default),
         at the last calibrated position; NotApplicable when the calibration text gives fewer than
@@ -134,11 +246,11 @@ class Work:
         check_samples(self.calibration, choice.position)
         return circuit, choice
 
-    @functools.cached_property
+    @shared()
     def auto_choice(self):
         return build_circuit(self.model, self.calibration, heads=None)[1]
 
-    @functools.cached_property
+    @shared("heads", "variant", "threshold")
     def scan(self):
         circuit, choice = self.circuit
         bar = getattr(self.ref.found, "neuron_threshold", None)            # --find: the model's own bar
@@ -164,12 +276,12 @@ class Work:
         return {"top": dec(top.indices.tolist()), "bottom": dec(bottom.indices.tolist()),
                 "max_contribution": float(top.values[0]), "min_contribution": float(bottom.values[0])}
 
-    @functools.cached_property
+    @shared()
     def survey(self):
         """headscope's survey (64 prompts × 16 words): the rate rows."""
         return survey(self.model, n_prompts=64, length=16, seed=0)
 
-    @functools.cached_property
+    @shared("categories")
     def seed_survey(self):
         """The authors' prompt recipe (one prompt of 255 words): the rank rows."""
         return survey(self.model, seed=0, preset="seed",
@@ -180,25 +292,25 @@ class Work:
         res = self.survey if res is None else res
         return next(r for r in res.rows if (r.layer, r.head) == (l, h))
 
-    @functools.cached_property
+    @shared("head")
     def position(self):
         l, h = self._check_head()
         return position_independence(self.model, l, h)
 
-    @functools.cached_property
+    @shared("head")
     def form(self):
         l, h = self._check_head()
         W = self.model.weights()
         return bilinear.bilinear_form(bilinear.qk_matrix(W, l, h), l, h)
 
-    @functools.cached_property
+    @shared("head")
     def semantic_null(self) -> list[Model]:
         """Models whose semantic-head layer holds null draws of the semantic head in every head slot
         (claims.null.null_head_models: HEAD_DRAWS draws in ⌈HEAD_DRAWS / n_heads⌉ models)."""
         l, h = self._check_head()
         return null_head_models(self.model, l, h, "semantic_head")
 
-    @functools.cached_property
+    @shared("head")
     def position_null(self) -> list[float]:
         """identity_fraction of the semantic head's null draws (one pass per null model and order)."""
         l, _ = self._check_head()
@@ -207,20 +319,20 @@ class Work:
             draws += [r.identity_fraction for r in position_independence_heads(m, [(l, k) for k in range(m.cfg.n_heads)])]
         return [d for d in draws if d is not None]
 
-    @functools.cached_property
+    @shared("head")
     def survey_null(self) -> list:
         """The survey's rows (headscope's 64 prompts × 16 words, as :attr:`survey`) of the null draws."""
         l, _ = self._check_head()
         return [r for m in self.semantic_null for r in survey(m, [l], n_prompts=64, length=16, seed=0).rows]
 
-    @functools.cached_property
+    @shared("head", "categories")
     def seed_survey_null(self) -> list:
         """The authors' survey recipe (as :attr:`seed_survey`) on the null draws."""
         l, _ = self._check_head()
         return [r for m in self.semantic_null
                 for r in survey(m, [l], seed=0, preset="seed", categories=self.ref.survey_categories).rows]
 
-    @functools.cached_property
+    @shared("head")
     def negative_null(self) -> dict:
         """Top-64 negative count and negative eigen-mass of WEIGHT_DRAWS null forms of the semantic
         head (claims.null.form_null)."""
@@ -233,6 +345,9 @@ class Work:
         """(difference of neuron j's mean true pre-activation between texts[0] and texts[1] over
         positions ≥ 1, the same difference for random readouts of W_in[:, j]'s norm: claims.null.readout_null)."""
         self.model.cfg.check_neuron(j)
+        return self.memo(("text_readout_null", j, tuple(texts)), ("heads",), lambda: self._text_readout_null(j, texts))
+
+    def _text_readout_null(self, j: int, texts: list[str]) -> tuple[float, list[float]]:
         circuit, _ = self.circuit
         Wc = circuit.weights
         xs = []
@@ -242,7 +357,7 @@ class Work:
             xs.append(cache["blocks.0.ln2.hook_normalized"][0, 1:].double().mean(0))     # [d]
         return readout_null(xs[0] - xs[1], Wc.blocks[0].W_in[:, j], f"readout:{j}", centred=Wc.reads_centred)
 
-    @functools.cached_property
+    @shared("heads")
     def sample_means(self) -> dict[str, torch.Tensor]:
         """Mean LN2-normalised residual of layer 0 ([d], float64) over positions ≥ 1 of each shipped
         sample text (one layer-0 pass each): a neuron's mean pre-activation there is this · W_in[:, j] + b_in[j]."""
@@ -263,17 +378,17 @@ class Work:
         Wc = self.circuit[0].weights
         return readout_null(dx, Wc.blocks[0].W_in[:, j], f"transfer:{j}:{name}", centred=Wc.reads_centred)
 
-    @functools.lru_cache(maxsize=None)
+    @shared_method("head")
     def steer(self, alpha: float):
         l, h = self._check_head()
         return steer(self.model, l, h, alpha, SteerOptions(select="negative")).result
 
-    @functools.cached_property
+    @shared("head")
     def authors_steer(self):
         l, h = self._check_head()
         return authors_steer(self.model, l, h)
 
-    @functools.cached_property
+    @shared("head")
     def steer_inputs(self) -> dict:
         """The semantic head's layer on the steering prompts (those of :func:`steer`: 32 seeded
         category prompts of 16 words): its LN1 output x̂ ([b p d], float64: the same for every head
@@ -287,14 +402,14 @@ class Work:
         cache = run_with_cache(self.model.weights(), tokens, names=names, stop_at_layer=l + 1)
         return {"x": cache[names[0]].double(), "pattern": cache[names[1]][:, h].double()}
 
-    @functools.cached_property
+    @shared()
     def denominators(self):
         """S_h[n] over full-length windows (n up to n_ctx − 1, as the seed's traces run): disjoint
         windows of :func:`denominator_texts` (distinct texts of different genres: on GPT-2's n_ctx one
         window per text, none an offset of another)."""
         return self._denominators(self.model)
 
-    @functools.cached_property
+    @shared()
     def denominator_windows(self) -> list[torch.Tensor]:
         """Disjoint n_ctx windows of :func:`denominator_texts` (shorter tails are dropped by the measure)."""
         return windows(self.model, denominator_texts(), n_ctx=self.model.cfg.n_ctx)
@@ -304,7 +419,7 @@ class Work:
         return denominator_stability(model, self.denominator_windows, window=win, n_min=min(16, win - 2),
                                      stride=max(1, win // 8))
 
-    @functools.cached_property
+    @shared()
     def denominator_null(self) -> list:
         """:attr:`denominators` of DENOMINATOR_NULL_ROUNDS models whose layer 0 is a null layer (every
         head h a Gaussian draw of head h's W_Q, W_K, W_V, W_O norms, its biases permuted:
@@ -313,7 +428,7 @@ class Work:
         return [self._denominators(self.model.with_weights(null_layer(W, 0, f"denominators:{r}", 1)))
                 for r in range(DENOMINATOR_NULL_ROUNDS)]
 
-    @functools.cached_property
+    @shared("heads")
     def fidelity(self):
         """Circuit fidelity on one held-out window: the shipped sample texts and sample_corpus.txt
         joined (none is the calibration text), every FIDELITY_STRIDE-th position and the last."""
@@ -323,7 +438,7 @@ class Work:
         positions = sorted(set(range(FIDELITY_STRIDE, p, FIDELITY_STRIDE)) | {p - 1})
         return circuit_fidelity(circuit, [tokens], positions=positions)
 
-    @functools.lru_cache(maxsize=None)
+    @shared_method("heads")
     def fidelity_baseline(self, positions: tuple[int, ...]) -> dict:
         """The circuit against the content-free approximation (:meth:`Circuit.predict` with
         ``content=False``: the positional kernel alone, no content/S̄) at `positions` of the held-out
@@ -350,7 +465,7 @@ class Work:
                                  heads=circuit.heads))
         return {"model": _fit_pair(circuit, tokens, pos), "null": [_fit_pair(c, tokens, pos) for c in nulls]}
 
-    @functools.lru_cache(maxsize=None)
+    @shared_method("heads", "variant")
     def neuron_scores(self, j: int) -> torch.Tensor:
         """score[t, j] of every token t through the circuit ([d_vocab]; variant and position of the scan)."""
         from ..layer0.neurons import ln2_divisor, readout, token_values
@@ -362,7 +477,7 @@ class Work:
         return token_values(circuit, n, torch.float64, position_part=v.position_part) @ \
             readout(circuit, torch.float64, ln2_scale=ln2_divisor(circuit, v))[:, j]       # [V]
 
-    @functools.cached_property
+    @shared("heads", "variant")
     def readout_null(self) -> torch.Tensor:
         """score[t, k] [d_vocab READOUT_NULL] of random neurons through the circuit: readouts m_k
         (residual → pre-activation) Gaussian with the norms of randomly chosen neurons' readouts
@@ -381,7 +496,7 @@ class Work:
         return token_values(circuit, n, torch.float64, position_part=v.position_part) @ \
             (W_O.reshape(-1, W_O.shape[-1]) @ R)                                                  # [V he] @ [he K]
 
-    @functools.cached_property
+    @shared()
     def vocab_index(self) -> dict[str, int]:
         """Decoded token string → its first id (every id decoded on its own, as to_str_tokens)."""
         out: dict[str, int] = {}
@@ -394,13 +509,14 @@ class Work:
         idx = self.vocab_index
         return [idx[t] for t in tokens if t in idx], [t for t in tokens if t not in idx]
 
-    @functools.cached_property
+    @shared("heads", "variant", "threshold")
     def topic_labels(self) -> list:
         """topics.label_neuron for every neuron of the scan (its top and bottom TOP tokens)."""
         from ..layer0.topics import label_neuron
 
         return [label_neuron(n["neuron"], n["top_tokens"], n["bottom_tokens"]) for n in self.scan.neurons]
 
+    @shared_method("heads")
     def true_activation(self, j: int, text: str) -> tuple[float, float, int]:
         """(mean true pre-activation of neuron j over positions ≥ 1, mean circuit prediction over
         every FIDELITY_STRIDE-th position, tokens)."""

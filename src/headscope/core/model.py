@@ -42,6 +42,7 @@ class Model:
     _derived: dict = dataclasses.field(default_factory=dict, repr=False)
     config_bos: int | None = None                   #: config.json's bos_token_id, if any
     processing: Processing | None = None            #: the bound processing (None: Processing.default())
+    edited: bool = False                            #: weights replaced by :meth:`with_weights` (not the files')
 
     @functools.cached_property
     def fingerprint(self) -> str:
@@ -70,6 +71,7 @@ class Model:
         other = copy.copy(self)
         other._processed = {self.resolved_processing(): weights}
         other._derived = {}
+        other.edited = True                 # its fingerprint still names the files: see claims.work's memo
         return other
 
     def resolved_processing(self, processing: Processing | None = None) -> Processing:
