@@ -255,7 +255,9 @@ def test_approx_pattern_differs_from_the_true_one_with_generic_positions(case):
     approx = K.approx_pattern(w, tokens, c)
     tv = K.tv_distance(pattern, approx)                                        # [h q]
     assert tv[:, 0].max() < 1e-12                                              # n = 0: one key, trivially exact
-    assert tv[:, 1:].max() > 1e-6, float(tv.max())
+    # well above the 1e-10 of the exactness test above (a drawn case at d_model 4 gave 7.1e-8: small
+    # but no round-off; 1e-6 was a guess, not a bound)
+    assert tv[:, 1:].max() > 1e-8, float(tv.max())
 
 
 @settings(max_examples=15, **SETTINGS)
