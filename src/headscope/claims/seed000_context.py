@@ -128,7 +128,7 @@ def _keyword_density(c, ref, w):
     mine = keyword_correlation(w.model, layer0.view(w.model), used_windows(w, stab), stab.log_traces, heads, stab.n_min)
     worst = min(mine[h]["r"] for h in heads)
     ctx = [h for h in ref.contextual_heads if 0 <= h < H] or heads
-    draws = keyword_null(w, ctx)
+    draws = w.memo(("keyword_null", tuple(ctx)), (), lambda: keyword_null(w, ctx))   # once per process and heads
     null = compare(worst, draws, statistic="smallest r(log S, keyword density) over the worst heads",
                    null="null heads of the contextual heads (Gaussian W_Q, W_K, W_V, W_O of their norms), each with "
                         "its own keywords", direction="above", **margin_of(c["null"]),

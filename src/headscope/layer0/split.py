@@ -397,6 +397,15 @@ def fixed_queries(w: Weights, token: int, p: int) -> Float[Tensor, "p head e"]:
     return torch.einsum("pd,hde->phe", x, b0.W_Q) + b0.b_Q                        # [p head e]
 
 
+def _fixed_queries_of_length(w: Weights, token: int, p: int, queries: dict[int, Tensor] | None) -> Tensor:
+    """:func:`fixed_queries` for `p` positions, kept in the caller's `queries` by length when given."""
+    if queries is None:
+        return fixed_queries(w, token, p)
+    if p not in queries:
+        queries[p] = fixed_queries(w, token, p)
+    return queries[p]
+
+
 def fixed_query_scores(w: Weights, k: Float[Tensor, "b p head e"], token: int,
                        queries: dict[int, Tensor] | None = None) -> Float[Tensor, "b head q p"]:
     """True layer-0 scores when the query at every position n is `token` at n.
@@ -409,12 +418,7 @@ def fixed_query_scores(w: Weights, k: Float[Tensor, "b p head e"], token: int,
     if _rotary(w.cfg):
         return _rs().fixed_query_scores(w, k, token)
     p = k.shape[1]
-    if queries is None:
-        q = fixed_queries(w, token, p)
-    else:
-        if p not in queries:
-            queries[p] = fixed_queries(w, token, p)
-        q = queries[p]
+    q = _fixed_queries_of_length(w, token, p, queries)
     scores = torch.einsum("qhe,bkhe->bhqk", q, k) / w.cfg.attn_scale(0)           # [b head q k]
     return scores.masked_fill(hidden(w, torch.arange(p, device=k.device), p), float("-inf"))
 
@@ -435,12 +439,7 @@ def fixed_query_log_denominators(w: Weights, k: Float[Tensor, "b p head e"], tok
     if _rotary(w.cfg):
         return torch.logsumexp(_rs().fixed_query_scores(w, k, token), -1)
     p = k.shape[1]
-    if queries is None:
-        q = fixed_queries(w, token, p)
-    else:
-        if p not in queries:
-            queries[p] = fixed_queries(w, token, p)
-        q = queries[p]
+    q = _fixed_queries_of_length(w, token, p, queries)
     qh = q.permute(1, 0, 2)                                                       # [head q e]
     kh = k.permute(0, 2, 3, 1).contiguous()                                       # [b head e k]
     out = torch.empty(k.shape[0], k.shape[2], p, dtype=torch.promote_types(q.dtype, k.dtype), device=k.device)
