@@ -11,7 +11,7 @@ import dataclasses
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from headscope import Config, Processing, from_hf_state_dict, process, run_with_cache, to_hf_state_dict
@@ -403,7 +403,9 @@ def test_steering_at_alpha_one_keeps_logits(case):
     # than the 1e-9 the α = 1 comparison allows, so that comparison can fail. (The guard was
     # > 1e-6 until a random head whose pattern barely moves the logits gave 8.4e-7.)
     moved = _unfolded(raw, layer, head, steering.steered_qk(W, layer, head, 0.0, select=[0]))
-    assert float((_logits(moved, tokens) - ref).abs().max()) > 1e-8
+    # A drawn head whose pattern does not reach the logits (2.5e-12 seen) gives this comparison no power:
+    # such a draw is discarded, not passed; hypothesis fails the test when too many are (filter_too_much).
+    assume(float((_logits(moved, tokens) - ref).abs().max()) > 1e-8)
 
 
 @settings(max_examples=15, **SETTINGS)
