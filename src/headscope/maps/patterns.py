@@ -37,7 +37,7 @@ RATES = ("bos", "self", "prev", "distance", "entropy")
 
 def lower_rows(m: Tensor) -> list[list[float]]:
     """Rows of the lower triangle of a square matrix (row q has q + 1 entries)."""
-    return [m[q, : q + 1].tolist() for q in range(m.shape[0])]
+    return [row[: q + 1] for q, row in enumerate(m.tolist())]          # one conversion, then list slices
 
 
 @torch.no_grad()
@@ -133,7 +133,7 @@ def attention_summary(model: Model, texts: Sequence[Text], layers: Sequence[int]
     H_ = cfg.n_heads
     mean = torch.zeros(len(layers), H_, P, P, dtype=torch.float64)
     rate = {k: torch.zeros(len(layers), H_, dtype=torch.float64) for k in RATES}
-    offs: list[list[list[Tensor]]] = [[[] for _ in range(H_)] for _ in layers]   # [l][h] → [q, D] rows
+    offs: list[list[Tensor]] = [[] for _ in layers]                              # [l] → [h q D] per text
     n_q = 0
     example: dict[int, Tensor] = {}
     names = [f"blocks.{l}.attn.hook_pattern" for l in layers]
@@ -153,24 +153,27 @@ def attention_summary(model: Model, texts: Sequence[Text], layers: Sequence[int]
             rate["distance"][i] += (A * dist).sum(-1)[:, 1:].sum(-1)
             rate["entropy"][i] += -(A * A.clamp_min(1e-30).log()).sum(-1)[:, 1:].sum(-1)
             g = A.gather(2, idx.clamp(min=0)[None].expand(H_, n, D))               # [h q d]
-            g = torch.where(valid[None], g, torch.nan)
-            for h in range(H_):
-                offs[i][h].append(g[h, 1:])
+            offs[i].append(torch.where(valid[None], g, torch.nan)[:, 1:])          # [h q≥1 D]
             if s == 0:
                 m = min(n, max_positions)
                 example[l] = A[:, :m, :m]
         n_q += n - 1
     mean /= len(toks)
+    # every head of every layer at once: [l·h, all queries, D]; the quantiles sort each (head, offset)
+    # column once, along the contiguous last axis (the same order statistics as per head along queries)
+    o = torch.stack([torch.cat(offs[i], dim=1) for i in range(len(layers))]).flatten(0, 1)
+    o_mean = torch.nanmean(o, 1).tolist()                                          # [l·h][D]
+    o_q = torch.nanquantile(o.transpose(1, 2).contiguous(), torch.tensor([0.1, 0.9], dtype=o.dtype), dim=-1)
+    p10, p90 = o_q.tolist()                                                        # [l·h][D] each
+    rates = {k: (rate[k] / n_q).tolist() for k in RATES}                           # [l][h]
     heads = []
     for i, l in enumerate(layers):
         for h in range(H_):
-            o = torch.cat(offs[i][h])                                              # [all queries, D]
+            j = i * H_ + h
             heads.append(HeadAttention(
-                layer=l, head=h, **{k: (rate[k][i, h] / n_q).item() for k in RATES},
+                layer=l, head=h, **{k: rates[k][i][h] for k in RATES},
                 mean_pattern=lower_rows(mean[i, h]),
-                offset_profile={"mean": torch.nanmean(o, 0).tolist(),
-                                "p10": torch.nanquantile(o, 0.1, dim=0).tolist(),
-                                "p90": torch.nanquantile(o, 0.9, dim=0).tolist()},
+                offset_profile={"mean": o_mean[j], "p10": p10[j], "p90": p90[j]},
                 example_pattern=lower_rows(example[l][h])))
     m = min(len(toks[0]), max_positions)
     return AttentionSummary(layers=layers, n_heads=H_, positions=P, offsets=D, n_queries=n_q,
