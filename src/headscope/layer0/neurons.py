@@ -171,17 +171,28 @@ def _log_token_weights(circuit: Circuit, n: int, chunk: int = CHUNK) -> Tensor:
 
 def _running_topk(Y: Tensor, Ms: Tensor, k: int, chunk: int) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:
     """((top values, ids), (bottom values, ids)), each [k s], of Y @ Ms over the vocabulary,
-    chunk by chunk: [d_vocab s] is never formed."""
-    best = [(torch.empty(0, Ms.shape[1], dtype=Y.dtype), torch.empty(0, Ms.shape[1], dtype=torch.long))
-            for _ in range(2)]
+    chunk by chunk: [d_vocab s] is never formed.
+
+    Each chunk's scores are copied transposed, so that each neuron's scores are contiguous (a
+    top-k along a row is several times faster than down a column): the chunk's own top k is taken
+    first, then merged with the running [s k] best (a top-k over [s 2k])."""
+    s_ = Ms.shape[1]
+    best: list[tuple[Tensor, Tensor] | None] = [None, None]
     for s in range(0, Y.shape[0], chunk):
-        score = Y[s:s + chunk] @ Ms                                       # [c s]
-        ids = torch.arange(s, s + score.shape[0])[:, None].expand_as(score)
+        scoreT = (Y[s:s + chunk] @ Ms).T.contiguous()                     # [s c]
         for side, largest in ((0, True), (1, False)):
-            vals, idx = torch.cat([best[side][0], score]), torch.cat([best[side][1], ids])
-            v, pick = vals.topk(min(k, vals.shape[0]), dim=0, largest=largest)   # [k s]
-            best[side] = (v, idx.gather(0, pick))
-    return best[0], best[1]
+            v, i = scoreT.topk(min(k, scoreT.shape[1]), dim=1, largest=largest)   # [s k'] chunk's own
+            i += s
+            if best[side] is not None:
+                v, i = torch.cat([best[side][0], v], dim=1), torch.cat([best[side][1], i], dim=1)
+                v, pick = v.topk(min(k, v.shape[1]), dim=1, largest=largest)
+                i = i.gather(1, pick)
+            best[side] = (v, i)
+    if best[0] is None:                                                   # no rows
+        e = (torch.empty(0, s_, dtype=Y.dtype), torch.empty(0, s_, dtype=torch.long))
+        return e, e
+    (tv, ti), (bv, bi) = best
+    return (tv.T.contiguous(), ti.T.contiguous()), (bv.T.contiguous(), bi.T.contiguous())
 
 
 @dataclasses.dataclass
@@ -210,7 +221,9 @@ class NeuronScan(HtmlRepr):
         return list(self.max_all)
 
     def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
+        d = dataclasses.asdict(dataclasses.replace(self, neurons=[], max_all=[], min_all=[]))
+        d["neurons"] = [{k: list(v) if isinstance(v, list) else v for k, v in nr.items()}   # a copy, without
+                        for nr in self.neurons]                                          # asdict's deep walk
         d["head_choice"] = self.head_choice.to_dict()
         d["n_neurons"] = len(self.max_all)
         d.pop("max_all"), d.pop("min_all")
@@ -268,14 +281,16 @@ def scan_neurons(
         k = min(top, Y.shape[0])
         (tv, ti), (bv, bi) = _running_topk(Y, M[:, sel], k, chunk)      # pass 2: [k s] each
         ti, bi = ids[ti], ids[bi]                                         # rows → token ids
-        for c, j in enumerate(sel.tolist()):
+        uniq = torch.cat([ti, bi]).unique().tolist()                      # each token decoded once
+        text = dict(zip(uniq, to_str_tokens(tokenizer, uniq)))
+        rows = zip(ti.T.tolist(), tv.T.tolist(), bi.T.tolist(), bv.T.tolist())   # per selected neuron
+        his, los, keys = hi.tolist(), lo.tolist(), key.tolist()
+        for j, (t_ids, t_vals, b_ids, b_vals) in zip(sel.tolist(), rows):
             neurons.append({
-                "neuron": j, "max_contribution": float(hi[j]), "min_contribution": float(lo[j]),
-                "top_tokens": to_str_tokens(tokenizer, ti[:, c].tolist()), "top_ids": ti[:, c].tolist(),
-                "top_values": tv[:, c].tolist(),
-                "bottom_tokens": to_str_tokens(tokenizer, bi[:, c].tolist()), "bottom_ids": bi[:, c].tolist(),
-                "bottom_values": bv[:, c].tolist(),
-                **({"score": float(key[j])} if given else {}),     # the selection score (max or max |·|)
+                "neuron": j, "max_contribution": his[j], "min_contribution": los[j],
+                "top_tokens": [text[i] for i in t_ids], "top_ids": t_ids, "top_values": t_vals,
+                "bottom_tokens": [text[i] for i in b_ids], "bottom_ids": b_ids, "bottom_values": b_vals,
+                **({"score": keys[j]} if given else {}),     # the selection score (max or max |·|)
             })
     cal = circuit.calibration
     return NeuronScan(heads=circuit.heads, head_choice=choice, position=n, query=cal.query, threshold=threshold,
