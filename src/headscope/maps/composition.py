@@ -202,6 +202,31 @@ def _low_rank_svd(L: Float[Tensor, "h d e"], R: Float[Tensor, "h d e"]):
     return QL @ Uc, sig, QR @ Vhc.transpose(-1, -2)
 
 
+def _direction_ends(T: Float[Tensor, "N d"], D: Float[Tensor, "m d"], n: int, exact) -> tuple[Tensor, Tensor]:
+    """The `n` highest and lowest tokens (positions [m n] each, ties by position) of each direction's
+    scores T D[j], exactly as the stable sort of ``exact(j)`` (one matrix-vector product, [N]) lists them.
+
+    The scores come from one product T Dᵀ; a float64 dot product of length d is within
+    γ = 1.01 d ε ‖t‖ ‖D[j]‖ of the exact value in any summation order, so where every gap between
+    the first n + 1 (last n + 1) sorted scores exceeds 2 max_t γ, both products sort them alike.
+    The other directions (ties, or scores that are rounding noise: a direction that reads
+    nothing) are recomputed with ``exact(j)``.
+    """
+    N, d = T.shape
+    approx = D @ T.T                                                                     # [m N]
+    order = torch.argsort(approx, dim=-1, descending=True, stable=True)                  # [m N]
+    top, bottom = order[:, :n], order.flip(-1)[:, :n]
+    k = min(n + 1, N)
+    tol = 2 * 1.01 * d * torch.finfo(torch.float64).eps * D.norm(dim=1) * float(T.norm(dim=1).max())   # [m]
+    s = approx.gather(1, order)                                                          # [m N] descending
+    gaps_top, gaps_bottom = s[:, : k - 1] - s[:, 1:k], s[:, N - k: N - 1] - s[:, N - k + 1:]
+    unsure = ((gaps_top <= tol[:, None]).any(1) | (gaps_bottom <= tol[:, None]).any(1)).nonzero()[:, 0]
+    for j in unsure.tolist():
+        o = torch.argsort(exact(j), descending=True, stable=True)
+        top[j], bottom[j] = o[:n], o.flip(0)[:n]
+    return top, bottom
+
+
 def head_directions(weights: Weights, layer: int, ids: Tensor, tokens, k: int = DIRECTIONS,
                     n: int = DIRECTION_TOKENS) -> list[dict]:
     """Per head of `layer`: the singular values of W_OV = W_V W_O and W_QK = W_Q W_Kᵀ and, for the
@@ -224,17 +249,16 @@ def head_directions(weights: Weights, layer: int, ids: Tensor, tokens, k: int = 
     ids = ids.tolist()
     names: dict[int, str] = {}                                                     # position → string, as needed
 
-    def ends(scores: Tensor) -> tuple[Tensor, Tensor]:
-        """[h kk N] → the `n` highest and lowest tokens' positions [h kk n] each (ties by position)."""
-        top = torch.argsort(scores, dim=-1, descending=True, stable=True)
-        return top[..., :n], top.flip(-1)[..., :n]
-
-    # one matrix-vector product per direction (the order of their sums, hence their ties, is
-    # that of the direction alone), one sort for all: [h kk N]
+    # every direction's scores in one product per side (:func:`_direction_ends`: the lists of one
+    # matrix-vector product per direction, which orders ties by its own rounding): [h kk n] each
     H = weights.cfg.n_heads
-    along = lambda f: ends(torch.stack([torch.stack([f(h, i) for i in range(kk)]) for h in range(H)]))  # noqa: E731
-    reads, writes = along(lambda h, i: E @ ov[0][h, :, i]), along(lambda h, i: ov[2][h, :, i] @ Uu)
-    queries, keys = along(lambda h, i: E @ qk[0][h, :, i]), along(lambda h, i: E @ qk[2][h, :, i])
+    sides = (ov[0], qk[0], qk[2])                                                         # [h d e] each
+    D = torch.stack(sides)[..., :kk].transpose(-1, -2).reshape(3 * H * kk, -1)          # [3·h·kk d]
+    top, bottom = _direction_ends(E, D, n, lambda j: E @ sides[j // (H * kk)][(j // kk) % H, :, j % kk])
+    reads, queries, keys = zip(top.view(3, H, kk, -1), bottom.view(3, H, kk, -1))
+    D = ov[2][..., :kk].transpose(-1, -2).reshape(H * kk, -1)                            # [h·kk d]
+    top, bottom = _direction_ends(Uu.T, D, n, lambda j: ov[2][j // kk, :, j % kk] @ Uu)
+    writes = (top.view(H, kk, -1), bottom.view(H, kk, -1))
 
     def strs(pos: Tensor) -> list[str]:
         new = [i for i in pos.tolist() if i not in names]

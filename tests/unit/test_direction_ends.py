@@ -1,0 +1,52 @@
+"""The atlas's direction lists from one product per side (`composition._direction_ends`) are those of
+one matrix-vector product per direction, stably sorted (the lists `head_directions` always gave):
+clean directions straight from the product, ties and rounding-noise directions recomputed.
+
+Dimensions all distinct: 37 tokens, d 11, 7 directions, 5 listed at each end.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from headscope.maps.composition import _direction_ends
+
+N, D, M, K = 37, 11, 7, 5
+
+
+def _reference(T, Dirs, j):
+    o = torch.argsort(T @ Dirs[j], descending=True, stable=True)
+    return o[:K], o.flip(0)[:K]
+
+
+def _check(T, Dirs):
+    calls = []
+
+    def exact(j):
+        calls.append(j)
+        return T @ Dirs[j]
+
+    top, bottom = _direction_ends(T, Dirs, K, exact)
+    for j in range(len(Dirs)):
+        t, b = _reference(T, Dirs, j)
+        assert torch.equal(top[j], t) and torch.equal(bottom[j], b), j
+    return calls
+
+
+def test_clean_directions_come_from_the_product_alone():
+    g = torch.Generator().manual_seed(0)
+    T, Dirs = torch.randn(N, D, generator=g, dtype=torch.float64), torch.randn(M, D, generator=g, dtype=torch.float64)
+    assert _check(T, Dirs) == []                    # no direction recomputed: well-separated scores
+
+
+def test_ties_and_noise_directions_are_recomputed_exactly():
+    g = torch.Generator().manual_seed(1)
+    T = torch.randn(N, D, generator=g, dtype=torch.float64)
+    T[:, -3:] = 0.0                                 # the tokens span the first 8 coordinates only
+    T[20] = T[3]                                    # a tie: two tokens with one embedding
+    Dirs = torch.randn(M, D, generator=g, dtype=torch.float64)
+    Dirs[2, :-3] = 0.0                              # reads nothing: every score 0
+    Dirs[4, :-3] = 1e-17 * torch.randn(D - 3, generator=g, dtype=torch.float64)   # rounding noise only
+    Dirs[5] = T[3] * 1e3                            # tokens 3 and 20 tie at the top
+    calls = _check(T, Dirs)
+    assert {2, 4, 5} <= set(calls) and len(calls) < M
