@@ -35,7 +35,8 @@ def test_report_is_byte_identical_with_one_block_held(llama_dir, tmp_path, monke
     for budget in ("all", "1"):                      # "1": one byte, so one block at a time
         monkeypatch.setenv("HEADSCOPE_BLOCK_BUDGET", budget)
         model = headscope.load(str(llama_dir))
-        build_report(model, tmp_path / budget, ReportOptions(progress=False))
+        build_report(model, tmp_path / budget, ReportOptions(progress=False, n_neurons=4, deep_dives=1,
+                                                             semantic_tokens=1500, kernel_windows=4, atlas_tokens=500))
         outs[budget] = _store(model).stats()
     assert outs["all"]["budget"] is None and outs["all"]["rebuilds"] == 0 and outs["all"]["peak_held"] == 3
     assert outs["1"]["peak_held"] == 1 and outs["1"]["rebuilds"] > 0          # eviction did happen
@@ -77,6 +78,20 @@ def test_copies_and_composition_read_each_block_without_holding_all(llama_dir, m
     null = null_heads(W, 1, 0, torch.Generator().manual_seed(0))             # a copy with layer 1 replaced
     assert len(W.blocks.held()) == 1 and torch.equal(null.blocks[2].W_Q, W.blocks[2].W_Q)
     assert len(W.blocks.held()) == 1 and null.blocks[1] is null.blocks[1]    # the replacement is its own
+
+
+def test_batches_advance_together_when_blocks_are_dropped(llama_dir, monkeypatch):
+    from headscope.core.forward import run_with_cache
+
+    tokens = torch.arange(6 * 9).reshape(6, 9) % 1000 + 3                   # [6 9]: three batches of 2
+    names = ["blocks.2.hook_resid_post", "blocks.1.attn.hook_pattern", "logits"]
+    monkeypatch.setenv("HEADSCOPE_BLOCK_BUDGET", "all")
+    ref = run_with_cache(headscope.load(str(llama_dir)).weights(), tokens, names, batch_size=2)
+    monkeypatch.setenv("HEADSCOPE_BLOCK_BUDGET", "1")
+    W = headscope.load(str(llama_dir)).weights()
+    got = run_with_cache(W, tokens, names, batch_size=2)
+    assert W.blocks.builds == [1, 1, 1]                                      # one pass, not one per batch
+    assert all(torch.equal(ref[n], got[n]) for n in names)
 
 
 def test_budget_parsing():
