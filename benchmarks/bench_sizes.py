@@ -88,6 +88,14 @@ def child_baseline(model_id: str, dtype: str) -> None:
            "peak_mb": _memory.peak_rss_mb(), "rss_mb": _memory.rss_mb()})
 
 
+def _block_builds() -> tuple[int, float]:
+    """(blocks built, CPU s spent building them) so far in this process, every model together."""
+    from headscope.core.checkpoint import block_stats
+
+    stats = block_stats()
+    return sum(s["builds"] for s in stats), sum(s["build_seconds"] for s in stats)
+
+
 class _Measured:
     """A report stage whose compute is timed and whose own peak RSS is measured."""
 
@@ -103,11 +111,14 @@ class _Measured:
         between = _memory.peak_rss_mb()                 # writes of the previous stage, since its reset
         if self._exact:
             _memory.reset_peak()
+        b0 = _block_builds()
         t0, c0 = time.perf_counter(), time.process_time()
         data = self._stage.compute(ctx)
+        b1 = _block_builds()
         self._phases.append({"phase": self._stage.name, "wall_s": time.perf_counter() - t0,
                              "cpu_s": time.process_time() - c0, "rss_mb": _memory.rss_mb(),
-                             "peak_mb": _memory.peak_rss_mb(), "between_peak_mb": between})
+                             "peak_mb": _memory.peak_rss_mb(), "between_peak_mb": between,
+                             "block_builds": b1[0] - b0[0], "block_build_s": b1[1] - b0[1]})
         if self._exact:
             _memory.reset_peak()
         return data
@@ -251,11 +262,12 @@ def table(res: dict) -> str:
     lines = [f"{res['size']} ({res['parameters'] / 1e6:.0f} M parameters, {res['dtype']}; load average "
              f"{res['loadavg_before']} → {res['loadavg_after']}{speed}; deep dives {r['deep_dives']}, steered layer "
              f"{r['steered']})",
-             f"  {'phase':<16} {'wall s':>8} {'cpu s':>8} {'RSS after MB':>13} {'peak MB':>9}"]
+             f"  {'phase':<16} {'wall s':>8} {'cpu s':>8} {'RSS after MB':>13} {'peak MB':>9} {'blocks built':>13}"]
     for p in r["phases"]:
         cpu = "-" if p["cpu_s"] is None else f"{p['cpu_s']:.1f}"
         rss = "-" if p["rss_mb"] is None else f"{p['rss_mb']:.0f}"
-        lines.append(f"  {p['phase']:<16} {p['wall_s']:8.1f} {cpu:>8} {rss:>13} {p['peak_mb']:9.0f}")
+        built = f"{p['block_builds']} ({p['block_build_s']:.1f} s)" if p.get("block_builds") else ""
+        lines.append(f"  {p['phase']:<16} {p['wall_s']:8.1f} {cpu:>8} {rss:>13} {p['peak_mb']:9.0f} {built:>13}")
     for stage, reason in (r.get("not_applicable") or {}).items():
         lines.append(f"  {stage}: not applicable ({reason})")
     for problem in r.get("problems") or []:

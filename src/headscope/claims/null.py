@@ -75,9 +75,7 @@ def null_heads(weights: Weights, layer: int, head: int, g: torch.Generator) -> W
     new["W_O"] = torch.stack([gaussian_like(b.W_O[head], g) for _ in range(H)])    # [d_head d_model]
     for name in ("b_Q", "b_K", "b_V"):
         new[name] = torch.stack([permuted(getattr(b, name)[head], g) for _ in range(H)])
-    blocks = list(weights.blocks)
-    blocks[layer] = dataclasses.replace(b, **new)
-    return dataclasses.replace(weights, blocks=blocks)
+    return weights.with_blocks({layer: dataclasses.replace(b, **new)})
 
 
 def null_layer(weights: Weights, layer: int, key: str, rounds: int) -> Weights:
@@ -97,9 +95,7 @@ def null_layer(weights: Weights, layer: int, key: str, rounds: int) -> Weights:
             new["W_O"].append(gaussian_like(b.W_O[h], g))
             for name in ("b_Q", "b_K", "b_V"):
                 new[name].append(permuted(getattr(b, name)[h], g))
-    blocks = list(weights.blocks)
-    blocks[layer] = dataclasses.replace(b, **{k: torch.stack(v) for k, v in new.items()})   # [rounds·H …]
-    return dataclasses.replace(weights, blocks=blocks)
+    return weights.with_blocks({layer: dataclasses.replace(b, **{k: torch.stack(v) for k, v in new.items()})})  # [rounds·H …]
 
 
 def null_head_models(model: Model, layer: int, head: int, key: str, n_draws: int = HEAD_DRAWS) -> list[Model]:

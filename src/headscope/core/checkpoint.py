@@ -34,12 +34,16 @@ import hashlib
 import math
 import os
 import threading
+import time
+import weakref
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
 from .._errors import HeadscopeError, expected_got
+from .._memory import available_bytes
 from .config import Config
 from .families import GPT2, Family
 from .sources import FLOAT_DTYPES, DictSource, Source, file_sha256, open_source
@@ -298,9 +302,13 @@ class Checkpoint:
                        ln_final_w=top["ln_final_w"], ln_final_b=top["ln_final_b"], W_U=W_U,
                        b_U=top["b_U"])
 
-    def processed(self, processing: Processing, dtype: torch.dtype, device=None) -> Weights:
+    def processed(self, processing: Processing, dtype: torch.dtype, device=None, *,
+                  budget: int | None | bool = False) -> Weights:
         """Processed weights, built block by block on the CPU in float32 (float64 for a float64
-        model), each block cast to `dtype` and moved to `device` as soon as it is done."""
+        model), each block cast to `dtype` and moved to `device` as soon as it is done.
+
+        From files, blocks are built when read and at most `budget` bytes of them are held (None:
+        all; the default: :func:`block_budget`); the others are rebuilt when read again."""
         work = torch.float64 if dtype == torch.float64 else torch.float32
         move = lambda t: t.to(device=device, dtype=dtype)  # noqa: E731 - no copy when nothing changes
         top, W_U = self._top(work)
@@ -315,6 +323,8 @@ class Checkpoint:
         W_pos = move(W_pos) if W_pos is not None else None          # rotary models have no W_pos
 
         stamp = _files_stamp(self.source.files)
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        nbytes = sum(math.prod(s) for s in Block.shapes(None, self.cfg).values()) * itemsize   # one block held
 
         def block(l: int) -> Block:
             if _files_stamp(self.source.files) != stamp:
@@ -328,7 +338,8 @@ class Checkpoint:
 
         # from files: each block processed when first read (a command that reads layer 0 processes
         # layer 0 only); a state dict in memory, which its owner may change, is processed now
-        blocks = _LazyBlocks(self.cfg.n_layers, block)
+        L = self.cfg.n_layers
+        blocks = _LazyBlocks(L, block, nbytes, block_budget(L, nbytes) if budget is False else budget)
         if self.source.in_memory:
             blocks = list(blocks)
         return Weights(cfg=self.cfg, W_E=W_E, W_pos=W_pos, blocks=blocks, ln_final_w=ln_w, ln_final_b=ln_b,
@@ -347,27 +358,110 @@ def _files_stamp(files) -> tuple:
     return tuple(out)
 
 
+#: environment variable: bytes of processed blocks a model keeps in memory ("2G", "512M", "all")
+BLOCK_BUDGET_ENV = "HEADSCOPE_BLOCK_BUDGET"
+#: share of the available memory the processed blocks may take by default (when they do not all fit in it)
+BLOCK_SHARE = 0.25
+
+
+def parse_bytes(text: str) -> int | None:
+    """``"2G"``, ``"512M"``, ``"1048576"`` → bytes; ``"all"`` → None (no budget: keep every block)."""
+    t = text.strip().upper().removesuffix("B")
+    if t in ("ALL", "NONE", ""):
+        return None
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
+    try:
+        n = float(t[:-1] if scale > 1 else t) * scale
+    except ValueError:
+        raise HeadscopeError(f"{BLOCK_BUDGET_ENV}: expected bytes such as 2G, 512M or all, got {text!r}") from None
+    if not n >= 0:
+        raise HeadscopeError(f"{BLOCK_BUDGET_ENV}: expected a byte count ≥ 0, got {text!r}")
+    return int(n)
+
+
+def block_budget(n_blocks: int, block_bytes: int) -> int | None:
+    """Bytes of processed blocks to keep (None: all of them).
+
+    ``HEADSCOPE_BLOCK_BUDGET`` if set; otherwise every block when the whole model's blocks take at
+    most :data:`BLOCK_SHARE` of the available memory (every model that fitted before is held as
+    before), else that share (at least one block). Results never depend on it: an evicted block is
+    rebuilt from the files, bit for bit the same."""
+    env = os.environ.get(BLOCK_BUDGET_ENV)
+    if env is not None:
+        return parse_bytes(env)
+    avail = available_bytes()
+    if avail is None or n_blocks * block_bytes <= BLOCK_SHARE * avail:
+        return None
+    return max(block_bytes, int(BLOCK_SHARE * avail))
+
+
+#: every block store built in this process, for :func:`block_stats` (weakly held)
+_STORES: "list[weakref.ref[_LazyBlocks]]" = []
+
+
+def block_stats() -> list[dict]:
+    """How often each model's blocks were built in this process, and what that cost (benchmarks)."""
+    return [s.stats() for s in (r() for r in _STORES) if s is not None]
+
+
 class _LazyBlocks(Sequence):
-    """The blocks of processed weights, each built by ``build(l)`` on first access, then kept.
+    """The blocks of processed weights, each built by ``build(l)`` when read and not held.
 
-    A sequence like the list it stands for (index, slice, iterate, len): the same Block object
-    on every access. Pickles as the plain list of every block."""
+    A sequence like the list it stands for (index, slice, iterate, len). Blocks are kept in
+    least-recently-read order within `budget` bytes (None: all kept, the same Block object on
+    every access); to make room for a block, the least recently read are dropped first, so at most
+    max(budget, one block) bytes are held here at any time. A dropped block is rebuilt when read
+    again: processing is deterministic, so the rebuilt tensors are bit for bit the old ones (a
+    caller still holding the old Block object keeps it alive until it lets go). Pickles as the
+    plain list of every block."""
 
-    def __init__(self, n: int, build):
-        self._build, self._done, self._lock = build, [None] * n, threading.Lock()
+    def __init__(self, n: int, build, block_bytes: int = 0, budget: int | None = None):
+        self._build, self._lock = build, threading.RLock()
+        self._n, self.block_bytes, self.budget = n, block_bytes, budget
+        self._held: OrderedDict[int, Block] = OrderedDict()
+        self.builds = [0] * n                   #: times each block was built
+        self.build_seconds = 0.0                #: CPU seconds (process time) spent building them
+        self.peak_held = 0                      #: most blocks held at once
+        _STORES[:] = [r for r in _STORES if r() is not None] + [weakref.ref(self)]
 
     def __len__(self) -> int:
-        return len(self._done)
+        return self._n
+
+    def _room(self) -> int:
+        """Blocks that fit the budget (at least one)."""
+        if self.budget is None:
+            return self._n
+        return max(1, self.budget // max(1, self.block_bytes))
 
     def __getitem__(self, i):
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
         i = range(len(self))[i]                                  # negative indices; IndexError past the end
-        if self._done[i] is None:
-            with self._lock:
-                if self._done[i] is None:
-                    self._done[i] = self._build(i)
-        return self._done[i]
+        with self._lock:
+            b = self._held.get(i)
+            if b is not None:
+                self._held.move_to_end(i)
+                return b
+            while len(self._held) >= self._room():               # make room first: never over budget
+                self._held.popitem(last=False)
+            if self.budget is not None:
+                _return_free_memory()
+            t0 = time.process_time()
+            b = self._build(i)
+            self.build_seconds += time.process_time() - t0
+            self.builds[i] += 1
+            self._held[i] = b
+            self.peak_held = max(self.peak_held, len(self._held))
+            return b
+
+    def held(self) -> list[int]:
+        """The layers whose blocks are held now, least recently read first."""
+        return list(self._held)
+
+    def stats(self) -> dict:
+        return {"n_layers": self._n, "block_bytes": self.block_bytes, "budget": self.budget,
+                "builds": sum(self.builds), "rebuilds": sum(max(0, c - 1) for c in self.builds),
+                "build_seconds": round(self.build_seconds, 3), "peak_held": self.peak_held}
 
     def __reduce__(self):
         return list, (list(self),)
@@ -378,7 +472,8 @@ class _LazyBlocks(Sequence):
     __hash__ = None
 
     def __repr__(self) -> str:
-        return f"_LazyBlocks({sum(b is not None for b in self._done)}/{len(self)} built)"
+        budget = "all" if self.budget is None else f"{self.budget} B"
+        return f"_LazyBlocks({len(self._held)}/{len(self)} held, budget {budget})"
 
 
 def from_hf_state_dict(state: dict[str, torch.Tensor], cfg: Config) -> Weights:

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import fnmatch
 import weakref
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -306,7 +306,9 @@ def _mlp(block: Block, x: Tensor, l: int, w: Weights, k: _Keeper) -> Tensor:
     return out
 
 
-def _forward(w: Weights, tokens: Tensor, keeper: _Keeper, stop_at_layer: int | None) -> None:
+def _forward(w: Weights, tokens: Tensor, keeper: _Keeper, stop_at_layer: int | None) -> Iterator[None]:
+    """The forward pass of `tokens` [b p] into `keeper`, one block per step (a generator: it
+    yields after each block, so several batches can advance block by block together)."""
     cfg = w.cfg
     b_, p = tokens.shape
     emb = w.W_E[tokens]                                                                                      # [b p d]
@@ -349,6 +351,8 @@ def _forward(w: Weights, tokens: Tensor, keeper: _Keeper, stop_at_layer: int | N
         if cfg.post_ln:                                        # and LN2 after the MLP's
             x = normalize(x, block.ln2_w, block.ln2_b, cfg)[0]
         keeper.put(f"blocks.{l}.hook_resid_post", x)
+        del block, attn_out, mid, src, mlp_out
+        yield
     if n < cfg.n_layers:
         return
     if cfg.final_ln:
@@ -363,6 +367,15 @@ def _forward(w: Weights, tokens: Tensor, keeper: _Keeper, stop_at_layer: int | N
         if cfg.final_softcap is not None:                      # Gemma 2: c·tanh(logit/c)
             logits.div_(cfg.final_softcap).tanh_().mul_(cfg.final_softcap)
         keeper.put("logits", logits)
+
+
+_DONE = object()
+
+
+def _drops_blocks(blocks) -> bool:
+    """Whether `blocks` may drop a block and rebuild it when read again (a store with a budget,
+    :class:`headscope.core.checkpoint._LazyBlocks`, possibly under a copy's replacements)."""
+    return getattr(getattr(blocks, "base", blocks), "budget", None) is not None
 
 
 def check_tokens(tokens, cfg) -> Tensor:
@@ -411,10 +424,21 @@ def run_with_cache(
     if (device is not None and torch.device(device) != w.device) or (dtype is not None and dtype != w.dtype):
         w = w.to(device=device, dtype=dtype)
     chunks = [tokens] if not batch_size else list(tokens.split(batch_size))
+    keepers = [_Keeper(names, cfg.n_layers) for _ in chunks]
+    if len(chunks) > 1 and _drops_blocks(w.blocks):
+        # blocks held within a budget: the chunks advance together, block l read by each in turn
+        # (built once per pass, not once per chunk); every chunk's operations are the same
+        steps = [_forward(w, c.to(w.device), k, stop_at_layer) for c, k in zip(chunks, keepers)]
+        while steps:
+            steps = [s for s in steps if next(s, _DONE) is not _DONE]
+    else:
+        for chunk, keeper in zip(chunks, keepers):
+            for _ in _forward(w, chunk.to(w.device), keeper, stop_at_layer):
+                pass
+            if not keep_device:
+                keeper.cache = Cache({k: v.cpu() for k, v in keeper.cache.items()})
     parts: list[Cache] = []
-    for chunk in chunks:
-        keeper = _Keeper(names, cfg.n_layers)
-        _forward(w, chunk.to(w.device), keeper, stop_at_layer)
+    for keeper in keepers:
         if not keep_device:
             keeper.cache = Cache({k: v.cpu() for k, v in keeper.cache.items()})
         parts.append(keeper.cache)

@@ -40,6 +40,7 @@ Processing (each an explicit, recorded option; all exact up to float rounding):
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Iterator
 
 import torch
@@ -165,6 +166,55 @@ class Block:
 _BLOCK_FIELDS = tuple(f.name for f in dataclasses.fields(Block))
 
 
+class ReplacedBlocks(Sequence):
+    """`base`'s blocks with some replaced (``{layer: Block}``): a steered or null copy of a model
+    shares every other block with it, read through `base` (which may drop and rebuild them,
+    :class:`headscope.core.checkpoint._LazyBlocks`), never copied into a list that would hold them
+    all. Pickles as the plain list."""
+
+    def __init__(self, base: Sequence, replaced: dict[int, "Block"]):
+        if isinstance(base, ReplacedBlocks):                     # one level: replacements merged
+            base, replaced = base.base, {**base.replaced, **replaced}
+        self.base, self.replaced = base, dict(replaced)
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        i = range(len(self))[i]
+        return self.replaced[i] if i in self.replaced else self.base[i]
+
+    def __reduce__(self):
+        return list, (list(self),)
+
+    def __eq__(self, other) -> bool:
+        return list(self) == list(other) if isinstance(other, Sequence) else NotImplemented
+
+    __hash__ = None
+
+
+def _block_origin(blocks: Sequence, i: int):
+    """What identifies block `i` of `blocks` without building it: the replacement, or (store, i)."""
+    if isinstance(blocks, ReplacedBlocks):
+        if i in blocks.replaced:
+            return blocks.replaced[i]
+        blocks = blocks.base
+    if isinstance(blocks, list):
+        return blocks[i]
+    return (blocks, i)
+
+
+def same_block(a: Sequence, b: Sequence, i: int) -> bool:
+    """Whether block `i` of `a` and of `b` is the very same block (the same object, or the same
+    layer of the same store of blocks), read without building either."""
+    x, y = _block_origin(a, i), _block_origin(b, i)
+    if isinstance(x, tuple) and isinstance(y, tuple):
+        return x[0] is y[0] and x[1] == y[1]
+    return x is y
+
+
 def is_transposed_view(W_U: Tensor, W_E: Tensor) -> bool:
     """W_U is literally ``W_E.T`` (same memory, transposed strides): GPT-2's tie, held once."""
     return (
@@ -232,6 +282,11 @@ class Weights:
             top["W_U"] = top["W_E"].T
         top.setdefault("W_pos", None)
         return Weights(cfg=self.cfg, blocks=blocks, processing=self.processing, **top)
+
+    def with_blocks(self, replaced: dict[int, Block]) -> "Weights":
+        """These weights with the blocks in `replaced` (layer → Block) swapped in; every other block
+        is shared (:class:`ReplacedBlocks`: read through this model's blocks, not listed)."""
+        return dataclasses.replace(self, blocks=ReplacedBlocks(self.blocks, replaced))
 
     def to(self, device=None, dtype=None) -> "Weights":
         return self.map(lambda t: t.to(device=device, dtype=dtype))

@@ -90,27 +90,36 @@ def composition_scores(weights: Weights, max_elements: int = 1 << 24) -> dict[st
     weight_circuits(weights.cfg, "composition scores")             # OLMo 2 (QK-norm, no pre-norms): refused
     cfg = weights.cfg
     L, H, e = cfg.n_layers, cfg.n_heads, cfg.d_head
-    st = lambda name: torch.stack([getattr(b, name).double() for b in weights.blocks])  # noqa: E731
-    W_Q, W_K, W_V = st("W_Q"), st("W_K"), st("W_V")                                     # [L h d e] ×3
-    W_O = torch.stack([written_W_O(b, cfg).double() for b in weights.blocks])            # [L h e d] as written
-    R = {"Q": _r(W_Q), "K": _r(W_K), "V": _r(W_V), "O": _r(W_O.transpose(-1, -2))}      # [L h e e]
     T = lambda x: x.transpose(-1, -2)  # noqa: E731
-    n_ov = (R["V"] @ T(R["O"])).flatten(-2).norm(dim=-1)                                 # [L h] ‖W_V W_O‖_F
-    n_qk = (R["Q"] @ T(R["K"])).flatten(-2).norm(dim=-1)                                 # [L h] ‖W_Q W_Kᵀ‖_F
-    left = R["V"] @ W_O                                                                  # [L h e d]
-    right = {"Q": (W_Q @ T(R["K"]), n_qk), "K": (W_K @ T(R["Q"]), n_qk), "V": (W_V @ T(R["O"]), n_ov)}
     out = {m: torch.zeros(L, H, L, H, dtype=torch.float64) for m in MODES}
     step = max(1, max_elements // (H * e * H * e))                                       # writer layers per product
-    for lb in range(1, L):
-        for m in MODES:
-            fac, norm_b = right[m]
-            Rb = fac[lb].permute(1, 0, 2).reshape(cfg.d_model, H * e)                     # [d hB·e]
-            for la0 in range(0, lb, step):
-                la1 = min(lb, la0 + step)
-                C = left[la0:la1].reshape(-1, cfg.d_model) @ Rb                          # [n·hA·e hB·e]
-                num = C.view(la1 - la0, H, e, H, e).square().sum((2, 4)).sqrt()           # [n hA hB]
-                den = n_ov[la0:la1, :, None] * norm_b[lb][None, None, :]
-                out[m][la0:la1, :, lb, :] = torch.where(den > 0, num / torch.where(den > 0, den, 1.0), 0.0)
+    # one pass over the layers, each block read once (a model that holds only some of its
+    # blocks rebuilds none): reader layer lb meets the writers' left factors kept from below it
+    left: list[Tensor] = []                                                              # [h e d] per layer
+    n_ov: list[Tensor] = []                                                              # [h] per layer
+    for lb in range(L):
+        b = weights.blocks[lb]
+        W_Q, W_K, W_V = b.W_Q.double(), b.W_K.double(), b.W_V.double()                  # [h d e] ×3
+        W_O = written_W_O(b, cfg).double()                                               # [h e d] as written
+        del b
+        R = {"Q": _r(W_Q), "K": _r(W_K), "V": _r(W_V), "O": _r(W_O.transpose(-1, -2))}  # [h e e]
+        n_ov.append((R["V"] @ T(R["O"])).flatten(-2).norm(dim=-1))                       # [h] ‖W_V W_O‖_F
+        n_qk = (R["Q"] @ T(R["K"])).flatten(-2).norm(dim=-1)                              # [h] ‖W_Q W_Kᵀ‖_F
+        if lb:
+            right = {"Q": (W_Q @ T(R["K"]), n_qk), "K": (W_K @ T(R["Q"]), n_qk), "V": (W_V @ T(R["O"]), n_ov[lb])}
+            for m in MODES:
+                fac, norm_b = right[m]
+                Rb = fac.permute(1, 0, 2).reshape(cfg.d_model, H * e)                    # [d hB·e]
+                for la0 in range(0, lb, step):
+                    la1 = min(lb, la0 + step)
+                    A = left[la0] if la1 - la0 == 1 else torch.cat(left[la0:la1])       # [n·hA e d]
+                    C = A.reshape(-1, cfg.d_model) @ Rb                                  # [n·hA·e hB·e]
+                    num = C.view(la1 - la0, H, e, H, e).square().sum((2, 4)).sqrt()       # [n hA hB]
+                    den = torch.stack(n_ov[la0:la1])[:, :, None] * norm_b[None, None, :]
+                    out[m][la0:la1, :, lb, :] = torch.where(den > 0, num / torch.where(den > 0, den, 1.0), 0.0)
+            del right, Rb, A, C
+        left.append(R["V"] @ W_O)                                                        # [h e d]
+        del W_Q, W_K, W_V, W_O, R
     return out
 
 

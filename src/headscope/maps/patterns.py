@@ -29,7 +29,7 @@ from ..corpus import default_window
 from ..core.forward import run_with_cache
 from ..core.model import Model
 from ..shipped import Text
-from ..core.weights import Weights
+from ..core.weights import Weights, same_block
 
 Tensor = torch.Tensor
 RATES = ("bos", "self", "prev", "distance", "entropy")
@@ -50,7 +50,7 @@ def head_pattern(weights: Weights, tokens: Tensor, layer: int, head: int) -> Ten
 def _shares_prefix(a: Weights, b: Weights, layer: int) -> bool:
     """Whether `a` and `b` hold the very same embeddings and blocks 0..layer−1 (by identity)."""
     return (a.cfg == b.cfg and a.W_E is b.W_E and a.W_pos is b.W_pos
-            and all(x is y for x, y in zip(a.blocks[:layer], b.blocks[:layer])))
+            and all(same_block(a.blocks, b.blocks, i) for i in range(layer)))
 
 
 @torch.no_grad()

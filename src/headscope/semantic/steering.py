@@ -190,19 +190,15 @@ def steered_weights(W: Weights, layer: int, head: int, rb: Rebuild) -> Weights:
         Wh[head], bh[head] = Wp.to(Wh.dtype), bp.to(bh.dtype)
         setattr(new, f"W_{X}", Wh)
         setattr(new, f"b_{X}", bh)
-    blocks = list(W.blocks)
-    blocks[layer] = new
-    return dataclasses.replace(W, blocks=blocks)
+    return W.with_blocks({layer: new})
 
 
 def _reprocessed(W: Weights, layer: int, raw_block: Block) -> Weights:
     """Processed weights `W` with block `layer` replaced by `raw_block` under W's processing."""
     from ..core.weights import process_block
 
-    blocks = list(W.blocks)
     new = process_block(raw_block, W.processing)
-    blocks[layer] = Block(**{k: getattr(new, k).to(W.dtype) for k in new.shapes(W.cfg)})
-    return dataclasses.replace(W, blocks=blocks)
+    return W.with_blocks({layer: Block(**{k: getattr(new, k).to(W.dtype) for k in new.shapes(W.cfg)})})
 
 
 # -- measuring the effect --------------------------------------------------------------------
