@@ -297,14 +297,20 @@ def head_clusters(nodes: ClusterNodes, U: torch.Tensor, V: torch.Tensor, n: int 
 
     Q, Kk = nodes.X @ U.double(), nodes.X @ V.double()                                 # [n e]
     member = clustering.leiden_modularity(clustering.authors_graph(Kk, Q, K), max_comm_size=MAX_COMM, seed=0)
-    S = Q @ Kk.T                                                                       # [n n] query × key
+    groups = {}
+    for i, m in enumerate(member.tolist()):
+        groups.setdefault(m, []).append(i)
+    groups = [g for _, g in sorted(groups.items()) if OWN_SIZE[0] <= len(g) <= OWN_SIZE[1]]
+    if not groups:
+        return {}
+    rows = torch.tensor([i for g in groups for i in g])
+    S = Q[rows] @ Kk.T                                                                 # [m n] query × key
     Z = (S - S.mean(1, keepdim=True)) / S.std(1, keepdim=True).clamp_min(1e-300)
+    at = {int(i): r for r, i in enumerate(rows.tolist())}
     scored = []
-    for c in sorted(set(member.tolist())):
-        idx = torch.tensor([i for i, m in enumerate(member.tolist()) if m == c])
-        if not OWN_SIZE[0] <= len(idx) <= OWN_SIZE[1]:
-            continue
-        z = Z[idx][:, idx]
+    for g in groups:
+        idx = torch.tensor(g)
+        z = Z[[at[i] for i in g]][:, idx]
         tight = float((z.sum() - z.diagonal().sum()) / (len(idx) * (len(idx) - 1)))
         scored.append((-tight, int(idx[0]), idx.tolist()))
     out = {}

@@ -149,10 +149,14 @@ def _three_rules(c, ref, w):
         for k in range(pat.shape[1]):
             got = rules_by_category(pat[:, k], prompts, hidden)
             draws.append(min(got[n]["same_category"] for n in verdicts))
+    runs: dict = {}                                                  # one pass per null model and categories
     for m, k, cats in (w.own_null_categories if own else []):       # each draw on its own clusters' prompts
-        p_k = make(m, cats)
-        got = rules_by_category(run_with_cache(m.weights(), p_k.tokens, names=[name], stop_at_layer=l + 1)[name][:, k],
-                                p_k, hidden)
+        key = (id(m), json.dumps(cats, sort_keys=True))
+        if key not in runs:
+            p_k = make(m, cats)
+            runs[key] = p_k, run_with_cache(m.weights(), p_k.tokens, names=[name], stop_at_layer=l + 1)[name]
+        p_k, pat = runs[key]
+        got = rules_by_category(pat[:, k], p_k, hidden)
         vals = [r["same_category"] for r in got.values() if r["same_category"] is not None]
         draws.append(min(vals) if vals else 0.0)
     null = compare(worst, draws, statistic="smallest same-category attention over the categories", direction="above",

@@ -343,8 +343,14 @@ class Work:
         cats = self._categories()
         if not self.ref.own_categories:
             return [r for m in self.semantic_null for r in survey(m, [l], seed=0, preset="seed", categories=cats).rows]
-        return [next(r for r in survey(m, [l], seed=0, preset="seed", categories=own).rows if r.head == k)
-                for m, k, own in self.own_null_categories]
+        runs: dict = {}                                   # one survey per null model and set of categories
+        out = []
+        for m, k, own in self.own_null_categories:
+            key = (id(m), json.dumps(own, sort_keys=True))
+            if key not in runs:
+                runs[key] = {r.head: r for r in survey(m, [l], seed=0, preset="seed", categories=own).rows}
+            out.append(runs[key][k])
+        return out
 
     @shared("head", "categories")
     def own_null_categories(self) -> list[tuple[Model, int, dict]]:
