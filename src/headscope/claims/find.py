@@ -26,6 +26,11 @@ The criteria (one :class:`Component` each; its ``statistic``, ``null`` and ``why
   head the survey ranks best (semantic loss on the shipped category prompts); without a survey
   (or none of its heads a candidate), the candidate of largest mass. A head whose categories
   are not among the shipped prompts is still found by its weights.
+* **the semantic head's own categories** (the survey rows, ``three_rules_by_category``): the
+  Leiden clusters of its QK form over the frequent tokens (:func:`head_clusters`: the authors'
+  graph, as row ``semantic_clusters``), the ``OWN_CATEGORIES`` tightest of 3–32 words; every null
+  draw of those rows is judged on its own clusters alike. A head without such clusters (a random
+  one) has no categories to be judged on: those rows give no verdict.
 * **contextual neurons** (MLP0): the scan's largest token score of every neuron through the
   contextual circuit against random readouts of the neuron's norm
   (:func:`headscope.layer0.neurons.rank_neurons`: ``null_max``); a neuron clears its null when
@@ -77,6 +82,7 @@ ROW_COMPONENTS = {
     "contextual_heads_auto": "layer0_heads", "translation_equivariance": "layer0_heads",
     "query_dependence": "layer0_heads", "mostly_local": "contextual_heads",
     "denominator_worst_heads": "worst_heads", "denominator_vs_local": "contextual_heads",
+    "denominator_concentration": "layer0_heads",
     "denominator_decay": "contextual_heads", "circuit_fidelity": "contextual_heads",
     "n_contextual_neurons": "contextual_neurons", "neuron_704_top": "dialect_neuron",
     "neuron_704_bottom": "dialect_neuron", "neuron_704_texts": "dialect_neuron", "naive_bayes": "dialect_neuron",
@@ -254,6 +260,74 @@ def find_semantic_head(w) -> Component:
                      layer=pick[0], statistic=round(masses[pick], 6), null=null.to_dict(), candidates=listed)
 
 
+OWN_CATEGORIES = 8      #: the head's own clusters the survey rows read (the authors listed 8 categories)
+OWN_SIZE = (3, 32)      #: a cluster of 3..32 words is a category (the authors' lists: 7–24 words)
+
+
+class ClusterNodes:
+    """The nodes of the semantic head's own clusters: BOS + the most frequent tokens (as row
+    ``semantic_clusters``: wordfreq, :data:`~headscope.claims.seed002_clusters.N_NODES`) and their
+    effective embeddings x̂_t of layer `layer` ([n d], variant full, the authors' attention means).
+    Only layer `layer`'s heads change between a head and its null draws: one ClusterNodes serves both."""
+
+    def __init__(self, model: Model, layer: int):
+        from ..semantic import bilinear, clustering
+        from .seed002_clusters import N_NODES
+
+        W = model.weights()
+        freq = clustering.wordfreq_tokens(model.tokenizer, N_NODES, bos_first=True)
+        words = model.to_str_tokens(freq)
+        enc = model.tokenizer.encode
+        keep = [i for i, (t, s) in enumerate(zip(freq, words))         # words a prompt can hold: " w" is one token
+                if s.startswith(" ") and len(s.strip()) > 1 and s.strip().isalpha() and enc(s) == [t]]
+        self.ids = [freq[i] for i in keep]
+        self.words = [words[i] for i in keep]
+        self.X = bilinear.effective_embeddings(W, layer, torch.tensor(self.ids), variant="full",
+                                               attn_means=bilinear.attn_means_for(W, layer, "authors")).double()
+        self.layer = layer
+
+
+def head_clusters(nodes: ClusterNodes, U: torch.Tensor, V: torch.Tensor, n: int = OWN_CATEGORIES) -> dict[str, list[str]]:
+    """The head's own categories: the Leiden clusters of its QK form W_QK = U Vᵀ over `nodes` (the
+    authors' top-4 key → query graph, as row ``semantic_clusters``) of OWN_SIZE words, the `n`
+    tightest: by the mean over ordered pairs of distinct members of the query's score on the key,
+    standardised over the query's scores on every node (scale-free). Name → words (leading space)."""
+    from ..semantic import clustering
+    from .seed002_clusters import K, MAX_COMM
+
+    Q, Kk = nodes.X @ U.double(), nodes.X @ V.double()                                 # [n e]
+    member = clustering.leiden_modularity(clustering.authors_graph(Kk, Q, K), max_comm_size=MAX_COMM, seed=0)
+    groups = {}
+    for i, m in enumerate(member.tolist()):
+        groups.setdefault(m, []).append(i)
+    groups = [g for _, g in sorted(groups.items()) if OWN_SIZE[0] <= len(g) <= OWN_SIZE[1]]
+    if not groups:
+        return {}
+    rows = torch.tensor([i for g in groups for i in g])
+    S = Q[rows] @ Kk.T                                                                 # [m n] query × key
+    Z = (S - S.mean(1, keepdim=True)) / S.std(1, keepdim=True).clamp_min(1e-300)
+    at = {int(i): r for r, i in enumerate(rows.tolist())}
+    scored = []
+    for g in groups:
+        idx = torch.tensor(g)
+        z = Z[[at[i] for i in g]][:, idx]
+        tight = float((z.sum() - z.diagonal().sum()) / (len(idx) * (len(idx) - 1)))
+        scored.append((-tight, int(idx[0]), idx.tolist()))
+    out = {}
+    for k, (_, _, idx) in enumerate(sorted(scored)[:n]):
+        words = [nodes.words[i] for i in idx]
+        out[f"cluster {k + 1} ({words[0].strip()}, {words[1].strip()}…)"] = words
+    return out
+
+
+def own_categories(model: Model, head: tuple[int, int]) -> dict[str, list[str]]:
+    """:func:`head_clusters` of the model's head `head` (layer, index)."""
+    from ..semantic import bilinear
+
+    l, h = head
+    return head_clusters(ClusterNodes(model, l), *bilinear.qk_factors(model.weights(), l, h))
+
+
 def find_contextual_neurons(w, heads: list[int] | None) -> tuple[Component, float | None]:
     """Contextual neurons of MLP0 (module docstring) through the circuit of `heads`; with the
     scan's bar (seed unit) that selects them."""
@@ -409,7 +483,7 @@ def find_reference(model: Model, found: Found | None = None, *, variant=None):
     The seeds' figures that only describe GPT-2 Small — neuron 704's token lists, σ_sym / σ_skew —
     give those rows no verdict here (:func:`~headscope.claims.reference.gpt2_only`): they are compared only on GPT-2 Small. The
     exact negative count of the semantic head is its own (the row's verdict rests on the negative
-    eigen-mass against its null); the survey rows use the categories the head was found by."""
+    eigen-mass against its null); the survey rows use the head's own clusters (:func:`own_categories`)."""
     from ..shipped import seed_claims
     from .reference import Reference, seed_reference
 
@@ -433,9 +507,17 @@ def find_reference(model: Model, found: Found | None = None, *, variant=None):
         top_tokens=seed.top_tokens, bottom_tokens=seed.bottom_tokens, semantic_head=sem,
         n_negative_top64=int(n_negative), sigma=seed.sigma, planted_sigma_sym=None,
         worst_heads=c["worst_heads"].heads or [],
-        # the survey rows ask about the found head on the prompts it was found by (headscope's shipped
-        # categories, the survey of find_semantic_head), not the authors' 8 lists of GPT-2's 1.5
-        survey_categories=shipped.categories(), found=found)
+        # the survey rows ask about the found head on its own clusters (head_clusters: the Leiden
+        # clusters of its QK form), not the authors' 8 lists of GPT-2's 1.5 nor the shipped prompts:
+        # a head whose categories are none of the shipped ones is judged on its own
+        survey_categories=_own_categories(model, sem), own_categories=True, found=found)
+
+
+def _own_categories(model: Model, head: tuple[int, int]) -> dict[str, list[str]]:
+    try:
+        return own_categories(model, head)
+    except HeadscopeError:                      # no QK form here (applicability): no categories of its own
+        return {}
 
 
 def reference_components(model: Model, ref) -> Found:

@@ -37,6 +37,7 @@ class Reference:
     worst_heads: list[int] = dataclasses.field(default_factory=list)   # least stable denominators
     survey_categories: object = "seed"           # categories of the survey's rank rows ("seed" or a dict)
     found: object = None                         # --find: the claims.find.Found the components come from
+    own_categories: bool = False                 # --find: survey_categories are the semantic head's own clusters
 
     @property
     def planted(self) -> bool:

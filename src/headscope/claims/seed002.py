@@ -107,15 +107,18 @@ def _three_rules(c, ref, w):
     from ..semantic.prompts import prompts_for
 
     l, h = w._check_head()
-    data = {k: v for k, v in json.loads(shipped.read("categories_rules.json")).items() if not k.startswith("_")}
-    prompts, _ = prompts_for(w.model, data, n_prompts=c["n_prompts"], length=c["length"], seed=0,
-                             cats_per_prompt=c["cats_per_prompt"])
+    own = ref.own_categories                     # --find: the head's own clusters, each null draw on its own
+    data = w._categories() if own else \
+        {k: v for k, v in json.loads(shipped.read("categories_rules.json")).items() if not k.startswith("_")}
+    make = lambda m, cats: prompts_for(m, cats, n_prompts=c["n_prompts"], length=c["length"], seed=0,  # noqa: E731
+                                       cats_per_prompt=min(c["cats_per_prompt"], len(cats)))[0]
+    prompts = make(w.model, data)
     W = w.model.weights()
     cache = run_with_cache(W, prompts.tokens, names=[f"blocks.{l}.attn.hook_pattern"], stop_at_layer=l + 1)
     pos = torch.arange(prompts.tokens.shape[1])
     hidden = w.model.cfg.hidden_keys(l, pos[:, None], pos[None, :])                  # the layer's own mask
     per = rules_by_category(cache[f"blocks.{l}.attn.hook_pattern"][:, h], prompts, hidden)
-    planted = set(ref.survey_categories) if isinstance(ref.survey_categories, dict) else None
+    planted = set(ref.survey_categories) if isinstance(ref.survey_categories, dict) and not own else None
     verdicts, skipped = {}, []
     for name, r in per.items():
         if planted is not None and name not in planted:
@@ -127,7 +130,8 @@ def _three_rules(c, ref, w):
         verdicts[name] = (r["same_category"] >= c["min_same"] and r["self"] <= c["max_self"]
                           and (r["copy"] is None or r["copy"] <= c["max_self"]) and r["bos_fallback"] >= c["min_bos"])
     if not verdicts:
-        raise NotApplicable("no category of the seed's list has both queries with and without a partner here")
+        what = "the head's own clusters" if own else "the seed's list"
+        raise NotApplicable(f"no category of {what} has both queries with and without a partner here")
     fmt = lambda v: "—" if v is None else f"{v:.2f}"                               # noqa: E731
     measured = "; ".join(f"{n}: {'PASS' if ok else 'FAIL'}" for n, ok in verdicts.items())
     note = "same / self / copy / BOS per category: " + "; ".join(
@@ -139,14 +143,27 @@ def _three_rules(c, ref, w):
         note += f"; no verdict for {skipped} ({why})"
     worst = min(per[n]["same_category"] for n in verdicts)
     draws = []
-    for m in w.semantic_null:
-        pat = run_with_cache(m.weights(), prompts.tokens, names=[f"blocks.{l}.attn.hook_pattern"],
-                             stop_at_layer=l + 1)[f"blocks.{l}.attn.hook_pattern"]                 # [b H q k]
+    name = f"blocks.{l}.attn.hook_pattern"
+    for m in ([] if own else w.semantic_null):
+        pat = run_with_cache(m.weights(), prompts.tokens, names=[name], stop_at_layer=l + 1)[name]     # [b H q k]
         for k in range(pat.shape[1]):
             got = rules_by_category(pat[:, k], prompts, hidden)
             draws.append(min(got[n]["same_category"] for n in verdicts))
+    runs: dict = {}                                                  # one pass per null model and categories
+    for m, k, cats in (w.own_null_categories if own else []):       # each draw on its own clusters' prompts
+        key = (id(m), json.dumps(cats, sort_keys=True))
+        if key not in runs:
+            p_k = make(m, cats)
+            runs[key] = p_k, run_with_cache(m.weights(), p_k.tokens, names=[name], stop_at_layer=l + 1)[name]
+        p_k, pat = runs[key]
+        got = rules_by_category(pat[:, k], p_k, hidden)
+        vals = [r["same_category"] for r in got.values() if r["same_category"] is not None]
+        draws.append(min(vals) if vals else 0.0)
     null = compare(worst, draws, statistic="smallest same-category attention over the categories", direction="above",
-                   null="null heads of the semantic head (Gaussian W_Q, W_K, W_V, W_O of its norms)", **margin_of(c["null"]))
+                   null="null heads of the semantic head (Gaussian W_Q, W_K, W_V, W_O of its norms)"
+                        + (", each on its own clusters' prompts" if own else ""), **margin_of(c["null"]))
+    if own:
+        note += f"; categories: the head's own clusters ({len(data)}, claims.find.head_clusters)"
     return c["published_text"], measured, c["tolerance"], all(verdicts.values()), note, null
 
 
@@ -160,6 +177,9 @@ def _survey_top(c, ref, w):
     note = f"{l}.{h} has rank {mine.rank} (semantic loss {mine.semantic_loss:.3f}); 2nd: {rows[1].layer}.{rows[1].head}" \
         if len(rows) > 1 else ""
     note += f"; {res.prompts['n_prompts']} prompt of {res.prompts['length']} words"
+    if ref.own_categories:
+        note += (f" of the head's own clusters ({', '.join(ref.survey_categories)}; claims.find.head_clusters), "
+                 "each null draw on its own")
     draws = [x.semantic_loss for x in w.seed_survey_null]
     null = None if not draws else compare(
         mine.semantic_loss, draws, statistic=f"{l}.{h}'s semantic loss", direction="below",

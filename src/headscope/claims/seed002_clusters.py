@@ -51,7 +51,9 @@ class _Inputs:
         l, _ = w._check_head()
         self.layer = l
         W = w.model.weights()
-        cats = w.ref.survey_categories if isinstance(w.ref.survey_categories, dict) else None
+        # the shipped categories under --find: the head's own clusters would score its clusters against themselves
+        cats = w.ref.survey_categories if isinstance(w.ref.survey_categories, dict) and not w.ref.own_categories \
+            else None
         self.prompts, self.cat_ids = prompts_for(w.model, cats, n_prompts=32, length=16, seed=0)
         self.attn_means = bilinear.attn_means_for(W, l, "authors")
         self.W = W

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from .. import shipped
-from .._errors import HeadscopeError
+from .._errors import HeadscopeError, NotApplicable
 from ..core.forward import run_with_cache
 from ..core.model import Model
 from ..corpus import windows
@@ -281,11 +281,20 @@ class Work:
         """headscope's survey (64 prompts × 16 words): the rate rows."""
         return survey(self.model, n_prompts=64, length=16, seed=0)
 
+    def _categories(self):
+        """The rank rows' categories: the reference's; NotApplicable where --find's head has no
+        clusters of its own (claims.find.head_clusters)."""
+        if self.ref.own_categories and not self.ref.survey_categories:
+            from .find import OWN_SIZE
+
+            raise NotApplicable(f"the semantic head's QK form has no Leiden cluster of {OWN_SIZE[0]}–{OWN_SIZE[1]} "
+                                "words: no categories of its own to survey")
+        return self.ref.survey_categories
+
     @shared("categories")
     def seed_survey(self):
         """The authors' prompt recipe (one prompt of 255 words): the rank rows."""
-        return survey(self.model, seed=0, preset="seed",
-                      categories=self.ref.survey_categories)
+        return survey(self.model, seed=0, preset="seed", categories=self._categories())
 
     def survey_row(self, res=None):
         l, h = self._check_head()
@@ -327,10 +336,33 @@ class Work:
 
     @shared("head", "categories")
     def seed_survey_null(self) -> list:
-        """The authors' survey recipe (as :attr:`seed_survey`) on the null draws."""
+        """The authors' survey recipe (as :attr:`seed_survey`) on the null draws; with --find's own
+        categories, each draw on its own clusters (:attr:`own_null_categories`: the head chose its
+        categories, so must every draw)."""
         l, _ = self._check_head()
-        return [r for m in self.semantic_null
-                for r in survey(m, [l], seed=0, preset="seed", categories=self.ref.survey_categories).rows]
+        cats = self._categories()
+        if not self.ref.own_categories:
+            return [r for m in self.semantic_null for r in survey(m, [l], seed=0, preset="seed", categories=cats).rows]
+        runs: dict = {}                                   # one survey per null model and set of categories
+        out = []
+        for m, k, own in self.own_null_categories:
+            key = (id(m), json.dumps(own, sort_keys=True))
+            if key not in runs:
+                runs[key] = {r.head: r for r in survey(m, [l], seed=0, preset="seed", categories=own).rows}
+            out.append(runs[key][k])
+        return out
+
+    @shared("head", "categories")
+    def own_null_categories(self) -> list[tuple[Model, int, dict]]:
+        """(model, head index, categories) of every null draw of :attr:`semantic_null`: the draw's own
+        clusters (claims.find.head_clusters on the nodes of the semantic head's layer, which the null
+        heads share), the semantic head's own where a draw has none."""
+        from .find import ClusterNodes, head_clusters
+
+        l, _ = self._check_head()
+        nodes = ClusterNodes(self.model, l)
+        return [(m, k, head_clusters(nodes, *bilinear.qk_factors(m.weights(), l, k)) or self.ref.survey_categories)
+                for m in self.semantic_null for k in range(m.cfg.n_heads)]
 
     @shared("head")
     def negative_null(self) -> dict:

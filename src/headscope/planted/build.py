@@ -18,8 +18,10 @@ MANIFEST = "planted.json"
 MANIFEST_VERSION = 1
 
 
-def build_weights(seed: int = 0, n_layers: int = 2, cfg: Config | None = None) -> tuple[Weights, dict]:
-    """Raw planted weights and their manifest (a JSON-ready dict), deterministically."""
+def build_weights(seed: int = 0, n_layers: int = 2, cfg: Config | None = None,
+                  categories: dict[str, list[str]] | None = None) -> tuple[Weights, dict]:
+    """Raw planted weights and their manifest (a JSON-ready dict), deterministically; `categories`:
+    the semantic head's (default: the shipped ones, :data:`layer1.CATEGORIES`)."""
     cfg = cfg or gpt2_small_config(n_layers)
     if cfg.n_layers < 2:
         raise HeadscopeError(f"a planted checkpoint needs at least 2 layers, got {cfg.n_layers}")
@@ -34,7 +36,7 @@ def build_weights(seed: int = 0, n_layers: int = 2, cfg: Config | None = None) -
         "config": cfg.to_dict(),
         "space": space.to_dict(),
         "layer0": layer0.plant(w, space, tokenizer, np.random.default_rng([seed, 1])),
-        "layer1": layer1.plant(w, space, tokenizer, np.random.default_rng([seed, 2])),
+        "layer1": layer1.plant(w, space, tokenizer, np.random.default_rng([seed, 2]), categories),
     }
     if cfg.n_layers > layer2.LAYER:  # copy heads in a layer of their own; 2-layer plants are unchanged
         manifest["layer2"] = layer2.plant(w, space, np.random.default_rng([seed, 3]))
@@ -43,11 +45,12 @@ def build_weights(seed: int = 0, n_layers: int = 2, cfg: Config | None = None) -
     return w, manifest
 
 
-def build(out: str | Path, seed: int = 0, n_layers: int = 2, cfg: Config | None = None) -> Path:
+def build(out: str | Path, seed: int = 0, n_layers: int = 2, cfg: Config | None = None,
+          categories: dict[str, list[str]] | None = None) -> Path:
     """Write a planted HF GPT-2 checkpoint with ``planted.json`` to `out` (atomically)."""
     from ..core.writing import save_checkpoint
 
-    w, manifest = build_weights(seed=seed, n_layers=n_layers, cfg=cfg)
+    w, manifest = build_weights(seed=seed, n_layers=n_layers, cfg=cfg, categories=categories)
     text = json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     return save_checkpoint(w, Path(out), extra_files={MANIFEST: text})
 

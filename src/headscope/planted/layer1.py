@@ -74,6 +74,18 @@ CATEGORIES: dict[str, list[str]] = {
     "metals": ["gold", "silver", "iron", "copper", "steel", "zinc", "aluminum"],
 }
 
+#: Categories of none of the shipped lists (data/categories*.json) but frequent words (among the
+#: 3 000 nodes of the cluster row): a semantic head that ``reproduce --find`` must find by its
+#: weights and judge on its own clusters (``build(..., categories=UNSHIPPED_CATEGORIES)``).
+UNSHIPPED_CATEGORIES: dict[str, list[str]] = {
+    "vehicles": ["car", "bus", "train", "truck", "plane", "boat", "ship", "bike", "van"],
+    "buildings": ["house", "church", "school", "hospital", "hotel", "tower", "bank", "prison", "museum"],
+    "drinks": ["coffee", "tea", "beer", "wine", "milk", "water"],
+    "jobs": ["doctor", "lawyer", "teacher", "engineer", "pilot", "judge"],
+    "clothes": ["shirt", "hat", "dress", "shoes", "suit"],
+    "furniture": ["chair", "table", "bed", "door", "window"],
+}
+
 #: Embedding coefficients on the category and identity directions, BOS marker size.
 A_CAT, B_ID, M_BOS = 1.27, 1.27, 1.0
 #: Target attention logits (after the 1/√d_head scaling) at the calibrated σ.
@@ -111,17 +123,19 @@ def _block1_sigma(w, tokens: torch.Tensor) -> torch.Tensor:
     return (xc.pow(2).mean(-1) + w.cfg.ln_eps).sqrt()
 
 
-def plant(w, space, tokenizer, rng) -> dict:
+def plant(w, space, tokenizer, rng, categories: dict[str, list[str]] | None = None) -> dict:
+    """Plant head 1.5 on `categories` (default :data:`CATEGORIES`, the shipped ones)."""
+    cats = CATEGORIES if categories is None else categories
     cfg = w.cfg
     if cfg.n_heads <= HEAD:
         raise ValueError(f"planting head {LAYER}.{HEAD} needs at least {HEAD + 1} heads")
     e = cfg.d_head
-    names = list(CATEGORIES)
-    ids = {k: _token_ids(tokenizer, v) for k, v in CATEGORIES.items()}
+    names = list(cats)
+    ids = {k: _token_ids(tokenizer, v) for k, v in cats.items()}
     all_ids = [i for k in names for i in ids[k]]
     if len(set(all_ids)) != len(all_ids):
         raise ValueError("planted categories share a token")
-    n_cat, n_id = len(names), max(len(v) for v in CATEGORIES.values())
+    n_cat, n_id = len(names), max(len(v) for v in cats.values())
     if n_cat + n_id + 1 > e:
         raise ValueError(f"rank budget: {n_cat} categories + {n_id} identities + BOS > d_head {e}")
     bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else cfg.d_vocab - 1
@@ -172,7 +186,7 @@ def plant(w, space, tokenizer, rng) -> dict:
 
     return {
         "semantic_head": {"layer": LAYER, "head": HEAD, "name": f"{LAYER}.{HEAD}"},
-        "categories": {k: {"tokens": [" " + s for s in CATEGORIES[k]], "ids": ids[k]} for k in names},
+        "categories": {k: {"tokens": [" " + s for s in cats[k]], "ids": ids[k]} for k in names},
         "bilinear_form": {
             "rank": n_cat + n_id,
             "n_positive": n_cat,
