@@ -34,7 +34,8 @@ def test_naive_bayes_row(tiny):
 
     def work(sign, bottom=True):
         s = sign * score if bottom else (sign * score).clamp_min(0)
-        w = types.SimpleNamespace(model=types.SimpleNamespace(tokenizer=tok), neuron_scores=lambda j: s)
+        w = types.SimpleNamespace(model=types.SimpleNamespace(tokenizer=tok), neuron_scores=lambda j: s,
+                                  readout_null=torch.randn(50257, 8, generator=torch.Generator().manual_seed(0)))
         w.true_activation = lambda j, text: (float(sum(s[t] for t in tok.encode(text))), 0.0, 0)
         return w
 

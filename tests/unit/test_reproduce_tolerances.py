@@ -23,7 +23,8 @@ NULL = [{"head": k % 12, "category": "uniform", "translation_tv": 0.01, "query_t
 
 
 def work(**attrs):
-    w = types.SimpleNamespace(**{"kernel_shape": SHAPED, "kernel_null": NULL, "seed_survey_null": [], **attrs})
+    w = types.SimpleNamespace(**{"kernel_shape": SHAPED, "kernel_null": NULL, "seed_survey_null": [],
+                                 "sigma_null": [0.95] * 64, **attrs})
     w._check_head = lambda: (1, 5)
     return w
 

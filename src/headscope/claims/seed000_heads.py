@@ -143,11 +143,30 @@ def _contextual(c, ref, w):
     return ref.contextual_heads, ref.contextual_heads, c["tolerance"], inside <= c["max_tv"], note, null
 
 
+def jaccard(a, b) -> float:
+    """|a ∩ b| / |a ∪ b| of two head sets (1 for two empty sets)."""
+    a, b = set(a), set(b)
+    return len(a & b) / len(a | b) if a | b else 1.0
+
+
 @claim("contextual_heads_auto")
 def _contextual_auto(c, ref, w):
+    """The automatic choice against the published set (Jaccard); the null: the same rule on null
+    layer-0 draws (every head a Gaussian draw of its own norms, :attr:`Work.auto_null`). A choice
+    that norm-matched random heads reproduce (e.g. every broad head, where the published heads
+    are simply the heads of small W_Q, W_K) is the thresholds', not the heads' structure."""
     choice = w.auto_choice
-    return ref.contextual_heads, list(choice.heads), c["tolerance"], sorted(choice.heads) == sorted(ref.contextual_heads), \
-        f"automatic choice ({choice.reason})"
+    want = sorted(ref.contextual_heads)
+    nulls = w.auto_null
+    draws = [jaccard(x, want) for x in nulls]
+    got = jaccard(choice.heads, want)
+    null = compare(got, draws, statistic="Jaccard of the choice with the published set", direction="above",
+                   null=f"the same rule on {len(nulls)} null layer-0 draws (Gaussian W_Q, W_K, W_V, W_O of each "
+                        "head's norms)", **margin_of(c["null"]),
+                   null_passes=share_of(nulls, lambda x: sorted(x) == want))
+    common = max(set(map(tuple, nulls)), key=lambda x: (sum(tuple(y) == x for y in nulls), x))
+    return ref.contextual_heads, list(choice.heads), c["tolerance"], sorted(choice.heads) == want, \
+        f"automatic choice ({choice.reason}); the null draws' commonest choice {list(common)}", null
 
 
 @claim("denominator_worst_heads")

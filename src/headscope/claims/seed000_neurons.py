@@ -12,36 +12,49 @@ from .. import shipped
 from .._errors import NotApplicable
 from ..layer0.neurons import DEFAULT_THRESHOLD
 from ..stats import binomial_quantiles, hypergeometric_quantiles, roc_auc, spearman
-from .null import NullComparison, compare
+from .null import NullComparison, compare, share_null
 from .reference import gpt2_only
 from .table import claim, margin_of, share_of
+
+
+def bayes_sums(score: torch.Tensor, texts: list[list[int]], k: int) -> torch.Tensor:
+    """[3 T K]: per text (token ids) the sum over its tokens of each column's score [V K] for tokens
+    among that column's top and bottom k (row 0), its top k only (1), its bottom k only (2)."""
+    V, K = score.shape
+    k = min(k, V)
+    top = torch.zeros(V, K, dtype=torch.bool).scatter_(0, score.topk(k, dim=0).indices, True)
+    bottom = torch.zeros(V, K, dtype=torch.bool).scatter_(0, score.topk(k, dim=0, largest=False).indices, True)
+    C = torch.stack([torch.bincount(torch.tensor(ids, dtype=torch.long), minlength=V)[:V] for ids in texts]).double()
+    s = score.double()
+    return torch.stack([C @ (s * (top | bottom)), C @ (s * top), C @ (s * bottom)])                # [3 T K]
 
 
 @claim("naive_bayes")
 def _naive_bayes(c, ref, w):
     """Classify labelled texts by the sum of the neuron's token contributions over their tokens:
-    top and bottom tokens together, top tokens only, and the neuron's true mean activation."""
+    top and bottom tokens together, top tokens only, bottom only, and the neuron's true mean
+    activation. The null: the same classification by random neurons (:attr:`Work.readout_null`:
+    random readouts of neurons' norms through the same circuit, their own top and bottom tokens);
+    the statistic is the smaller of the two AUCs the row requires (top+bottom, bottom only)."""
     k = c["k"]
-    score = w.neuron_scores(ref.neuron)
-    top = set(score.topk(k).indices.tolist())
-    bottom = set(score.topk(k, largest=False).indices.tolist())
-    rows = []
-    for label, text in shipped.spelling_texts():
-        ids = w.model.tokenizer.encode(text)
-        both = sum(float(score[t]) for t in ids if t in top or t in bottom)
-        only_top = sum(float(score[t]) for t in ids if t in top)
-        only_bottom = sum(float(score[t]) for t in ids if t in bottom)
-        true = w.true_activation(ref.neuron, text)[0]
-        rows.append((label == "commonwealth", both, only_top, only_bottom, true))
-    y = [r[0] for r in rows]
-    auc = [roc_auc([r[i] for r in rows], y) for i in (1, 2, 3, 4)]
-    acc = sum((r[1] > 0) == r[0] for r in rows) / len(rows)
+    texts = shipped.spelling_texts()
+    ids = [w.model.tokenizer.encode(text) for _, text in texts]
+    y = [label == "commonwealth" for label, _ in texts]
+    sums = bayes_sums(w.neuron_scores(ref.neuron)[:, None], ids, k)[:, :, 0]                    # [3 T]
+    true = [w.true_activation(ref.neuron, text)[0] for _, text in texts]
+    auc = [roc_auc(sums[i].tolist(), y) for i in range(3)] + [roc_auc(true, y)]
+    acc = sum((float(x) > 0) == t for x, t in zip(sums[0], y)) / len(y)
+    R = bayes_sums(w.readout_null, ids, k)                                                      # [3 T K]
+    draws = [min(roc_auc(R[0, :, j].tolist(), y), roc_auc(R[2, :, j].tolist(), y)) for j in range(R.shape[2])]
+    null = compare(min(auc[0], auc[2]), draws, statistic="min(AUC top+bottom, AUC bottom only)", direction="above",
+                   null="random neurons (Gaussian readouts of neurons' norms through the same circuit, their own "
+                        f"top and bottom {k} tokens)", **margin_of(c["null"]), null_passes=share_of(draws, lambda x: x >= c["min_auc"]))
     measured = (f"AUC {auc[0]:.3f} (top+bottom), {auc[1]:.3f} (top only), {auc[2]:.3f} (bottom only), "
                 f"{auc[3]:.3f} (true activation); accuracy {acc:.2f}")
-    note = (f"neuron {ref.neuron_label}; {len(rows)} shipped texts (data/spelling_texts.json, written for headscope), "
+    note = (f"neuron {ref.neuron_label}; {len(y)} shipped texts (data/spelling_texts.json, written for headscope), "
             f"{k} top and {k} bottom tokens of the scan; accuracy of 'Commonwealth if the sum > 0'")
     ok = auc[0] >= c["min_auc"] and acc >= c["min_accuracy"] and auc[2] >= c["min_auc"]
-    return c["published_text"], measured, c["tolerance"], ok, note
+    return c["published_text"], measured, c["tolerance"], ok, note, null
 
 
 #: a topic label → the shipped sample text of that topic (row neuron_transfer)
@@ -59,7 +72,12 @@ def _neuron_topics(c, ref, w):
     note = f"{len(labels)} neurons (top vs bottom labels): {shown}" + ("; …" if len(labels) > 12 else "")
     if ref.planted:
         note += "; planted: the lexicons and the planted token sets share topic words by construction"
-    return c["published_text"], round(share, 4), c["tolerance"], share >= c["min_share"], note
+    rand = w.readout_null_labels
+    hits = sum(x.labelled for x in rand)
+    null = share_null(share, len(labels), hits, len(rand), statistic="share of the contextual neurons labelled",
+                      null="random neurons (Gaussian readouts of neurons' norms through the same circuit) labelled "
+                           "from their own top and bottom tokens", margin=float(c["null"]["margin"]))
+    return c["published_text"], round(share, 4), c["tolerance"], share >= c["min_share"], note, null
 
 
 @claim("neuron_transfer")

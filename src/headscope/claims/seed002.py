@@ -5,6 +5,7 @@ per claim (:func:`claim`)."""
 from __future__ import annotations
 
 import json
+import math
 
 import torch
 
@@ -277,18 +278,27 @@ def _negative(c, ref, w):
 
 @claim("sym_vs_skew")
 def _sigma(c, ref, w):
+    """σ₁ of the symmetric and skew parts (the figures); the null: σ₁(A)/σ₁(S) of the head's own
+    W_Q, W_K with the pairing of their d_head coordinates scrambled (:attr:`Work.sigma_null`) — what
+    the factors' norms, spectra and a shared LayerNorm gain give without a symmetric pairing."""
     gpt2_only(ref, "σ 1.86 / 1.34 of L1H5's symmetric and skew parts")
     f = w.form
     sym, skew = float(f.sigma_sym[0]), float(f.sigma_skew[0]) if f.sigma_skew.numel() else 0.0
     measured = [round(sym, 4), round(skew, 4)]
+    ratio = skew / sym if sym > 0 else math.inf
+    draws = w.sigma_null
+    null = compare(ratio, draws, statistic="σ₁(skew) ÷ σ₁(sym)", direction="below",
+                   null="the head's W_Q, W_K with their d_head coordinates' pairing scrambled (W_Q O W_Kᵀ, O Haar-random)",
+                   **margin_of(c["null"]), null_passes=share_of(draws, lambda x: x < 1))
+    note = f"σ₁(skew)/σ₁(sym) {ratio:.4g}"
     if ref.sigma is not None:
         ps, pk = ref.sigma
         ok = abs(sym - ps) <= c["rel"] * ps and abs(skew - pk) <= c["rel"] * pk and sym > skew
-        return list(ref.sigma), measured, c["tolerance"], ok, ""
+        return list(ref.sigma), measured, c["tolerance"], ok, note + " (published 1.34/1.86 = 0.72)", null
     want = ref.planted_sigma_sym
     ok = abs(sym - want) <= 1e-4 * want and skew <= 1e-6 * sym
     return [round(want, 4), 0.0], measured, "sym within 0.01%, skew ≤ 1e-6 × sym", ok, \
-        "planted: symmetric W_QK with |λ| up to the manifest's"
+        "planted: symmetric W_QK with |λ| up to the manifest's; " + note, null
 
 
 STEER_DRAWS = 64     #: null heads of the steering rows (weight algebra and one [b p p] softmax each)

@@ -30,7 +30,7 @@ from ..semantic import bilinear
 from ..semantic.options import SteerOptions
 from ..semantic.steering import authors_steer, steer
 from ..semantic.survey import position_independence, position_independence_heads, survey
-from .null import form_null, generator, null_head_models, null_layer, random_readouts, readout_null
+from .null import form_null, generator, null_head_models, null_layer, pairing_null, random_readouts, readout_null
 from .reference import Reference, resolve_heads
 
 KERNEL_WINDOWS = 16          #: windows of the shipped texts for the TV claim (as the report)
@@ -39,6 +39,7 @@ KERNEL_NULL_ROUNDS = 2     #: null draws of every layer-0 head for the kernel ro
 READOUT_NULL = 64          #: random neurons of the neuron rows' nulls (count, naive Bayes, topics)
 DENOMINATOR_NULL_ROUNDS = 4  #: null layers of the denominator rows (a layer-0 pass each): 4 draws of every head
 FIDELITY_STRIDE = 8          #: every 8th query position of the sample texts for the circuit-fidelity row
+AUTO_NULL_ROUNDS = 16        #: null layers (weights only) on which the automatic head choice is run
 
 
 def held_out_text() -> str:
@@ -250,6 +251,25 @@ class Work:
     def auto_choice(self):
         return build_circuit(self.model, self.calibration, heads=None)[1]
 
+    @shared()
+    def auto_null(self) -> list[list[int]]:
+        """The automatic head choice (contextual.select_heads' thresholds, the calibration's query, c
+        and position) on AUTO_NULL_ROUNDS null layers of layer 0 (claims.null.null_layer: every head h a
+        Gaussian draw of head h's W_Q, W_K, W_V, W_O norms, its biases permuted), all packed in one
+        view so the vocabulary's content factors are one pass; [] where a draw gives no group.
+        Weights only."""
+        from .. import layer0
+        from ..layer0.contextual import SELECTION, group_heads, head_metrics
+
+        H, cal, n = self.model.cfg.n_heads, self.calibration, self.auto_choice.position
+        view = null_layer(layer0.view(self.model), 0, "contextual_heads_auto", AUTO_NULL_ROUNDS)
+        width, cstd, tv = head_metrics(view, cal.query_id, n, cal.c, block=H)          # tv [R H H]
+        out = []
+        for r in range(AUTO_NULL_ROUNDS):
+            groups = group_heads(width[r * H:(r + 1) * H], cstd[r * H:(r + 1) * H], tv[r], SELECTION)[1]
+            out.append(groups[0] if groups else [])
+        return out
+
     @shared("heads", "variant", "threshold")
     def scan(self):
         circuit, choice = self.circuit
@@ -372,6 +392,14 @@ class Work:
         W = self.model.weights()
         U, V = bilinear.qk_factors(W, l, h)
         return form_null(U, V, "negative_eigenvalues", centred=W.reads_centred)
+
+    @shared("head")
+    def sigma_null(self) -> list[float]:
+        """σ₁(skew)/σ₁(sym) of WEIGHT_DRAWS null forms of the semantic head: its own W_Q, W_K with the
+        pairing of their d_head coordinates scrambled (claims.null.pairing_null)."""
+        l, h = self._check_head()
+        U, V = bilinear.qk_factors(self.model.weights(), l, h)
+        return pairing_null(U, V, "sym_vs_skew")
 
     def text_readout_null(self, j: int, texts: list[str]) -> tuple[float, list[float]]:
         """(difference of neuron j's mean true pre-activation between texts[0] and texts[1] over
@@ -527,6 +555,18 @@ class Work:
         W_O = circuit.weights.blocks[0].W_O[circuit.heads].double()                              # [H e d]
         return token_values(circuit, n, torch.float64, position_part=v.position_part) @ \
             (W_O.reshape(-1, W_O.shape[-1]) @ R)                                                  # [V he] @ [he K]
+
+    @shared("heads", "variant")
+    def readout_null_labels(self) -> list:
+        """topics.label_neuron of every random neuron of :attr:`readout_null` (its top and bottom TOP
+        tokens through the circuit): row neuron_topics' null."""
+        from ..layer0.topics import label_neuron
+
+        S = self.readout_null                                                                    # [V K]
+        k = min(TOP, S.shape[0])
+        top, bottom = S.topk(k, dim=0).indices.T.tolist(), S.topk(k, dim=0, largest=False).indices.T.tolist()
+        dec = self.model.to_str_tokens
+        return [label_neuron(j, dec(t), dec(b)) for j, (t, b) in enumerate(zip(top, bottom))]
 
     @shared()
     def vocab_index(self) -> dict[str, int]:

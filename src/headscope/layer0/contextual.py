@@ -84,13 +84,31 @@ class HeadChoice:
         return dataclasses.asdict(self)
 
 
-def head_metrics(w: Weights, token: int, n: int, c: float) -> tuple[Tensor, Tensor, Tensor]:
-    """(width [head], content_std [head], kernel TV distances [head head]) at position n."""
+def head_metrics(w: Weights, token: int, n: int, c: float, block: int | None = None
+                 ) -> tuple[Tensor, Tensor, Tensor]:
+    """(width [head], content_std [head], kernel TV distances [head head]) at position n.
+    ``block``: the heads are consecutive blocks of `block` (a null layer packing several draws of
+    a layer, claims.null.null_layer); TV only within a block, [n_blocks block block]."""
     fr = layer0.frame(w, token, n, c)
     width = 1.0 / fr.pos.pow(2).sum(-1)                                    # [head]
     content_std = layer0.log_content_factors(w, token, n).std(dim=1)       # [head]
-    tv = 0.5 * (fr.pos[:, None, :] - fr.pos[None, :, :]).abs().sum(-1)     # [head head]
+    P = fr.pos if block is None else fr.pos.reshape(-1, block, fr.pos.shape[-1])   # [(R) head k]
+    tv = 0.5 * (P[..., :, None, :] - P[..., None, :, :]).abs().sum(-1)     # [(R) head head]
     return width, content_std, tv
+
+
+def group_heads(width: Tensor, content_std: Tensor, tv: Tensor, th: dict) -> tuple[list[int], list[list[int]]]:
+    """(candidates, groups) of :func:`select_heads`: the heads with width ≥ th["min_width"] and
+    content std ≤ th["max_content_std"], linked (single linkage) when their kernels are within TV
+    th["max_kernel_tv"]; groups largest first (ties: the broader, then by index)."""
+    cand = [h for h in range(len(width)) if width[h] >= th["min_width"] and content_std[h] <= th["max_content_std"]]
+    groups: list[list[int]] = []
+    for h in cand:                                                         # single linkage
+        linked = [g for g in groups if any(tv[h, k] <= th["max_kernel_tv"] for k in g)]
+        merged = sorted({h, *[k for g in linked for k in g]})
+        groups = [g for g in groups if g not in linked] + [merged]
+    groups.sort(key=lambda g: (-len(g), -float(width[g].mean()), g))
+    return cand, groups
 
 
 def select_heads(
@@ -100,13 +118,7 @@ def select_heads(
     th = {**SELECTION, **thresholds}
     width, cstd, tv = head_metrics(w, token, n, c)
     H = w.cfg.n_heads
-    cand = [h for h in range(H) if width[h] >= th["min_width"] and cstd[h] <= th["max_content_std"]]
-    groups: list[list[int]] = []
-    for h in cand:                                                         # single linkage
-        linked = [g for g in groups if any(tv[h, k] <= th["max_kernel_tv"] for k in g)]
-        merged = sorted({h, *[k for g in linked for k in g]})
-        groups = [g for g in groups if g not in linked] + [merged]
-    groups.sort(key=lambda g: (-len(g), -float(width[g].mean()), g))
+    cand, groups = group_heads(width, cstd, tv, th)
     if heads is not None:
         bad = [h for h in heads if not 0 <= h < H]
         if bad or not heads:
