@@ -27,7 +27,7 @@ def unshipped(tmp_path_factory):
 
 
 def _found_ref(model, head):
-    from headscope.claims.find import own_categories
+    from headscope.claims.own_clusters import own_categories
     from headscope.claims.reference import FOUND_REFERENCE
 
     seed = R.seed_reference(R.seed_claims())

@@ -91,7 +91,8 @@ def test_planted_checkpoint_passes_every_claim(planted_json, planted_manifest):
     assert all(r["passed"] is True or (r["passed"] is None and "no verdict" in r["note"]) for r in d["rows"]), \
         [r for r in d["rows"] if r["passed"] is not True]
     assert {r["id"] for r in d["rows"] if r["passed"] is None} == {"denominator_vs_local", "denominator_decay",
-                                                                   "key_split_vs_crude", "mostly_local"}
+                                                                   "key_split_vs_crude", "mostly_local",
+                                                                   "denominator_concentration"}
     # issue 32: every planted mechanism clears its null; each row says what it was compared with
     for rid in ("position_independence", "negative_eigenvalues", "neuron_704_texts", "tv_contextual",
                 "contextual_heads", "neuron_704_top", "neuron_704_bottom"):

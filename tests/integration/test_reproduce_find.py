@@ -20,7 +20,10 @@ PLANTED_ROWS = ("kernel_categories", "contextual_heads", "contextual_heads_auto"
                 "neuron_transfer", "semantic_pairs", "self_suppression", "bos_fallback", "position_independence",
                 "negative_eigenvalues", "steer_restores_self", "steer_alpha_sweep",
                 # issue 32 §3: on the categories the head was found by; TV against the model's own null
-                "survey_top", "survey_outlier", "three_rules_by_category", "tv_contextual")
+                "survey_top", "survey_outlier", "three_rules_by_category", "tv_contextual",
+                # the rows of issue 32 §2: the worst heads' keywords, the neurons' far keys, the head's
+                # clusters and scores
+                "keyword_density", "broad_context", "semantic_clusters", "explain_score")
 #: rows whose published figure is GPT-2 Small's own component: no verdict under --find
 GPT2_ONLY = ("neuron_704_top", "neuron_704_bottom", "sym_vs_skew")
 
@@ -99,8 +102,11 @@ def random_report(tmp_path_factory):
 
 
 def test_find_on_random_weights_passes_no_row(random_report, check_report):
+    from headscope.shipped import seed_claims
+
     d = check_report(random_report)["claims"]                  # finite JSON, balanced HTML
     assert d["reference"] == "found in the model (--find)" and not d["ok"]
+    assert [r["id"] for r in d["rows"]] == [c["id"] for c in seed_claims()["claims"]]     # every row, the newest too
     passed = [r for r in d["rows"] if r["passed"] is True]
     # no row passes; the two kernel-shape rows without a null yet (issue 32 §1) are the exception
     # while they have none: uniform random kernels are trivially translation-equivariant

@@ -164,7 +164,7 @@ def _three_rules(c, ref, w):
                    null="null heads of the semantic head (Gaussian W_Q, W_K, W_V, W_O of its norms)"
                         + (", each on its own clusters' prompts" if own else ""), **margin_of(c["null"]))
     if own:
-        note += f"; categories: the head's own clusters ({len(data)}, claims.find.head_clusters)"
+        note += f"; categories: the head's own clusters ({len(data)}, claims.own_clusters.head_clusters)"
     return c["published_text"], measured, c["tolerance"], all(verdicts.values()), note, null
 
 
@@ -179,7 +179,7 @@ def _survey_top(c, ref, w):
         if len(rows) > 1 else ""
     note += f"; {res.prompts['n_prompts']} prompt of {res.prompts['length']} words"
     if ref.own_categories:
-        note += (f" of the head's own clusters ({', '.join(ref.survey_categories)}; claims.find.head_clusters), "
+        note += (f" of the head's own clusters ({', '.join(ref.survey_categories)}; claims.own_clusters.head_clusters), "
                  "each null draw on its own")
     draws = [x.semantic_loss for x in w.seed_survey_null]
     null = None if not draws else compare(

@@ -303,9 +303,9 @@ class Work:
 
     def _categories(self):
         """The rank rows' categories: the reference's; NotApplicable where --find's head has no
-        clusters of its own (claims.find.head_clusters)."""
+        clusters of its own (claims.own_clusters.head_clusters)."""
         if self.ref.own_categories and not self.ref.survey_categories:
-            from .find import OWN_SIZE
+            from .own_clusters import OWN_SIZE
 
             raise NotApplicable(f"the semantic head's QK form has no Leiden cluster of {OWN_SIZE[0]}–{OWN_SIZE[1]} "
                                 "words: no categories of its own to survey")
@@ -375,9 +375,9 @@ class Work:
     @shared("head", "categories")
     def own_null_categories(self) -> list[tuple[Model, int, dict]]:
         """(model, head index, categories) of every null draw of :attr:`semantic_null`: the draw's own
-        clusters (claims.find.head_clusters on the nodes of the semantic head's layer, which the null
+        clusters (claims.own_clusters.head_clusters on the nodes of the semantic head's layer, which the null
         heads share), the semantic head's own where a draw has none."""
-        from .find import ClusterNodes, head_clusters
+        from .own_clusters import ClusterNodes, head_clusters
 
         l, _ = self._check_head()
         nodes = ClusterNodes(self.model, l)
