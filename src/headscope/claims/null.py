@@ -152,9 +152,15 @@ def sym_skew_sigma(U: torch.Tensor, V: torch.Tensor) -> tuple[torch.Tensor, torc
     symmetric part S = (W + Wᵀ)/2 and skew part A = (W − Wᵀ)/2, in span(U, V) as
     :func:`sym_eigenvalues` — O(d·e²) per draw. A Gaussian U, V gives σ₁(A)/σ₁(S) ≈ 1 (0.95–1.02
     at d 768, e 64): neither part dominates a random form (row sym_vs_skew's null: :func:`pairing_null`)."""
-    L = _span_factor(U, V)
-    e = U.shape[-1]
-    return tuple(torch.linalg.matrix_norm(L.mT @ _pairing(e, s) @ L, ord=2) for s in (1.0, -1.0))
+    return _sigmas(_span_factor(U, V), U.shape[-1])
+
+
+def _sigmas(F: torch.Tensor, e: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(σ₁(S), σ₁(A)) from a factor F [... 2e 2e] with X = Q Fᵀ (Q orthonormal): S, A have the
+    spectra of Fᵀ M± F; σ₁(S) = max |λ| (symmetric), σ₁(A) = √λ_max(AᵀA) (AᵀA = −A²)."""
+    S = F.mT @ _pairing(e, 1.0) @ F
+    A = F.mT @ _pairing(e, -1.0) @ F
+    return torch.linalg.eigvalsh(S).abs().amax(-1), torch.linalg.eigvalsh(A.mT @ A).amax(-1).clamp_min(0).sqrt()
 
 
 def negative_mass(eigenvalues: torch.Tensor, top: int = 64) -> float:
@@ -189,12 +195,15 @@ def pairing_null(U: torch.Tensor, V: torch.Tensor, key: str, n_draws: int = WEIG
     """σ₁(A)/σ₁(S) (:func:`sym_skew_sigma`) of W = U O Vᵀ for n_draws Haar-random orthogonal O
     [e e]: the head's own W_Q and W_K (their norms, spectra and any scaling they share, e.g. a
     folded LayerNorm gain) with the pairing of their d_head coordinates scrambled — the one thing
-    that makes U Vᵀ symmetric (V = U up to a positive rescaling of coordinates)."""
+    that makes U Vᵀ symmetric (V = U up to a positive rescaling of coordinates). [U, V Oᵀ] =
+    [U V] diag(I, Oᵀ), so one factor L of [U V] serves every draw: F = diag(I, O) L."""
     g = generator(key)
     e = U.shape[-1]
     Q, R = torch.linalg.qr(torch.randn(n_draws, e, e, generator=g, dtype=torch.float64))
     O = Q * torch.sign(torch.diagonal(R, dim1=-2, dim2=-1))[:, None, :]           # Haar [n e e]
-    s, a = sym_skew_sigma(U.double().expand(n_draws, *U.shape), V.double() @ O.mT)   # W = U (V O ᵀ)ᵀ = U O Vᵀ
+    L = _span_factor(U, V)                                                       # [2e 2e]
+    F = torch.cat([L[:e].expand(n_draws, e, 2 * e), O @ L[e:]], dim=-2)          # [n 2e 2e]
+    s, a = _sigmas(F, e)
     return (a / s.clamp_min(1e-300)).tolist()
 
 

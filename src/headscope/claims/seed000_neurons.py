@@ -29,30 +29,44 @@ def bayes_sums(score: torch.Tensor, texts: list[list[int]], k: int) -> torch.Ten
     return torch.stack([C @ (s * (top | bottom)), C @ (s * top), C @ (s * bottom)])                # [3 T K]
 
 
+def bayes_gaps(sums: torch.Tensor, lengths: list[int], y: list[bool]) -> torch.Tensor:
+    """[K]: min over top+bottom and bottom only of the mean per-token contribution (sum ÷ the text's
+    tokens) on the Commonwealth texts minus that on the American texts; sums [3 T K] of :func:`bayes_sums`."""
+    per = sums / torch.tensor(lengths, dtype=torch.float64)[None, :, None]                     # [3 T K]
+    yes = torch.tensor(y)
+    gap = per[:, yes].mean(1) - per[:, ~yes].mean(1)                                           # [3 K]
+    return torch.minimum(gap[0], gap[2])
+
+
 @claim("naive_bayes")
 def _naive_bayes(c, ref, w):
     """Classify labelled texts by the sum of the neuron's token contributions over their tokens:
     top and bottom tokens together, top tokens only, bottom only, and the neuron's true mean
-    activation. The null: the same classification by random neurons (:attr:`Work.readout_null`:
-    random readouts of neurons' norms through the same circuit, their own top and bottom tokens);
-    the statistic is the smaller of the two AUCs the row requires (top+bottom, bottom only)."""
+    activation. The AUCs saturate (a random direction whose extreme tokens are the spelling tokens
+    classifies them too, up to its sign), so the null compares a gap in the neuron's own unit: the
+    mean per-token contribution, Commonwealth minus American texts, of the top+bottom tokens and of
+    the bottom tokens alone (the smaller), against random neurons (:attr:`Work.readout_null`: random
+    readouts of neurons' norms through the same circuit, their own top and bottom tokens)."""
     k = c["k"]
     texts = shipped.spelling_texts()
     ids = [w.model.tokenizer.encode(text) for _, text in texts]
     y = [label == "commonwealth" for label, _ in texts]
-    sums = bayes_sums(w.neuron_scores(ref.neuron)[:, None], ids, k)[:, :, 0]                    # [3 T]
+    sums = bayes_sums(w.neuron_scores(ref.neuron)[:, None], ids, k)                            # [3 T 1]
     true = [w.true_activation(ref.neuron, text)[0] for _, text in texts]
-    auc = [roc_auc(sums[i].tolist(), y) for i in range(3)] + [roc_auc(true, y)]
-    acc = sum((float(x) > 0) == t for x, t in zip(sums[0], y)) / len(y)
-    R = bayes_sums(w.readout_null, ids, k)                                                      # [3 T K]
-    draws = [min(roc_auc(R[0, :, j].tolist(), y), roc_auc(R[2, :, j].tolist(), y)) for j in range(R.shape[2])]
-    null = compare(min(auc[0], auc[2]), draws, statistic="min(AUC top+bottom, AUC bottom only)", direction="above",
+    auc = [roc_auc(sums[i, :, 0].tolist(), y) for i in range(3)] + [roc_auc(true, y)]
+    acc = sum((float(x) > 0) == t for x, t in zip(sums[0, :, 0], y)) / len(y)
+    lengths = [max(len(i), 1) for i in ids]
+    draws = bayes_gaps(bayes_sums(w.readout_null, ids, k), lengths, y).tolist()
+    gap = float(bayes_gaps(sums, lengths, y)[0])
+    null = compare(gap, draws, statistic="min(top+bottom, bottom-only) gap in mean per-token contribution, "
+                   "Commonwealth − American texts", direction="above",
                    null="random neurons (Gaussian readouts of neurons' norms through the same circuit, their own "
-                        f"top and bottom {k} tokens)", **margin_of(c["null"]), null_passes=share_of(draws, lambda x: x >= c["min_auc"]))
+                        f"top and bottom {k} tokens)", **margin_of(c["null"]), null_passes=share_of(draws, lambda x: x > 0))
     measured = (f"AUC {auc[0]:.3f} (top+bottom), {auc[1]:.3f} (top only), {auc[2]:.3f} (bottom only), "
                 f"{auc[3]:.3f} (true activation); accuracy {acc:.2f}")
     note = (f"neuron {ref.neuron_label}; {len(y)} shipped texts (data/spelling_texts.json, written for headscope), "
-            f"{k} top and {k} bottom tokens of the scan; accuracy of 'Commonwealth if the sum > 0'")
+            f"{k} top and {k} bottom tokens of the scan; accuracy of 'Commonwealth if the sum > 0'; "
+            f"per-token gap {gap:.4g}")
     ok = auc[0] >= c["min_auc"] and acc >= c["min_accuracy"] and auc[2] >= c["min_auc"]
     return c["published_text"], measured, c["tolerance"], ok, note, null
 
@@ -72,12 +86,26 @@ def _neuron_topics(c, ref, w):
     note = f"{len(labels)} neurons (top vs bottom labels): {shown}" + ("; …" if len(labels) > 12 else "")
     if ref.planted:
         note += "; planted: the lexicons and the planted token sets share topic words by construction"
-    rand = w.readout_null_labels
-    hits = sum(x.labelled for x in rand)
-    null = share_null(share, len(labels), hits, len(rand), statistic="share of the contextual neurons labelled",
+    null = _topics_null(c, w, labels)
+    return c["published_text"], round(share, 4), c["tolerance"], share >= c["min_share"], note, null
+
+
+def _topics_null(c, w, labels) -> NullComparison:
+    """Topical lists alone are no evidence where a random direction's extreme tokens are topical too
+    (a vocabulary whose topic tokens are outliers): a neuron counts when it is labelled AND its
+    strongest contribution (max |score|, either side) reaches the 95th percentile of random
+    neurons' (:attr:`Work.readout_null`); the null is the rate p̂ at which random neurons, labelled
+    from their own top and bottom tokens (:attr:`Work.readout_null_labels`), do the same."""
+    S = w.readout_null                                                                      # [V K]
+    strength = torch.maximum(S.amax(0), -S.amin(0))                                         # [K]
+    bar = float(torch.quantile(strength, 0.95))
+    by = {n["neuron"]: max(n["max_contribution"], -n["min_contribution"]) for n in w.scan.neurons}
+    count = sum(x.labelled and by.get(x.neuron, -math.inf) >= bar for x in labels)
+    hits = sum(x.labelled and float(s) >= bar for x, s in zip(w.readout_null_labels, strength))
+    return share_null(count / len(labels), len(labels), hits, len(strength),
+                      statistic=f"share labelled with a contribution ≥ random neurons' p95 ({bar:.3g})",
                       null="random neurons (Gaussian readouts of neurons' norms through the same circuit) labelled "
                            "from their own top and bottom tokens", margin=float(c["null"]["margin"]))
-    return c["published_text"], round(share, 4), c["tolerance"], share >= c["min_share"], note, null
 
 
 @claim("neuron_transfer")
