@@ -14,7 +14,7 @@ import pytest
 R = importlib.import_module("headscope.reproduce")
 CLAIMS = {c["id"]: c for c in R.seed_claims()["claims"]}
 #: the rows that read the semantic head's categories (the authors' lists on GPT-2 Small)
-CATEGORY_ROWS = ("survey_top", "survey_outlier", "three_rules_by_category")
+CATEGORY_ROWS = ("survey_top", "survey_outlier", "three_rules_by_category", "semantic_pairs")
 
 
 @pytest.fixture(scope="module")
@@ -77,3 +77,14 @@ def test_a_random_head_has_no_clusters_to_be_judged_on(unshipped):
     for rid in CATEGORY_ROWS:
         with pytest.raises(NotApplicable, match="no categories of its own"):
             R.CHECKS[rid](CLAIMS[rid], ref, w)
+
+
+def test_own_examples_skip_clusters_that_hold_a_filler():
+    from headscope.claims.seed002 import own_examples
+
+    cats = {"a": [" car", " bus", " truck", " van", " train"], "b": [" chair", " table", " sofa", " bed"],
+            "c": [" tea", " milk", " juice"], "d": [" nurse", " doctor", " pilot", " clerk"]}
+    got = own_examples(cats, [" table", " idea"])
+    assert got == [{"query": " car", "targets": [" bus", " truck", " van"]},
+                   {"query": " nurse", "targets": [" doctor", " pilot", " clerk"]}]
+    assert own_examples(cats, [], n=1) == [{"query": " car", "targets": [" bus", " truck", " van"]}]

@@ -53,27 +53,61 @@ def pair_attention(model, layer: int, prompts) -> list[tuple[torch.Tensor, torch
     return out
 
 
+def own_examples(cats: dict[str, list[str]], fillers: list[str], n: int = 3) -> list[dict]:
+    """The seed's named-example form built from a head's own clusters (``reproduce --find``): per
+    cluster, tightest first, its first word as the query and the next three as partners, from the
+    first `n` clusters of four words or more that hold none of the `fillers`."""
+    out = []
+    for words in cats.values():
+        if len(words) >= 4 and not set(words) & set(fillers):
+            out.append({"query": words[0], "targets": list(words[1:4])})
+        if len(out) == n:
+            break
+    return out
+
+
 @claim("semantic_pairs")
 def _semantic_pairs(c, ref, w):
     """The seed's named examples as prompts: fillers and the example's category partners, then the
     query word; the semantic head's attention from the query on the partners. Null: the same
-    prompts through null draws of the head; the statistic is the smallest partner share."""
+    prompts through null draws of the head; the statistic is the smallest partner share. Under
+    ``--find`` the examples come from the head's own clusters (:func:`own_examples`) and each null
+    draw is judged on examples from its own clusters (it did not choose the head's)."""
     l, h = w._check_head()
+    own = ref.own_categories
+    if own:
+        examples = own_examples(w._categories(), c["fillers"])
+        if not examples:
+            raise NotApplicable("the head's own clusters hold no cluster of 4 words without a filler")
+        c = {**c, "examples": examples}
     prompts = pair_prompts(c, w.model)
     res = pair_attention(w.model, l, prompts)
     results = [(q, float(share[h]), float(self_[h]), float(share[h]) >= c["min_share"] and float(gap[h]) > 0)
                for (q, *_), (share, gap, self_) in zip(prompts, res)]
     draws = []
-    for m in w.semantic_null:
+    for m in ([] if own else w.semantic_null):
         draws += torch.stack([share for share, _, _ in pair_attention(m, l, prompts)]).amin(0).tolist()
+    runs: dict = {}                                                  # one pass per null model and clusters
+    for m, k, cats in (w.own_null_categories if own else []):
+        ex = own_examples(cats, c["fillers"])
+        if not ex:                                                   # no example of its own: it shows nothing
+            draws.append(0.0)
+            continue
+        key = (id(m), json.dumps(ex, sort_keys=True))
+        if key not in runs:
+            runs[key] = pair_attention(m, l, pair_prompts({**c, "examples": ex}, m))
+        draws.append(min(float(share[k]) for share, _, _ in runs[key]))
     worst = min(s for _, s, _, _ in results)
     null = None if not draws else compare(worst, draws, statistic="smallest partner share over the examples", direction="above",
-                   null="null heads of the semantic head (Gaussian W_Q, W_K, W_V, W_O of its norms)",
+                   null="null heads of the semantic head (Gaussian W_Q, W_K, W_V, W_O of its norms)"
+                        + (", each on examples from its own clusters" if own else ""),
                    **margin_of(c["null"]), null_passes=share_of(draws, lambda x: x >= c["min_share"]))
     measured = "; ".join(f"{q.strip()}: {s:.3f}" for q, s, _, _ in results)
     note = "attention share on the partners from the query (" + ", ".join(
         f"{q.strip()} → {'/'.join(t.strip() for t in ex['targets'])}" for (q, *_), ex in zip(results, c["examples"])) + \
         f"); self {', '.join(f'{s:.3f}' for _, _, s, _ in results)}; fillers {', '.join(x.strip() for x in c['fillers'])}"
+    if own:
+        note += "; examples: the head's own clusters (claims.own_clusters.head_clusters), not the seed's cat/red/Monday"
     return c["published_text"], measured, c["tolerance"], all(r[3] for r in results), note, null
 
 
