@@ -28,9 +28,6 @@ PLANTED_ROWS = ("kernel_categories", "contextual_heads", "contextual_heads_auto"
 GPT2_ONLY = ("neuron_704_top", "neuron_704_bottom", "sym_vs_skew")
 
 #: rows about every layer-0 kernel that have no null yet (issue 32 §1; claims/null.py)
-NO_NULL_YET = ("translation_equivariance", "query_dependence")
-
-
 def _reproduce_json(*argv) -> tuple[int, dict]:
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
@@ -108,10 +105,7 @@ def test_find_on_random_weights_passes_no_row(random_report, check_report):
     assert d["reference"] == "found in the model (--find)" and not d["ok"]
     assert [r["id"] for r in d["rows"]] == [c["id"] for c in seed_claims()["claims"]]     # every row, the newest too
     passed = [r for r in d["rows"] if r["passed"] is True]
-    # no row passes; the two kernel-shape rows without a null yet (issue 32 §1) are the exception
-    # while they have none: uniform random kernels are trivially translation-equivariant
-    assert all(r["id"] in NO_NULL_YET and r["null"] is None for r in passed), \
-        [(r["id"], r["measured"], r["note"][:200]) for r in passed]
+    assert not passed, [(r["id"], r["measured"], r["note"][:200]) for r in passed]      # no row passes
     assert {r["verdict"] for r in d["rows"] if r not in passed} <= {"FAIL", "indistinguishable from random",
                                                                     "no verdict"}
     comps = {c["kind"]: c for c in d["components"]}
