@@ -8,6 +8,7 @@ import random
 import types
 
 import pytest
+import torch
 
 from headscope.layer0.topics import NeuronLabel, label_neuron, language_of, side_labels
 from headscope import shipped
@@ -37,10 +38,20 @@ def test_neuron_topics_row():
     c = CLAIMS["neuron_topics"]
     good = [NeuronLabel(j, {"sport": 0.4}, {}) for j in range(8)] + [NeuronLabel(9, {}, {})]
     bad = [NeuronLabel(j, {}, {}) for j in range(6)] + [NeuronLabel(9, {"sport": 0.3}, {})]
-    assert NR._neuron_topics(c, SEED, types.SimpleNamespace(topic_labels=good))[3] is True
-    assert NR._neuron_topics(c, SEED, types.SimpleNamespace(topic_labels=bad))[3] is False
+
+    def work(labels):
+        # the null's inputs (claims5): random neurons' scores [V K] (strength ≤ 1), unlabelled, and
+        # the scan's neurons, each far stronger than the random ones
+        return types.SimpleNamespace(
+            topic_labels=labels, readout_null=torch.linspace(-1.0, 1.0, 5 * 64).reshape(5, 64),
+            readout_null_labels=[NeuronLabel(k, {}, {}) for k in range(64)],
+            scan=types.SimpleNamespace(neurons=[{"neuron": j, "max_contribution": 10.0, "min_contribution": -10.0}
+                                                for j in range(10)]))
+
+    assert NR._neuron_topics(c, SEED, work(good))[3] is True
+    assert NR._neuron_topics(c, SEED, work(bad))[3] is False
     with pytest.raises(NotApplicable):
-        NR._neuron_topics(c, SEED, types.SimpleNamespace(topic_labels=[]))
+        NR._neuron_topics(c, SEED, work([]))
 
 
 def test_neuron_transfer_row():
