@@ -111,6 +111,18 @@ REPORT_FAST = dict(progress=False, n_neurons=4, deep_dives=1, semantic_tokens=15
 
 
 @pytest.fixture(scope="session")
+def random_model(tmp_path_factory):
+    """Random weights at realistic scales in the hub's layout (2 layers, d_model 320, 5 heads, n_ctx 128,
+    d_mlp 448): the random component the claim rows' nulls must not let pass (test_claims_nulls*.py)."""
+    import headscope
+    from headscope.testing.hub import write_hub_checkpoint
+
+    d = write_hub_checkpoint(tmp_path_factory.mktemp("random") / "r", n_layer=2, n_embd=320, n_head=5, n_ctx=128,
+                             n_inner=448, seed=11)
+    return headscope.load(d)
+
+
+@pytest.fixture(scope="session")
 def report_inputs(tmp_path_factory) -> dict:
     """The planted report's inputs: three sample texts (one full of markup, one with an odd file
     name) and, in ``options``, a short calibration text (the first 450 words of the shipped one:

@@ -23,16 +23,6 @@ SEED = seed_reference(seed_claims())
 
 
 @pytest.fixture(scope="module")
-def random_model(tmp_path_factory):
-    import headscope
-    from headscope.testing.hub import write_hub_checkpoint
-
-    d = write_hub_checkpoint(tmp_path_factory.mktemp("random3") / "r", n_layer=2, n_embd=320, n_head=5, n_ctx=128,
-                             n_inner=448, seed=11)
-    return headscope.load(d)
-
-
-@pytest.fixture(scope="module")
 def random_work(random_model):
     """Random layer-0 heads 0–3 as the contextual heads, random head 1.2 as the semantic head."""
     ref = dataclasses.replace(SEED, contextual_heads=[0, 1, 2, 3], semantic_head=(1, 2))

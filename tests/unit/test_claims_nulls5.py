@@ -27,16 +27,6 @@ def _verdict(out):
 
 
 @pytest.fixture(scope="module")
-def random_model(tmp_path_factory):
-    import headscope
-    from headscope.testing.hub import write_hub_checkpoint
-
-    d = write_hub_checkpoint(tmp_path_factory.mktemp("random5") / "r", n_layer=2, n_embd=320, n_head=5, n_ctx=128,
-                             n_inner=448, seed=11)
-    return headscope.load(d)
-
-
-@pytest.fixture(scope="module")
 def auto_work(random_model):
     """The random layer-0 heads the automatic rule picks, taken as the published contextual heads
     (a claim that happens to match the rule on a random model), random head 1.2 as the semantic head."""
