@@ -185,7 +185,8 @@ def write_shape(shape: str, cache: Path, layers: int | None = None, repo_id: str
         elif tok_family == "gemma2":
             tok.add_special_tokens(["<bos>"])
         tok.save(str(Path(d) / "tokenizer.json"))
-        cache_directory(cache, repo_id, d, symlinks=False)
+        # moved, not copied; the half-precision 7B class linked as the hub links (one copy on disk: 14.5 GB)
+        cache_directory(cache, repo_id, d, symlinks=shape in DISK_DTYPE, move=True)
     return repo_id, n, time.perf_counter() - t0
 
 

@@ -62,7 +62,7 @@ masked_bias=False, key_prefix="", scales=None, config_overrides=None, tokenizer=
     not given, it is taken from ``SIZES`` by ``repo_id`` (``"gpt2"`` or
     ``"openai-community/gpt2"``…).
 
-``cache_directory(cache_dir, repo_id, directory, *, revision="main", symlinks=True)``
+``cache_directory(cache_dir, repo_id, directory, *, revision="main", symlinks=True, move=False)``
     The same cache layout for a checkpoint directory written by anything (e.g. another
     family's ``save_pretrained`` plus its tokenizer.json): one revision, returns its snapshot.
 
@@ -717,16 +717,17 @@ def _commit_snapshot(repo: Path, repo_id: str, revision: str, directory: Path, s
 
 
 def cache_directory(cache_dir: str | os.PathLike, repo_id: str, directory: str | os.PathLike, *,
-                    revision: str = "main", symlinks: bool = True) -> Path:
+                    revision: str = "main", symlinks: bool = True, move: bool = False) -> Path:
     """Copy a checkpoint directory (e.g. one written by transformers' ``save_pretrained`` for any
     family, plus its tokenizer files) into a huggingface_hub cache as `revision` of `repo_id`;
-    return the snapshot path. ``HF_HUB_OFFLINE=1`` with ``HF_HUB_CACHE=cache_dir`` then resolves
+    return the snapshot path. ``move`` moves the files instead (one copy on disk: a 7B checkpoint). ``HF_HUB_OFFLINE=1`` with ``HF_HUB_CACHE=cache_dir`` then resolves
     ``repo_id`` (at that revision) to it."""
     if not isinstance(repo_id, str) or not re.fullmatch(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?", repo_id):
         raise HeadscopeError(f"repo_id: expected 'name' or 'org/name', got {repo_id!r}")
     if not isinstance(revision, str) or not revision or revision.startswith("/") or ".." in revision.split("/"):
         raise HeadscopeError(f"revision: {revision!r} is not a usable branch name")
-    return _commit_snapshot(_repo_folder(Path(cache_dir), repo_id), repo_id, revision, Path(directory), symlinks)
+    return _commit_snapshot(_repo_folder(Path(cache_dir), repo_id), repo_id, revision, Path(directory), symlinks,
+                            move)
 
 
 def cached_snapshot(cache_dir: str | os.PathLike, repo_id: str, revision: str = "main") -> Path:
