@@ -53,6 +53,7 @@ import torch
 from . import split as layer0
 from .._errors import HeadscopeError
 from .._html_repr import HtmlRepr
+from .._json import plain
 from ..corpus import windows
 from ..core.forward import run_with_cache
 from .split import SEED_QUERY
@@ -94,7 +95,7 @@ class DenominatorStability(HtmlRepr):
     absolute_overflow: str | None = None   # why mean / traces / predicted_mean are None (else None)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return plain(self)   # asdict's values without its deep copy of every float
 
 
 @torch.no_grad()
