@@ -63,6 +63,12 @@ from ..stats import LOG_FLOAT64_MAX
 Tensor = torch.Tensor
 
 
+#: query positions per block of the fixed-query log-denominators: a window's keys above each block's
+#: last query are left out (−∞ scores), 62 % of the products and exponentials of one 256-query block
+#: at the default window; the same values to float64 rounding (sums of other lengths)
+QUERY_BLOCK = 64
+
+
 @dataclasses.dataclass
 class DenominatorStability(HtmlRepr):
     """Measured vs predicted spread of every layer-0 head's denominator."""
@@ -135,7 +141,8 @@ def denominator_stability(
     c = layer0.measure_c(w)
     if query is not None:
         qid = layer0.token_id(model, query)
-        L = layer0.fixed_query_log_denominators(w, cache["blocks.0.attn.hook_k"], qid)  # [b head p]
+        L = layer0.fixed_query_log_denominators(w, cache["blocks.0.attn.hook_k"], qid,  # [b head p]
+                                                block=QUERY_BLOCK)
         log_Z = layer0.log_Z(w, qid, window, c)                                 # [head p]
         logS = L - log_Z                                                         # [b head p] log S
         norm = "seed: S = sum_j pos[n,j]*content[n,x_j] = exp(logsumexp(scores) - log Z[n]), fixed query"
