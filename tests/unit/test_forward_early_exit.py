@@ -40,3 +40,41 @@ def test_early_exit_skips_the_rest(tiny, monkeypatch):
     assert calls == []
     run_with_cache(W, toks, names=["logits"])
     assert calls == list(range(W.cfg.n_layers))
+
+
+def _products(W, toks, names, stop=None) -> list[tuple[int, ...]]:
+    """The output shapes of every matrix product of one forward pass."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    shapes = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func._schema.name.split("::")[-1] in ("mm", "addmm", "bmm", "baddbmm"):
+                shapes.append(tuple(out.shape))
+            return out
+
+    with Record():
+        run_with_cache(W, toks, names=names, stop_at_layer=stop)
+    return shapes
+
+
+def test_qkv_alone_computes_only_the_parts_kept(tiny):
+    """q, k or v asked for alone (nothing after them): only their columns of the fused product, no
+    scores; patterns alone: q and k, no values. The values are bit for bit those of a full pass."""
+    W = tiny.weights()
+    cfg, toks = W.cfg, _tokens(W.cfg.d_vocab)
+    he = cfg.n_heads * cfg.d_head
+    cases = {("blocks.0.attn.hook_k",): [(18, he)], ("blocks.0.attn.hook_v",): [(18, he)],
+             ("blocks.0.attn.hook_q", "blocks.0.attn.hook_k"): [(18, 2 * he)],
+             ("blocks.0.attn.hook_q", "blocks.0.attn.hook_v"): [(18, 3 * he)],
+             ("blocks.0.attn.hook_pattern",): [(18, 2 * he), (2 * cfg.n_heads, 9, 9)],
+             ("blocks.0.attn.hook_denom", "blocks.0.attn.hook_v"): [(18, 3 * he), (2 * cfg.n_heads, 9, 9)]}
+    for names, want in cases.items():
+        names = list(names)
+        assert _products(W, toks, names, stop=1) == want, names
+        part = run_with_cache(W, toks, names=names, stop_at_layer=1)
+        full = run_with_cache(W, toks, names=names + ["logits"])
+        for n in names:
+            torch.testing.assert_close(part[n], full[n], rtol=0, atol=0, msg=n)

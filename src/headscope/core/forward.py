@@ -207,9 +207,28 @@ def _fused_qkv(block: Block) -> tuple[Tensor, Tensor]:
     return W_qkv, b_qkv
 
 
+#: what block l's attention keeps after its q, k and v, when nothing after the pattern is asked for
+_SCORE_NAMES = ("attn.hook_attn_scores", "attn.hook_denom", "attn.hook_pattern")
+_QKV_NAMES = ("attn.hook_q", "attn.hook_k", "attn.hook_v")
+
+
+def _qkv_parts(k: _Keeper, pre: str) -> tuple[int, int]:
+    """The parts [lo, hi) of (q, k, v) the block must compute: all three while anything past the
+    pattern (z, the output, later blocks) is pending; else q and k for scores, denominators or
+    patterns, and whichever of q, k, v is kept by name (hook_k alone: k only)."""
+    left = k.pending()
+    scores = {pre + n for n in _SCORE_NAMES}
+    qkv = [pre + n for n in _QKV_NAMES]
+    if left - scores - set(qkv):
+        return 0, 3
+    need = [i for i, n in enumerate(qkv) if n in left or (i < 2 and left & scores)]
+    return (need[0], need[-1] + 1) if need else (0, 0)
+
+
 def _attention(block: Block, x: Tensor, l: int, w: Weights, k: _Keeper) -> Tensor | None:
     """Block l's attention output [b p d], or None when everything `k` asks for is kept by the
-    pattern (no values mixed, no W_O: patterns alone cost the scores and the softmax)."""
+    pattern (no values mixed, no W_O: patterns alone cost the scores and the softmax) or by q, k
+    and v themselves (no scores; only the columns of the parts kept: hook_k alone costs a third)."""
     cfg = w.cfg
     b_, p, d = x.shape
     h, e = cfg.n_heads, cfg.d_head
@@ -217,19 +236,29 @@ def _attention(block: Block, x: Tensor, l: int, w: Weights, k: _Keeper) -> Tenso
     ln, scale = reader_norm(x, block.ln1_w, block.ln1_b, cfg)
     k.put(pre + "ln1.hook_scale", scale)
     k.put(pre + "ln1.hook_normalized", ln)
+    lo, hi = _qkv_parts(k, pre)
+    if lo == hi:                                             # everything asked for is kept
+        return None
     W_qkv, b_qkv = _fused_qkv(block)                                                                        # [d 3he], [3he]
-    qkv = torch.addmm(b_qkv, ln.reshape(b_ * p, d), W_qkv).view(b_, p, 3, h, e)                            # [b p 3 h e]
-    q, key, v = qkv.unbind(2)                                                                                 # [b p h e]
+    he = h * e
+    # the columns of the parts needed (q, k, v of a pass that goes on): the same values as of all three
+    qkv = torch.addmm(b_qkv[lo * he:hi * he], ln.reshape(b_ * p, d), W_qkv[:, lo * he:hi * he])
+    parts = [None] * lo + list(qkv.view(b_, p, hi - lo, h, e).unbind(2)) + [None] * (3 - hi)              # [b p h e] each
+    q, key, v = parts
     if cfg.qk_norm:                       # OLMo 2: RMSNorm over all heads of a position, before rotary
-        q = rms_norm(q.reshape(b_, p, h * e), block.q_norm_w.reshape(h * e), cfg.ln_eps)[0].view(b_, p, h, e)
+        if q is not None:
+            q = rms_norm(q.reshape(b_, p, he), block.q_norm_w.reshape(he), cfg.ln_eps)[0].view(b_, p, h, e)
         # keys expanded per query head: the mean square over h·e equals that over the stored kv·e
-        key = rms_norm(key.reshape(b_, p, h * e), block.k_norm_w.reshape(h * e), cfg.ln_eps)[0].view(b_, p, h, e)
+        if key is not None:
+            key = rms_norm(key.reshape(b_, p, he), block.k_norm_w.reshape(he), cfg.ln_eps)[0].view(b_, p, h, e)
     if cfg.positional == "rotary":                            # q and k rotated by position (core/rotary.py)
-        rope = k.rope(p, cfg, q)
-        q, key = rotary.rotate(q, *rope), rotary.rotate(key, *rope)
+        rope = k.rope(p, cfg, qkv)
+        q, key = (None if t is None else rotary.rotate(t, *rope) for t in (q, key))
     k.put(pre + "attn.hook_q", q)
     k.put(pre + "attn.hook_k", key)
     k.put(pre + "attn.hook_v", v)
+    if not k.pending():                                      # q, k or v was all that was left
+        return None
     qs, ks = q, key
     if cfg.reorder_and_upcast_attn and q.dtype in (torch.float16, torch.bfloat16):
         qs, ks = q.float(), key.float()  # HF's upcast: scores and softmax in float32, pattern back in v's dtype
@@ -248,7 +277,7 @@ def _attention(block: Block, x: Tensor, l: int, w: Weights, k: _Keeper) -> Tenso
         # log Z = s_max − log p_max (p_max ≥ 1/n never underflows): no second exp pass
         s_max, at = scores.max(dim=-1, keepdim=True)                                                        # [b h q 1]
         k.put(pre + "attn.hook_denom", (s_max - pattern.gather(-1, at).log()).squeeze(-1))
-    pattern = pattern.to(v.dtype)
+    pattern = pattern.to(q.dtype)                             # v's dtype: q, k, v come from one product
     k.put(pre + "attn.hook_pattern", pattern)
     if not k.pending():                                      # the pattern was all that was left
         return None

@@ -53,6 +53,7 @@ import torch
 from . import split as layer0
 from .._errors import HeadscopeError
 from .._html_repr import HtmlRepr
+from .._json import plain
 from ..corpus import windows
 from ..core.forward import run_with_cache
 from .split import SEED_QUERY
@@ -60,6 +61,12 @@ from ..core.model import Model
 from ..stats import LOG_FLOAT64_MAX
 
 Tensor = torch.Tensor
+
+
+#: query positions per block of the fixed-query log-denominators: a window's keys above each block's
+#: last query are left out (−∞ scores), 62 % of the products and exponentials of one 256-query block
+#: at the default window; the same values to float64 rounding (sums of other lengths)
+QUERY_BLOCK = 64
 
 
 @dataclasses.dataclass
@@ -94,7 +101,7 @@ class DenominatorStability(HtmlRepr):
     absolute_overflow: str | None = None   # why mean / traces / predicted_mean are None (else None)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return plain(self)   # asdict's values without its deep copy of every float
 
 
 @torch.no_grad()
@@ -134,7 +141,8 @@ def denominator_stability(
     c = layer0.measure_c(w)
     if query is not None:
         qid = layer0.token_id(model, query)
-        L = layer0.fixed_query_log_denominators(w, cache["blocks.0.attn.hook_k"], qid)  # [b head p]
+        L = layer0.fixed_query_log_denominators(w, cache["blocks.0.attn.hook_k"], qid,  # [b head p]
+                                                block=QUERY_BLOCK)
         log_Z = layer0.log_Z(w, qid, window, c)                                 # [head p]
         logS = L - log_Z                                                         # [b head p] log S
         norm = "seed: S = sum_j pos[n,j]*content[n,x_j] = exp(logsumexp(scores) - log Z[n]), fixed query"

@@ -20,11 +20,13 @@ and the summary does not apply (:class:`~headscope.NotApplicable`) when every te
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Callable, Iterable, Sequence
 
 import torch
 
 from .._errors import NotApplicable
+from .._json import plain
 from ..corpus import default_window
 from ..core.forward import run_with_cache
 from ..core.model import Model
@@ -112,7 +114,39 @@ class AttentionSummary:
     heads: list[HeadAttention]
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return plain(self)   # asdict's values without its deep copy of every float
+
+
+#: the offset profile's band: these quantiles over the queries of each (head, offset)
+BAND = (0.1, 0.9)
+
+
+def _offset_profiles(diags: list[list[list[Tensor]]]) -> tuple[list, list, list]:
+    """(mean, p10, p90) [l·h][D] over the queries of each head and offset, from `diags[l][d]` (the
+    texts' [h n_d] values A[q, q − d]).
+
+    The quantiles are ``torch.quantile``'s (linear interpolation between the order statistics at
+    ranks ⌊r⌋ and ⌈r⌉, r = β(n_d − 1)): the two order statistics by selection (``kthvalue``) over
+    each offset's n_d queries instead of a sort of every column, then the one ``lerp`` it applies."""
+    D = len(diags[0])
+    vals = [torch.cat([torch.cat(diags[i][d], dim=1) for i in range(len(diags))]) for d in range(D)]  # [l·h n_d]
+    mean = torch.stack([v.mean(1) for v in vals], 1)                                  # [l·h D]
+    lo, hi, weight = [], [], []
+    for beta in BAND:
+        l_, h_, w_ = [], [], []
+        for v in vals:
+            r = beta * (v.shape[1] - 1)                                               # torch.quantile's rank
+            below, above = int(r), math.ceil(r)
+            a = v.kthvalue(below + 1, dim=1).values                                   # [l·h]
+            l_.append(a)
+            h_.append(a if above == below else v.kthvalue(above + 1, dim=1).values)
+            w_.append(r - below)
+        lo.append(torch.stack(l_, 1))
+        hi.append(torch.stack(h_, 1))
+        weight.append(torch.tensor(w_, dtype=lo[-1].dtype).expand_as(lo[-1]))
+    q = torch.lerp(torch.stack(lo), torch.stack(hi), torch.stack(weight))              # [2 l·h D]
+    p10, p90 = q.tolist()
+    return mean.tolist(), p10, p90
 
 
 @torch.no_grad()
@@ -133,7 +167,7 @@ def attention_summary(model: Model, texts: Sequence[Text], layers: Sequence[int]
     H_ = cfg.n_heads
     mean = torch.zeros(len(layers), H_, P, P, dtype=torch.float64)
     rate = {k: torch.zeros(len(layers), H_, dtype=torch.float64) for k in RATES}
-    offs: list[list[Tensor]] = [[] for _ in layers]                              # [l] → [h q D] per text
+    diags: list[list[list[Tensor]]] = [[[] for _ in range(D)] for _ in layers]   # [l][d] → [h n_d] per text
     n_q = 0
     example: dict[int, Tensor] = {}
     names = [f"blocks.{l}.attn.hook_pattern" for l in layers]
@@ -142,8 +176,6 @@ def attention_summary(model: Model, texts: Sequence[Text], layers: Sequence[int]
         n = len(t)
         q = torch.arange(n)
         dist = (q[:, None] - q[None, :]).clamp(min=0).double()                     # [q k]
-        idx = q[:, None] - torch.arange(D)[None, :]                                 # [q d]: key q − d
-        valid = idx >= 0
         for i, l in enumerate(layers):
             A = cache[f"blocks.{l}.attn.hook_pattern"][0].double()                 # [h q k]
             mean[i] += A[:, :P, :P]
@@ -152,19 +184,14 @@ def attention_summary(model: Model, texts: Sequence[Text], layers: Sequence[int]
             rate["prev"][i] += A.diagonal(offset=-1, dim1=1, dim2=2).sum(-1)
             rate["distance"][i] += (A * dist).sum(-1)[:, 1:].sum(-1)
             rate["entropy"][i] += -(A * A.clamp_min(1e-30).log()).sum(-1)[:, 1:].sum(-1)
-            g = A.gather(2, idx.clamp(min=0)[None].expand(H_, n, D))               # [h q d]
-            offs[i].append(torch.where(valid[None], g, torch.nan)[:, 1:])          # [h q≥1 D]
+            for d in range(min(D, n)):                    # A[q, q − d] for the queries q ≥ max(d, 1)
+                diags[i][d].append(A.diagonal(offset=-d, dim1=1, dim2=2)[:, 0 if d else 1:])   # [h n − d (− 1)]
             if s == 0:
                 m = min(n, max_positions)
                 example[l] = A[:, :m, :m]
         n_q += n - 1
     mean /= len(toks)
-    # every head of every layer at once: [l·h, all queries, D]; the quantiles sort each (head, offset)
-    # column once, along the contiguous last axis (the same order statistics as per head along queries)
-    o = torch.stack([torch.cat(offs[i], dim=1) for i in range(len(layers))]).flatten(0, 1)
-    o_mean = torch.nanmean(o, 1).tolist()                                          # [l·h][D]
-    o_q = torch.nanquantile(o.transpose(1, 2).contiguous(), torch.tensor([0.1, 0.9], dtype=o.dtype), dim=-1)
-    p10, p90 = o_q.tolist()                                                        # [l·h][D] each
+    o_mean, p10, p90 = _offset_profiles(diags)                                     # [l·h][D] each
     rates = {k: (rate[k] / n_q).tolist() for k in RATES}                           # [l][h]
     heads = []
     for i, l in enumerate(layers):
