@@ -159,7 +159,11 @@ def measure_c(weights: Weights) -> float:
     memo = weights.__dict__.get("_measured_c")
     if memo is not None and memo[0] == key:
         return memo[1]
-    c = float(_centred(weights.W_E).norm(dim=-1).median())
+    W_E, chunk = weights.W_E, CONTENT_CHUNK
+    norms = torch.empty(W_E.shape[0], dtype=W_E.dtype, device=W_E.device)         # |c(W_E[t])| [V]
+    for a in range(0, W_E.shape[0], chunk):      # row by row the same values; no [V d] centred copy
+        torch.linalg.vector_norm(_centred(W_E[a:a + chunk]), dim=-1, out=norms[a:a + chunk])
+    c = float(norms.median())
     weights.__dict__["_measured_c"] = (key, c, weights.W_E)   # W_E kept alive: its id is not reused
     return c
 
