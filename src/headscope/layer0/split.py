@@ -363,16 +363,21 @@ def frame(w: Weights, token: int, n: int, c: float | None = None) -> Frame:
 
 def log_content_factors(w: Weights, query_token: int, n: int, tokens: Int[Tensor, "t"] | None = None
                         ) -> Float[Tensor, "h t"]:
-    """log content_{t,q} = q·E[n, t]/s for `tokens` (default: the whole vocabulary), query at n."""
+    """log content_{t,q} = q·E[n, t]/s for `tokens` (default: the whole vocabulary), query at n.
+
+    On one thread: [chunk d] @ [d head] products and a chunk's LN are too thin for a second
+    thread (distilgpt2's vocabulary, shared machine: 0.2–0.4 CPU s on one thread, 0.9–1.0 on two,
+    and 2–5× the wall time; the same values)."""
     if _rotary(w.cfg):
         return _rs().log_content_factors(w, query_token, n, tokens)
     fr = frame(w, query_token, n, c=1.0)                                          # c does not enter content
-    if tokens is None:                      # the whole vocabulary: row slices of W_E, no gathered copy
-        V = w.cfg.vocab
-        parts = [fr.content_logits(w, slice(a, min(a + CONTENT_CHUNK, V))) for a in range(0, V, CONTENT_CHUNK)]
-    else:
-        parts = [fr.content_logits(w, ids) for ids in tokens.split(CONTENT_CHUNK)]
-    return torch.cat(parts, dim=1).double()
+    with small_matrices():
+        if tokens is None:                  # the whole vocabulary: row slices of W_E, no gathered copy
+            V = w.cfg.vocab
+            parts = [fr.content_logits(w, slice(a, min(a + CONTENT_CHUNK, V))) for a in range(0, V, CONTENT_CHUNK)]
+        else:
+            parts = [fr.content_logits(w, ids) for ids in tokens.split(CONTENT_CHUNK)]
+        return torch.cat(parts, dim=1).double()
 
 
 def seed_log_denominator(log_denom: Float[Tensor, "... head"], fr: Frame) -> Float[Tensor, "... head"]:
