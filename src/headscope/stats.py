@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+import numpy as np
 import torch
 from jaxtyping import Float
 
@@ -54,6 +55,23 @@ def quantile(x: Tensor, q: float) -> float | None:
 def median(x: Tensor) -> float | None:
     """The median of the finite entries of `x` (mean of the two middle ones); None if there are none."""
     return quantile(x, 0.5)
+
+
+def vector_std(x: Tensor) -> float:
+    """Sample standard deviation (n − 1) of all entries of `x`, in float64, summed in a fixed order.
+
+    torch splits a reduction of more than 32768 entries between its threads, which moves the
+    last digits with the thread count; numpy's pairwise sums run on one thread, so the same
+    input gives the same bits on any machine (NaN for fewer than two entries).
+    """
+    x = x.detach().reshape(-1).to(torch.float64).cpu().numpy()
+    return float(np.std(x, ddof=1)) if x.size > 1 else math.nan
+
+
+def vector_mean(x: Tensor) -> float:
+    """Mean of all entries of `x` in float64, summed in a fixed order (see :func:`vector_std`); NaN if empty."""
+    x = x.detach().reshape(-1).to(torch.float64).cpu().numpy()
+    return float(np.mean(x)) if x.size else math.nan
 
 
 def bin_values(values: Sequence[float], bins: int = 30) -> tuple[list[float], list[int]]:

@@ -67,7 +67,7 @@ from .._errors import HeadscopeError
 from .._html_repr import HtmlRepr
 from .split import SEED_QUERY
 from ..core.model import Model
-from ..stats import quantile
+from ..stats import quantile, vector_mean, vector_std
 from ..core.weights import Weights
 
 Tensor = torch.Tensor
@@ -384,7 +384,7 @@ def analyse_kernels(
             head=h, category=cats.categories[h], width=cats.widths[h],
             spread=float(kern[h].pow(2).sum()), decay_rate=decay_rate(kern[h]),
             translation_tv=float(trans[h]), query_tv=float(qtv[h]),
-            content_std=float(logc[h].std()), content_boost=float(logc[h].max() - logc[h].median()),
+            content_std=vector_std(logc[h]), content_boost=float(logc[h].max() - logc[h].median()),
             kernel=kern[h].flip(0)[:KERNEL_SHOWN].tolist(),
             shape_positions=list(cats.positions), shape_decay_rate=cats.rates[h], category_width=cats.width[h],
             category_shape=cats.shape[h],
@@ -392,7 +392,7 @@ def analyse_kernels(
         if tvs is not None:
             vals = torch.cat([t[h, 1:] for t in tvs])                            # n = 0 is trivially exact
             hk.tv_median, hk.tv_p90 = quantile(vals, 0.5), quantile(vals, 0.9)
-            hk.tv_mean = float(vals.mean()) if vals.numel() else None            # None: windows of BOS only
+            hk.tv_mean = vector_mean(vals) if vals.numel() else None            # None: windows of BOS only
             p_max = max(len(t[h]) for t in tvs)
             sums, counts = torch.zeros(p_max, dtype=torch.float64), torch.zeros(p_max, dtype=torch.float64)
             for t in tvs:

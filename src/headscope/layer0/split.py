@@ -159,7 +159,11 @@ def measure_c(weights: Weights) -> float:
     memo = weights.__dict__.get("_measured_c")
     if memo is not None and memo[0] == key:
         return memo[1]
-    c = float(_centred(weights.W_E).norm(dim=-1).median())
+    W_E, chunk = weights.W_E, CONTENT_CHUNK
+    norms = torch.empty(W_E.shape[0], dtype=W_E.dtype, device=W_E.device)         # |c(W_E[t])| [V]
+    for a in range(0, W_E.shape[0], chunk):      # row by row the same values; no [V d] centred copy
+        torch.linalg.vector_norm(_centred(W_E[a:a + chunk]), dim=-1, out=norms[a:a + chunk])
+    c = float(norms.median())
     weights.__dict__["_measured_c"] = (key, c, weights.W_E)   # W_E kept alive: its id is not reused
     return c
 
@@ -359,16 +363,21 @@ def frame(w: Weights, token: int, n: int, c: float | None = None) -> Frame:
 
 def log_content_factors(w: Weights, query_token: int, n: int, tokens: Int[Tensor, "t"] | None = None
                         ) -> Float[Tensor, "h t"]:
-    """log content_{t,q} = q·E[n, t]/s for `tokens` (default: the whole vocabulary), query at n."""
+    """log content_{t,q} = q·E[n, t]/s for `tokens` (default: the whole vocabulary), query at n.
+
+    On one thread: [chunk d] @ [d head] products and a chunk's LN are too thin for a second
+    thread (distilgpt2's vocabulary, shared machine: 0.2–0.4 CPU s on one thread, 0.9–1.0 on two,
+    and 2–5× the wall time; the same values)."""
     if _rotary(w.cfg):
         return _rs().log_content_factors(w, query_token, n, tokens)
     fr = frame(w, query_token, n, c=1.0)                                          # c does not enter content
-    if tokens is None:                      # the whole vocabulary: row slices of W_E, no gathered copy
-        V = w.cfg.vocab
-        parts = [fr.content_logits(w, slice(a, min(a + CONTENT_CHUNK, V))) for a in range(0, V, CONTENT_CHUNK)]
-    else:
-        parts = [fr.content_logits(w, ids) for ids in tokens.split(CONTENT_CHUNK)]
-    return torch.cat(parts, dim=1).double()
+    with small_matrices():
+        if tokens is None:                  # the whole vocabulary: row slices of W_E, no gathered copy
+            V = w.cfg.vocab
+            parts = [fr.content_logits(w, slice(a, min(a + CONTENT_CHUNK, V))) for a in range(0, V, CONTENT_CHUNK)]
+        else:
+            parts = [fr.content_logits(w, ids) for ids in tokens.split(CONTENT_CHUNK)]
+        return torch.cat(parts, dim=1).double()
 
 
 def seed_log_denominator(log_denom: Float[Tensor, "... head"], fr: Frame) -> Float[Tensor, "... head"]:

@@ -198,14 +198,16 @@ def _nodes(model: Model, n_tokens: int, corpus, cat_ids: dict[str, list[int]], f
 
 
 def _graph_clusters(model: Model, W: Weights, layer: int, head: int, X: Tensor, nodes: list[int], n_freq: int,
-                    cat_ids, o: ClusterOptions, keys: str, frequency: str) -> HeadClusters:
+                    cat_ids, o: ClusterOptions, keys: str, frequency: str, strs: list[str] | None = None
+                    ) -> HeadClusters:
     """The top-k graph of `nodes` (effective embeddings X) under head (layer, head), clustered with
     the resolved options `o`: headscope's (:func:`headscope.clustering.knn_graph`, Leiden RB) or,
     for a preset whose graph is ``authors``, theirs (:func:`headscope.clustering.authors_graph`,
     Leiden modularity with communities of at most :data:`AUTHORS_MAX_COMM_SIZE`). `keys` and
-    `frequency`: what the graph's spec records (the resolved keys, the frequency source's name)."""
+    `frequency`: what the graph's spec records (the resolved keys, the frequency source's name);
+    `strs`: the nodes' strings when the caller has them (the heads of one analysis share them)."""
     authors, k, seed = o.authors, o.k, o.seed
-    strs = model.to_str_tokens(nodes)
+    strs = model.to_str_tokens(nodes) if strs is None else strs
     if authors:
         b = W.blocks[layer]
         Qr, Kr = X @ b.W_Q[head], X @ b.W_K[head]                                         # raw, no biases [n e]
@@ -368,7 +370,7 @@ def _one_head(model: Model, W: Weights, l: int, h: int, o: HeadOptions, s: _Shar
                                   factors=bilinear.qk_factors(W, l, h, centred=fold))
     keys = s.head_keys[(l, h)]
     hc = _graph_clusters(model, W, l, h, s.X_nodes[l], s.nodes, s.n_freq, s.cat_ids, o, keys=keys,
-                         frequency=s.frequency)
+                         frequency=s.frequency, strs=s.node_strs)
     if o.authors:
         neighbours, self_scores = _authors_examples(model, W, l, h, form, hc.embeddings, s.nodes, s.node_index,
                                                     s.examples, o.k, keys, s.vocab_targets.get((l, h)))
