@@ -372,6 +372,7 @@ def _forward(w: Weights, tokens: Tensor, keeper: _Keeper, stop_at_layer: int | N
 _DONE = object()
 
 
+@torch.no_grad()
 def advance_together(steps: Iterable[Iterator]) -> None:
     """Advance each generator in `steps` one step in turn, round after round, until all are done.
 
