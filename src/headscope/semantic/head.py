@@ -293,7 +293,9 @@ def analyse_heads(model: Model, heads: list[tuple[int, int]], options: HeadOptio
         return []
     W = model.weights()
     head_keys = {hd: resolve_keys(model.cfg, hd[0], o.keys, o.variant) for hd in heads}
-    steps = _Steps(3 + any(kk == "vocab" for kk in head_keys.values()) + len(heads), progress)
+    walked = ["mean attention outputs", "effective embeddings of the nodes"] + (
+        ["effective embeddings of the vocabulary"] if "vocab" in head_keys.values() else [])
+    steps = _Steps(len(walked) + len(heads) + 1, progress)
     shared = _shared_work(model, W, heads, head_keys, o)
     position, positions = position_independence_steps(model, heads, categories=o.categories, seed=o.seed)
     parts = {}
@@ -304,19 +306,18 @@ def analyse_heads(model: Model, heads: list[tuple[int, int]], options: HeadOptio
                 shared.X_nodes[l] = X_n
             if X_v is not None:
                 shared.vocab_targets.update(_vocab_targets(W, l, X_v, heads, shared, o))
+            del X_n, X_v
             for hd in heads:
                 if hd[0] == l and hd not in parts:
                     parts[hd] = _one_head(model, W, *hd, o, shared)
                     steps(f"head {hd[0]}.{hd[1]}")
-            del X_n, X_v
             yield
 
     # one walk up the blocks: the mean attention outputs, the nodes' and the vocabulary's effective
     # embeddings, each head at its layer and the prompt orders' forward passes read block l in turn
     advance_together([by_layer(), *position])
     del shared                                          # the node and vocabulary embeddings
-    for what in ("mean attention outputs", "effective embeddings of the nodes", "effective embeddings of the "
-                 "vocabulary", "position independence")[:steps.total - steps.done]:
+    for what in walked + ["position independence"]:
         steps(what)
     return [HeadAnalysis(layer=l, head=h, fingerprint=model.fingerprint, processing=W.processing.to_dict(),
                          embedding_variant=o.variant, form=form, clusters=hc, neighbours=neighbours,
