@@ -30,16 +30,39 @@ def _store(model):
     return model.weights().blocks
 
 
+def _counting_builds(stages, model, builds: dict) -> list:
+    """`stages` with each compute recording how often it built each block: builds[stage] = [per layer]."""
+    for stage in stages:
+        def counted(ctx, compute=stage.compute, name=stage.name):
+            before = list(_store(model).builds)
+            data = compute(ctx)
+            builds[name] = [a - b for a, b in zip(_store(model).builds, before)]
+            return data
+        stage.compute = counted
+    return stages
+
+
 def test_report_is_byte_identical_with_one_block_held(llama_dir, tmp_path, monkeypatch):
-    outs = {}
+    from headscope.report.builtin import default_stages
+
+    outs, builds = {}, {}
     for budget in ("all", "1"):                      # "1": one byte, so one block at a time
         monkeypatch.setenv("HEADSCOPE_BLOCK_BUDGET", budget)
         model = headscope.load(str(llama_dir))
-        build_report(model, tmp_path / budget, ReportOptions(progress=False, n_neurons=4, deep_dives=1,
-                                                             semantic_tokens=1500, kernel_windows=4, atlas_tokens=500))
+        build_report(model, tmp_path / budget, ReportOptions(progress=False, n_neurons=4, deep_dives=2,
+                                                             semantic_tokens=1500, kernel_windows=4, atlas_tokens=500),
+                     stages=_counting_builds(default_stages(), model, builds) if budget == "1" else None)
         outs[budget] = _store(model).stats()
     assert outs["all"]["budget"] is None and outs["all"]["rebuilds"] == 0 and outs["all"]["peak_held"] == 3
     assert outs["1"]["peak_held"] == 1 and outs["1"]["rebuilds"] > 0          # eviction did happen
+    # each stage walks the blocks once, every consumer of a block using it while it is held (the
+    # semantic deep dives' means, embeddings, heads and prompt orders; the steering measurement and
+    # its prompt; the atlas's means and embeddings); the attention stage runs one pass per sample text
+    assert {"survey", "semantic", "steering", "atlas", "composition"} <= builds.keys()
+    assert sum(builds["semantic"]) >= 2                                       # the deep dives read layer ≥ 1
+    for stage, per_layer in builds.items():
+        if stage != "attention":
+            assert max(per_layer) <= 1, (stage, per_layer)
     files = sorted(p.relative_to(tmp_path / "all") for p in (tmp_path / "all" / "data").glob("*.json"))
     assert len(files) >= 10
     for f in files:

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import fnmatch
 import weakref
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -401,6 +401,20 @@ def _forward(w: Weights, tokens: Tensor, keeper: _Keeper, stop_at_layer: int | N
 _DONE = object()
 
 
+@torch.no_grad()
+def advance_together(steps: Iterable[Iterator]) -> None:
+    """Advance each generator in `steps` one step in turn, round after round, until all are done.
+
+    The walk every layer-by-layer computation shares: when step k of each generator reads block k
+    (a forward pass's batches, the passes of several prompt sets, the effective embeddings), round k
+    reads block k for all of them while it is held, so under a block budget
+    (:func:`headscope.core.checkpoint.block_budget`) each block is built once per walk, not once
+    per pass. Each generator runs the very operations it runs alone: results do not change."""
+    steps = list(steps)
+    while steps:
+        steps = [s for s in steps if next(s, _DONE) is not _DONE]
+
+
 def _drops_blocks(blocks) -> bool:
     """Whether `blocks` may drop a block and rebuild it when read again (a store with a budget,
     :class:`headscope.core.checkpoint._LazyBlocks`, possibly under a copy's replacements)."""
@@ -445,32 +459,65 @@ def run_with_cache(
     returned on the CPU unless ``keep_device``. ``stop_at_layer=L`` runs blocks
     ``0..L-1`` only (no logits).
     """
-    cfg = weights.cfg
-    tokens = check_tokens(tokens, cfg)
-    if stop_at_layer is not None and not 0 <= stop_at_layer <= cfg.n_layers:
-        raise HeadscopeError(expected_got("stop_at_layer", f"0..{cfg.n_layers}", stop_at_layer))
+    return run_with_caches(weights, [tokens], names, batch_size=batch_size, device=device, dtype=dtype,
+                           stop_at_layer=stop_at_layer, keep_device=keep_device)[0]
+
+
+@torch.no_grad()
+def run_with_caches(
+    weights: Weights,
+    token_sets: Sequence[Int[Tensor, "batch pos"]],
+    names: Iterable[str] | str | None = None,
+    *,
+    batch_size: int | None = None,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | None = None,
+    stop_at_layer: int | None = None,
+    keep_device: bool = False,
+) -> list[Cache]:
+    """:func:`run_with_cache` of each token set (lengths may differ), the same caches.
+
+    When the blocks are held within a budget, every batch of every set advances block by block
+    together (:func:`advance_together`): each block is built once for all of them, not once per set."""
     w = weights
     if (device is not None and torch.device(device) != w.device) or (dtype is not None and dtype != w.dtype):
         w = w.to(device=device, dtype=dtype)
-    chunks = [tokens] if not batch_size else list(tokens.split(batch_size))
-    keepers = [_Keeper(names, cfg.n_layers) for _ in chunks]
-    if len(chunks) > 1 and _drops_blocks(w.blocks):
-        # blocks held within a budget: the chunks advance together, block l read by each in turn
-        # (built once per pass, not once per chunk); every chunk's operations are the same
-        steps = [_forward(w, c.to(w.device), k, stop_at_layer) for c, k in zip(chunks, keepers)]
-        while steps:
-            steps = [s for s in steps if next(s, _DONE) is not _DONE]
+    passes = [ForwardPass(w, t, names, batch_size=batch_size, stop_at_layer=stop_at_layer) for t in token_sets]
+    if sum(len(p.steps) for p in passes) > 1 and _drops_blocks(w.blocks):
+        # blocks held within a budget: the batches advance together, block l read by each in turn
+        # (built once per walk, not once per batch or set); every batch's operations are the same
+        advance_together(s for p in passes for s in p.steps)
     else:
-        for chunk, keeper in zip(chunks, keepers):
-            for _ in _forward(w, chunk.to(w.device), keeper, stop_at_layer):
-                pass
+        for p in passes:
+            for step, keeper in zip(p.steps, p.keepers):
+                for _ in step:
+                    pass
+                if not keep_device:
+                    keeper.cache = Cache({k: v.cpu() for k, v in keeper.cache.items()})
+    return [p.cache(keep_device) for p in passes]
+
+
+class ForwardPass:
+    """The forward pass of `tokens` [b p] (in batches of `batch_size`) as steps to advance:
+    ``steps[i]`` runs batch i one block per step (a generator; :func:`advance_together` walks
+    them with others), :meth:`cache` gathers what was kept once every step is done."""
+
+    def __init__(self, weights: Weights, tokens: Int[Tensor, "batch pos"], names: Iterable[str] | str | None = None,
+                 *, batch_size: int | None = None, stop_at_layer: int | None = None):
+        cfg = weights.cfg
+        tokens = check_tokens(tokens, cfg)
+        if stop_at_layer is not None and not 0 <= stop_at_layer <= cfg.n_layers:
+            raise HeadscopeError(expected_got("stop_at_layer", f"0..{cfg.n_layers}", stop_at_layer))
+        chunks = [tokens] if not batch_size else list(tokens.split(batch_size))
+        self.keepers = [_Keeper(names, cfg.n_layers) for _ in chunks]
+        self.steps = [_forward(weights, c.to(weights.device), k, stop_at_layer) for c, k in zip(chunks, self.keepers)]
+
+    def cache(self, keep_device: bool = False) -> Cache:
+        parts: list[Cache] = []
+        for keeper in self.keepers:
             if not keep_device:
                 keeper.cache = Cache({k: v.cpu() for k, v in keeper.cache.items()})
-    parts: list[Cache] = []
-    for keeper in keepers:
-        if not keep_device:
-            keeper.cache = Cache({k: v.cpu() for k, v in keeper.cache.items()})
-        parts.append(keeper.cache)
-    if len(parts) == 1:
-        return parts[0]
-    return Cache({k: torch.cat([c[k] for c in parts]) for k in parts[0]})
+            parts.append(keeper.cache)
+        if len(parts) == 1:
+            return parts[0]
+        return Cache({k: torch.cat([c[k] for c in parts]) for k in parts[0]})

@@ -358,7 +358,7 @@ def atlas(model: Model, layers: Sequence[int] | None = None, *, n_tokens: int = 
 
     upto = max(layers)
     prompts, _ = prompts_for(model, None, n_prompts=PROMPTS, length=16, seed=SEED)
-    attn_means = bilinear.mean_attn_outputs(W, prompts.tokens, upto)
+    attn_means = bilinear.attn_means_as_needed(W, upto, "prompts", prompts.tokens)  # run as the pass below reads them
     rng = np.random.default_rng(SEED)
     P = min(WINDOW, cfg.n_ctx)
     win = torch.from_numpy(rng.integers(0, N, size=P))                               # indices into freq

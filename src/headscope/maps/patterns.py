@@ -57,34 +57,47 @@ def _shares_prefix(a: Weights, b: Weights, layer: int) -> bool:
 
 @torch.no_grad()
 def head_patterns(weights: Sequence[Weights], tokens: Tensor, layer: int, head: int) -> list[Tensor]:
-    """:func:`head_pattern` under each of several weights, e.g. a model and its steered copy.
+    """:func:`head_pattern` under each of several weights, e.g. a model and its steered copy
+    (:func:`head_patterns_of_sets` of one token batch)."""
+    return head_patterns_of_sets(weights, [tokens], layer, head)[0]
 
-    When they share the embeddings and blocks 0..layer−1 (the same tensors, as
+
+@torch.no_grad()
+def head_patterns_of_sets(weights: Sequence[Weights], token_sets: Sequence[Tensor], layer: int, head: int
+                          ) -> list[list[Tensor]]:
+    """:func:`head_pattern` of each token batch [b p] under each of several weights: [set][weights].
+
+    When the weights share the embeddings and blocks 0..layer−1 (the same tensors, as
     :func:`headscope.steering.steered_weights` leaves them), the residual stream entering
-    block `layer` is computed once and only block `layer`'s attention runs per weights —
-    the very operations ``run_with_cache`` performs, so the patterns are the same.
+    block `layer` is computed once per set (the sets' passes walking the blocks together) and
+    only block `layer`'s attention runs per weights — the very operations ``run_with_cache``
+    performs, so the patterns are the same.
     """
     weights = list(weights)
     if len(weights) < 2 or not all(_shares_prefix(weights[0], w, layer) for w in weights[1:]):
-        return [head_pattern(w, tokens, layer, head) for w in weights]
-    from ..core.forward import _attention, _Keeper  # the forward's own attention block (one home)
+        return [[head_pattern(w, tokens, layer, head) for w in weights] for tokens in token_sets]
+    from ..core.forward import _attention, _Keeper, run_with_caches  # the forward's own attention block (one home)
 
     name = f"blocks.{layer}.attn.hook_pattern"
     resid = f"blocks.{layer - 1}.hook_resid_post"                                  # = block layer's resid_pre
-    x = run_with_cache(weights[0], tokens, names=[resid], stop_at_layer=layer, batch_size=32)[resid] if layer else None
+    xs = ([c[resid] for c in run_with_caches(weights[0], token_sets, [resid], stop_at_layer=layer, batch_size=32)]
+          if layer else [None] * len(token_sets))
     out = []
-    for w in weights:
-        parts = []
-        for a in range(0, tokens.shape[0], 32):
-            if layer:
-                xa = x[a:a + 32]
-            else:                                                                   # block 0 reads the embeddings
-                t = tokens[a:a + 32]
-                xa = w.W_E[t] + w.W_pos[:t.shape[1]] if w.W_pos is not None else w.W_E[t]  # rotary: no W_pos
-            keeper = _Keeper([name], w.cfg.n_layers)
-            _attention(w.blocks[layer], xa.to(w.device), layer, w, keeper)
-            parts.append(keeper.cache[name][:, head].cpu())
-        out.append(torch.cat(parts).double())
+    for tokens, x in zip(token_sets, xs):
+        per_weights = []
+        for w in weights:
+            parts = []
+            for a in range(0, tokens.shape[0], 32):
+                if layer:
+                    xa = x[a:a + 32]
+                else:                                                               # block 0 reads the embeddings
+                    t = tokens[a:a + 32]
+                    xa = w.W_E[t] + w.W_pos[:t.shape[1]] if w.W_pos is not None else w.W_E[t]  # rotary: no W_pos
+                keeper = _Keeper([name], w.cfg.n_layers)
+                _attention(w.blocks[layer], xa.to(w.device), layer, w, keeper)
+                parts.append(keeper.cache[name][:, head].cpu())
+            per_weights.append(torch.cat(parts).double())
+        out.append(per_weights)
     return out
 
 

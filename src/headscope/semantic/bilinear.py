@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from typing import Iterator
 
 import torch
@@ -44,7 +45,7 @@ from jaxtyping import Float, Int
 
 from .._errors import HeadscopeError
 from .._memory import rows_that_fit
-from ..core.forward import mlp, normalize, run_with_cache
+from ..core.forward import ForwardPass, mlp, normalize
 from ..core.weights import Weights
 from ..lowrank import small_matrices, span_basis
 
@@ -59,31 +60,63 @@ AUTHORS_SEQUENCE = 1024     #: the authors' sequence: token ids 0..1023
 
 def mean_attn_outputs(weights: Weights, tokens: Int[Tensor, "batch pos"], layers: int) -> list[Tensor]:
     """Mean attention output of blocks 0..layers-1 over positions ≥ 1 of `tokens`. [layers][d]"""
-    if layers == 0:
-        return []
-    names = [f"blocks.{l}.hook_attn_out" for l in range(layers)]
-    cache = run_with_cache(weights, tokens, names=names, stop_at_layer=layers, batch_size=32)
-    out = []
-    for l in range(layers):
-        a = cache[f"blocks.{l}.hook_attn_out"]                                                  # [b p d]
-        out.append(a[:, 1:].reshape(-1, weights.cfg.d_model).mean(0).to(weights.dtype))
-    return out
+    return list(attn_means_as_needed(weights, layers, "prompts", tokens))
 
 
-@torch.no_grad()
 def authors_attn_means(weights: Weights, layers: int) -> list[Tensor]:
     """Mean attention output of blocks 0..layers-1, the authors' way (module docstring). [layers][d]"""
+    return list(attn_means_as_needed(weights, layers, "authors"))
+
+
+class AttnMeans(Sequence):
+    """Mean attention outputs of blocks 0..layers−1 ([d] each), each computed when first read.
+
+    Reading mean l runs the reference forward pass through block l (the blocks not run yet, every
+    batch together), so a pass up the residual stream that reads mean l right after block l
+    (:func:`effective_embeddings_by_layer`) finds that block still held: under a block budget
+    the reference pass and the embeddings share one walk up the blocks. `reduce` maps the
+    layer's ``hook_attn_out`` [b p d] (on the CPU) to its mean [d]."""
+
+    def __init__(self, weights: Weights, forward: ForwardPass | None, layers: int, reduce):
+        self._dtype, self._forward, self._n, self._reduce = weights.dtype, forward, layers, reduce
+        self._means: list[Tensor] = []
+
+    def __len__(self) -> int:
+        return self._n
+
+    @torch.no_grad()
+    def __getitem__(self, l):
+        if isinstance(l, slice):
+            return [self[i] for i in range(*l.indices(self._n))]
+        l = range(self._n)[l]
+        while len(self._means) <= l:
+            k = len(self._means)
+            for step in self._forward.steps:          # block k of every batch (a batch done at k stops there)
+                next(step, None)
+            a = torch.cat([kp.cache[f"blocks.{k}.hook_attn_out"].cpu() for kp in self._forward.keepers])
+            self._means.append(self._reduce(a).to(self._dtype))
+        return self._means[l]
+
+
+def attn_means_as_needed(weights: Weights, layers: int, source: str, tokens: Tensor | None = None) -> AttnMeans:
+    """:func:`attn_means_for` as an :class:`AttnMeans`: each mean computed when first read."""
+    if source not in ATTN_MEANS:
+        raise HeadscopeError(f"attention means: expected one of {', '.join(ATTN_MEANS)}, got {source!r}")
     if layers == 0:
-        return []
+        return AttnMeans(weights, None, 0, None)
+    names = [f"blocks.{l}.hook_attn_out" for l in range(layers)]
+    d = weights.cfg.d_model
+    if source == "prompts":
+        fp = ForwardPass(weights, tokens, names, batch_size=32, stop_at_layer=layers)
+        return AttnMeans(weights, fp, layers, lambda a: a[:, 1:].reshape(-1, d).mean(0))     # [b p d] → [d]
     cfg = weights.cfg
     P = min(AUTHORS_SEQUENCE, cfg.n_ctx)
     w = weights                                  # rotary: positions act inside attention, nothing to average
     if weights.W_pos is not None:
         mean_pos = weights.W_pos.mean(0, keepdim=True).expand(cfg.n_ctx, cfg.d_model).contiguous()   # [n_ctx d]
         w = dataclasses.replace(weights, W_pos=mean_pos)
-    names = [f"blocks.{l}.hook_attn_out" for l in range(layers)]
-    cache = run_with_cache(w, torch.arange(P)[None], names=names, stop_at_layer=layers)        # no BOS
-    return [cache[n][0].mean(0).to(weights.dtype) for n in names]
+    fp = ForwardPass(w, torch.arange(P)[None], names, stop_at_layer=layers)                 # no BOS
+    return AttnMeans(weights, fp, layers, lambda a: a[0].mean(0))                           # [1 P d] → [d]
 
 
 def mean_position(weights: Weights) -> Tensor | float:
@@ -95,11 +128,7 @@ def mean_position(weights: Weights) -> Tensor | float:
 def attn_means_for(weights: Weights, layers: int, source: str, tokens: Tensor | None = None) -> list[Tensor]:
     """Mean attention outputs of blocks 0..layers-1 from `source` (:data:`ATTN_MEANS`);
     ``prompts`` needs the category prompt `tokens`."""
-    if source not in ATTN_MEANS:
-        raise HeadscopeError(f"attention means: expected one of {', '.join(ATTN_MEANS)}, got {source!r}")
-    if source == "authors":
-        return authors_attn_means(weights, layers)
-    return mean_attn_outputs(weights, tokens, layers)
+    return list(attn_means_as_needed(weights, layers, source, tokens))
 
 
 @torch.no_grad()

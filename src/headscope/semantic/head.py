@@ -22,6 +22,7 @@ Leiden modularity with communities of at most 512) over their effective embeddin
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import torch
 
@@ -33,7 +34,8 @@ from .clustering import Clustering
 from .options import PRESETS, ClusterOptions, HeadOptions  # noqa: F401  (PRESETS: re-exported)
 from ..core.model import Model
 from .prompts import prompts_for
-from .survey import PositionIndependence, position_independence_heads
+from .survey import PositionIndependence, position_independence_steps
+from ..core.forward import advance_together
 from ..core.weights import Weights
 
 Tensor = torch.Tensor
@@ -164,17 +166,18 @@ def resolve_keys(cfg, layer: int, keys: str, variant: str = "full") -> str:
 
 
 def _embeddings_at(W: Weights, layers: list[int], token_ids: Tensor | None, variant: str,
-                   attn_means: list[Tensor]):
-    """(l, x̂ of `token_ids` for the heads of layer l) for each l in `layers` (ascending): variant
-    full in one pass up the residual stream (every block read once, whatever the layers)."""
+                   attn_means: Sequence[Tensor]):
+    """(l, x̂ of `token_ids` for the heads of layer l, or None when l is not in `layers`) for
+    l = 0..max(layers): variant full in one pass up the residual stream (step l reads block l:
+    passes walked together read each block once, whatever the layers)."""
+    want = set(layers)
     if variant == "full":
-        want = set(layers)
         for l, x_hat in bilinear.effective_embeddings_by_layer(W, token_ids, attn_means=attn_means, upto=max(layers)):
-            if l in want:
-                yield l, x_hat
+            yield l, (x_hat if l in want else None)
     else:
-        for l in layers:
-            yield l, bilinear.effective_embeddings(W, l, token_ids, variant=variant, attn_means=attn_means)
+        for l in range(max(layers) + 1):
+            yield l, (bilinear.effective_embeddings(W, l, token_ids, variant=variant, attn_means=attn_means)
+                      if l in want else None)
 
 
 def _nodes(model: Model, n_tokens: int, corpus, cat_ids: dict[str, list[int]], frequency: str = "bpe",
@@ -292,19 +295,37 @@ def analyse_heads(model: Model, heads: list[tuple[int, int]], options: HeadOptio
         return []
     W = model.weights()
     head_keys = {hd: resolve_keys(model.cfg, hd[0], o.keys, o.variant) for hd in heads}
-    steps = _Steps(3 + any(kk == "vocab" for kk in head_keys.values()) + len(heads), progress)
-    shared = _shared_work(model, W, heads, head_keys, o, steps)
-    parts = []
-    for l, h in heads:
-        parts.append(_one_head(model, W, l, h, o, shared))
-        steps(f"head {l}.{h}")
+    walked = ["mean attention outputs", "effective embeddings of the nodes"] + (
+        ["effective embeddings of the vocabulary"] if "vocab" in head_keys.values() else [])
+    steps = _Steps(len(walked) + len(heads) + 1, progress)
+    shared = _shared_work(model, W, heads, head_keys, o)
+    position, positions = position_independence_steps(model, heads, categories=o.categories, seed=o.seed)
+    parts = {}
+
+    def by_layer():                                   # step l: every head of layer l (reads block l)
+        for l, X_n, X_v in _layer_embeddings(W, heads, shared, o):
+            if X_n is not None:
+                shared.X_nodes[l] = X_n
+            if X_v is not None:
+                shared.vocab_targets.update(_vocab_targets(W, l, X_v, heads, shared, o))
+            del X_n, X_v
+            for hd in heads:
+                if hd[0] == l and hd not in parts:
+                    parts[hd] = _one_head(model, W, *hd, o, shared)
+                    steps(f"head {hd[0]}.{hd[1]}")
+            yield
+
+    # one walk up the blocks: the mean attention outputs, the nodes' and the vocabulary's effective
+    # embeddings, each head at its layer and the prompt orders' forward passes read block l in turn
+    advance_together([by_layer(), *position])
     del shared                                          # the node and vocabulary embeddings
-    positions = position_independence_heads(model, heads, categories=o.categories, seed=o.seed)
-    steps("position independence")
+    for what in walked + ["position independence"]:
+        steps(what)
     return [HeadAnalysis(layer=l, head=h, fingerprint=model.fingerprint, processing=W.processing.to_dict(),
                          embedding_variant=o.variant, form=form, clusters=hc, neighbours=neighbours,
                          self_scores=self_scores, position=pos)
-            for (l, h), (form, hc, neighbours, self_scores), pos in zip(heads, parts, positions)]
+            for (l, h), pos in zip(heads, positions())
+            for form, hc, neighbours, self_scores in [parts[(l, h)]]]
 
 
 class _Steps:
@@ -333,32 +354,36 @@ class _Shared:
     examples: list[int]                    # example tokens: the first word of each category
     head_keys: dict[tuple[int, int], str]  # head → "vocab" or "nodes"
     vocab_targets: dict[tuple[int, int], tuple[Tensor, ...]]   # vocabulary-keyed heads' top keys
+    attn_means: Sequence[Tensor]           # mean attention outputs (bilinear.AttnMeans: computed when read)
 
 
-def _shared_work(model: Model, W: Weights, heads: list[tuple[int, int]], head_keys: dict, o: HeadOptions,
-                 steps: _Steps) -> _Shared:
-    """The category prompts and mean attention outputs (up to the deepest head), the graph's nodes
-    and their effective embeddings (one pass up the residual stream), and the whole-vocabulary
-    pass of the vocabulary-keyed heads (up to the deepest of them)."""
+def _shared_work(model: Model, W: Weights, heads: list[tuple[int, int]], head_keys: dict, o: HeadOptions) -> _Shared:
+    """The category prompts and mean attention outputs (up to the deepest head; each computed when
+    the walk up the blocks first reads it) and the graph's nodes; the embeddings and the
+    vocabulary-keyed heads' targets are filled in by the walk (:func:`analyse_heads`)."""
     layers = sorted({l for l, _ in heads})
-    vocab_layers = sorted({l for (l, _), kk in head_keys.items() if kk == "vocab"})
     prompts, cat_ids = prompts_for(model, o.categories, n_prompts=32, length=16, seed=o.seed)
-    attn_means = bilinear.attn_means_for(W, max(max(layers), 1 if o.variant == "mlp" else 0), o.attn_mean,
-                                         prompts.tokens)
-    steps("mean attention outputs")
+    attn_means = bilinear.attn_means_as_needed(W, max(max(layers), 1 if o.variant == "mlp" else 0), o.attn_mean,
+                                               prompts.tokens)
     freq, nodes, freq_name = _nodes(model, o.n_tokens, o.corpus, cat_ids, o.frequency, o.authors)
-    X_nodes = dict(_embeddings_at(W, layers, torch.tensor(nodes), o.variant, attn_means))      # layer → [n d]
-    steps("effective embeddings of the nodes")
     examples = [ids[0] for ids in cat_ids.values()][:o.n_examples]
-    vocab_targets: dict[tuple[int, int], tuple[Tensor, ...]] = {}
-    if vocab_layers:
-        vocab = torch.arange(model.cfg.vocab)                                  # token ids: no padding rows
-        vocab_targets = _vocab_targets(W, heads, head_keys, vocab_layers, examples, o.k, o.variant, attn_means,
-                                       o.authors, vocab)
-        steps("effective embeddings of the vocabulary")
     return _Shared(cat_ids=cat_ids, n_freq=len(freq), nodes=nodes, node_strs=model.to_str_tokens(nodes),
-                   node_index={t: i for i, t in enumerate(nodes)}, frequency=freq_name, X_nodes=X_nodes,
-                   examples=examples, head_keys=head_keys, vocab_targets=vocab_targets)
+                   node_index={t: i for i, t in enumerate(nodes)}, frequency=freq_name, X_nodes={},
+                   examples=examples, head_keys=head_keys, vocab_targets={}, attn_means=attn_means)
+
+
+def _layer_embeddings(W: Weights, heads, s: _Shared, o: HeadOptions):
+    """(l, the nodes' x̂ or None, the whole vocabulary's x̂ or None) for l = 0..the deepest head:
+    the two passes up the residual stream advance together (step l reads block l); the
+    vocabulary's only up to the deepest of the vocabulary-keyed heads."""
+    layers = sorted({l for l, _ in heads})
+    vocab_layers = sorted({l for (l, _), kk in s.head_keys.items() if kk == "vocab"})
+    nodes = _embeddings_at(W, layers, torch.tensor(s.nodes), o.variant, s.attn_means)
+    vocab = (_embeddings_at(W, vocab_layers, torch.arange(W.cfg.vocab), o.variant, s.attn_means)  # no padding rows
+             if vocab_layers else iter(()))
+    for l, X_n in nodes:
+        _, X_v = next(vocab, (l, None))
+        yield l, X_n, X_v
 
 
 def _one_head(model: Model, W: Weights, l: int, h: int, o: HeadOptions, s: _Shared) -> tuple:
@@ -381,21 +406,21 @@ def _one_head(model: Model, W: Weights, l: int, h: int, o: HeadOptions, s: _Shar
     return form, hc, neighbours, self_scores
 
 
-def _vocab_targets(W, heads, head_keys, vocab_layers, examples, k, variant, attn_means, authors, vocab
+def _vocab_targets(W, l: int, X_all: Tensor, heads, s: _Shared, o: HeadOptions
                    ) -> dict[tuple[int, int], tuple[Tensor, ...]]:
-    """Each vocabulary-keyed head's top-k keys of the examples over the whole vocabulary, from one
-    pass up the residual stream (only [d_vocab d_head] keys per head live at a time); with the
-    authors' graph, also the examples' and their top keys' embeddings (self-score partners)."""
+    """The top-k keys of the examples over the whole vocabulary (effective embeddings `X_all`
+    [n_tokens d] of layer l) for each vocabulary-keyed head of layer l (only [d_vocab d_head] keys
+    per head live at a time); with the authors' graph, also the examples' and their top keys'
+    embeddings (self-score partners)."""
     out: dict[tuple[int, int], tuple[Tensor, ...]] = {}
-    for l, X_all in _embeddings_at(W, vocab_layers, vocab, variant, attn_means):          # [n_tokens d] each
-        for hd in heads:
-            if hd[0] == l and head_keys[hd] == "vocab" and hd not in out:
-                Qa, Ka = bilinear.head_qk(W, l, hd[1], X_all)
-                ev, key_ids = bilinear.topk_targets(Qa[examples], Ka, k, self_index=torch.tensor(examples))
-                ex_x = (X_all[examples].clone(), X_all[key_ids[:, 0]].clone()) if authors else ()
-                out[hd] = (ev, key_ids, *ex_x)
-                del Qa, Ka
-        del X_all
+    examples = s.examples
+    for hd in heads:
+        if hd[0] == l and s.head_keys[hd] == "vocab" and hd not in out:
+            Qa, Ka = bilinear.head_qk(W, l, hd[1], X_all)
+            ev, key_ids = bilinear.topk_targets(Qa[examples], Ka, o.k, self_index=torch.tensor(examples))
+            ex_x = (X_all[examples].clone(), X_all[key_ids[:, 0]].clone()) if o.authors else ()
+            out[hd] = (ev, key_ids, *ex_x)
+            del Qa, Ka
     return out
 
 

@@ -33,6 +33,7 @@ checkpoint is measured beside it, with its rebuild error.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 import math
 from pathlib import Path
 
@@ -47,7 +48,7 @@ from .bilinear import bilinear_form, key_bias_vector, qk_factors, qk_matrix
 from ..core.model import Model
 from ..lowrank import small_matrices
 from ..core.sources import WEIGHTS_FILE, file_sha256
-from ..maps.patterns import head_pattern, head_patterns
+from ..maps.patterns import head_pattern, head_patterns_of_sets
 from .options import SteerOptions
 from .prompts import prompts_for
 from ..core.weights import Block, Weights
@@ -254,16 +255,19 @@ class Steered:
     result: SteerResult
     raw_block: Block          # the raw weights of the steered head's block (fold_ln inverted)
     weights: Weights          # processed weights of the steered model (other blocks shared)
+    also: list[tuple[Tensor, Tensor]] = dataclasses.field(default_factory=list)   # steer(also=…)'s patterns
 
 
 def steer(model: Model, layer: int, head: int, alpha: float, options: SteerOptions = SteerOptions(), *,
-          tokens: Tensor | None = None) -> Steered:
+          tokens: Tensor | None = None, also: Sequence[Tensor] = ()) -> Steered:
     """Scale eigenvalues of head (layer, head) by α and measure self-attention before and after.
 
     `options` (:class:`~headscope.semantic.options.SteerOptions`): which eigenvalues, whether
     the skew part is kept, the measurement prompts' categories and seed (used when `tokens`
     [b p] is not given). Both measurements use the model's bound processing (default: the
     seed studies'; it must include fold_ln). :func:`save_steered` writes the steered weights as a checkpoint.
+    `also`: further token batches [b p] whose head patterns before and after ([b q k] each) come
+    back in ``Steered.also``, from the same walk up the blocks as the measurement's.
     """
     o = options.resolved()
     select = o.select if isinstance(o.select, str) else [int(i) for i in o.select]
@@ -277,7 +281,8 @@ def steer(model: Model, layer: int, head: int, alpha: float, options: SteerOptio
         W_new = _reprocessed(W, layer, raw_block)
     if tokens is None:
         tokens = prompts_for(model, o.categories, n_prompts=32, length=16, seed=o.seed)[0].tokens
-    before, after = (pattern_self_stats(A) for A in head_patterns([W, W_new], tokens, layer, head))
+    measured, *also_patterns = head_patterns_of_sets([W, W_new], [tokens, *also], layer, head)
+    before, after = (pattern_self_stats(A) for A in measured)
     res = SteerResult(
         layer=layer, head=head, alpha=float(alpha), select=select, keep_skew=o.keep_skew,
         n_selected=len(rb.selected), selected_eigenvalues=rb.selected_eigenvalues, rank=rb.rank,
@@ -286,7 +291,7 @@ def steer(model: Model, layer: int, head: int, alpha: float, options: SteerOptio
         self_rank_before=before["self_rank"], self_rank_after=after["self_rank"],
         out=None, fingerprint=model.fingerprint, steered_fingerprint=None, processing=W.processing.to_dict(),
     )
-    return Steered(result=res, raw_block=raw_block, weights=W_new)
+    return Steered(result=res, raw_block=raw_block, weights=W_new, also=[tuple(p) for p in also_patterns])
 
 
 def save_steered(model: Model, steered: Steered, out: str | Path) -> SteerResult:

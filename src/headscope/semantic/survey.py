@@ -57,7 +57,7 @@ from .._errors import HeadscopeError
 from .._html_repr import HtmlRepr, render_text
 from .._json import finite_or_none, plain
 from ..lowrank import small_matrices
-from ..core.forward import run_with_cache
+from ..core.forward import ForwardPass, advance_together, run_with_cache
 from ..core.model import Model
 from .prompts import prompts_for
 
@@ -259,30 +259,57 @@ def position_independence_heads(model: Model, heads: list[tuple[int, int]], *, c
                                 length: int = 16, n_shuffles: int = 4, seed: int = 0) -> list[PositionIndependence]:
     """:func:`position_independence` of several heads (in the order given) from one forward pass per
     order of the prompts, up to the deepest head's layer (a head's scores do not depend on later blocks)."""
+    steps, finish = position_independence_steps(model, heads, categories=categories, n_prompts=n_prompts,
+                                                 length=length, n_shuffles=n_shuffles, seed=seed)
+    advance_together(steps)
+    return finish()
+
+
+def position_independence_steps(model: Model, heads: list[tuple[int, int]], *, categories=None, n_prompts: int = 16,
+                                length: int = 16, n_shuffles: int = 4, seed: int = 0):
+    """(steps, finish): :func:`position_independence_heads` as the steps of its forward passes, one
+    per order of the prompts (step k runs block k of each; :func:`advance_together` walks them, with
+    other work if any), and ``finish()``, which returns the results once every step is done."""
     heads = [(int(l), int(h)) for l, h in heads]
     for layer, head in heads:
         model.cfg.check_head(layer, head)
     if not heads:
-        return []
+        return [], lambda: []
     prompts, _ = prompts_for(model, categories, n_prompts=n_prompts, length=length, seed=seed)
     rng = np.random.default_rng([seed, 1])
     W = model.weights()
     b, p = prompts.tokens.shape
     perms = [np.arange(p)] + [np.concatenate([[0], 1 + rng.permutation(p - 1)]) for _ in range(n_shuffles)]
-    scores = {hd: torch.empty(len(perms), b, p, p, dtype=torch.float64) for hd in heads}  # by original positions
     names = {l: f"blocks.{l}.attn.hook_attn_scores" for l in sorted({l for l, _ in heads})}
-    for r, perm in enumerate(perms):
-        perm_t = torch.from_numpy(perm)
-        toks = prompts.tokens[:, perm_t]                      # new position n holds original token perm[n]
-        with small_matrices():                                # short prompts: one thread (as the survey)
-            cache = run_with_cache(W, toks, names=list(names.values()), stop_at_layer=max(names) + 1)
-        inv = torch.empty_like(perm_t)
-        inv[perm_t] = torch.arange(p)
-        for (layer, head), s in scores.items():
-            S = cache[names[layer]][:, head].double()         # [b q k]
-            s[r] = S[:, inv][:, :, inv]                       # back to original indices [b i j]
-        del cache
-    return [_position_result(layer, head, scores[(layer, head)]) for layer, head in heads]
+    perms_t = [torch.from_numpy(perm) for perm in perms]
+    # new position n holds original token perm[n]
+    passes = [ForwardPass(W, prompts.tokens[:, perm_t], list(names.values()), stop_at_layer=max(names) + 1)
+              for perm_t in perms_t]
+
+    def finish() -> list[PositionIndependence]:
+        scores = {hd: torch.empty(len(perms), b, p, p, dtype=torch.float64) for hd in heads}  # by original positions
+        for r, (perm_t, fp) in enumerate(zip(perms_t, passes)):
+            cache = fp.cache()
+            inv = torch.empty_like(perm_t)
+            inv[perm_t] = torch.arange(p)
+            for (layer, head), s in scores.items():
+                S = cache[names[layer]][:, head].double()         # [b q k]
+                s[r] = S[:, inv][:, :, inv]                       # back to original indices [b i j]
+            del cache
+        return [_position_result(layer, head, scores[(layer, head)]) for layer, head in heads]
+
+    # short prompts: one thread (as the survey)
+    return [_one_thread(s) for fp in passes for s in fp.steps], finish
+
+
+def _one_thread(step):
+    """The generator `step`, each of its steps run with one torch thread (:func:`small_matrices`)."""
+    done = object()
+    while True:
+        with small_matrices():
+            if next(step, done) is done:
+                return
+        yield
 
 
 def _position_result(layer: int, head: int, scores: Tensor) -> PositionIndependence:

@@ -10,7 +10,7 @@ the report's processing, exactly as ``headscope steer`` measures them).
 
 from __future__ import annotations
 
-from ...maps.patterns import head_patterns, lower_rows
+from ...maps.patterns import lower_rows
 from ...semantic.options import SteerOptions
 from ...semantic.steering import pattern_self_stats, steer
 from ...semantic.prompts import prompts_for
@@ -39,12 +39,12 @@ class SteeringStage(Stage):
         layer, head = best["layer"], best["head"]
         p = ctx.progress
         p.set_total(2)
-        st = steer(model, layer, head, ALPHA, SteerOptions(select="negative"))
-        p.update()
         prompts, _ = prompts_for(model, n_prompts=1, length=PROMPT_LENGTH, seed=0)
         tokens = prompts.tokens[:1]                                                 # [1 p]
-        W = model.weights()
-        before, after = head_patterns([W, st.weights], tokens, layer, head)                  # [1 q k] each
+        # the prompt's patterns before and after from steer's own walk up the blocks
+        st = steer(model, layer, head, ALPHA, SteerOptions(select="negative"), also=[tokens])
+        p.update()
+        before, after = st.also[0]                                                  # [1 q k] each
         p.update()
         labels = prompts.labels[0].tolist()
         return {
