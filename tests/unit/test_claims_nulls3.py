@@ -15,7 +15,10 @@ from headscope._errors import NotApplicable
 from headscope.claims import seed002 as S2
 from headscope.claims.find import FOUND_REFERENCE
 from headscope.claims.table import CHECKS, RANDOM, verdict
-from headscope.claims.work import Work
+from headscope.claims.null import null_layer
+from headscope.claims.seed000_heads import fidelity_near
+from headscope.claims.work import FIDELITY_NULL_DRAWS, Work, held_out_text
+from headscope.corpus import windows
 from headscope.reproduce import seed_claims, seed_reference
 
 CLAIMS = {c["id"]: c for c in seed_claims()["claims"]}
@@ -38,7 +41,29 @@ def test_circuit_fidelity_random_heads_fit_closely_but_are_indistinguishable(ran
     out = CHECKS["circuit_fidelity"](CLAIMS["circuit_fidelity"], ref, w)
     assert out[1][0] > 0.95 and out[3] is True                       # a closer fit never fails the band …
     assert verdict(out[3], out[5]) == (False, RANDOM), out[5]        # … but it says nothing here
-    assert out[5].n_draws == 4 and out[5].null_passes >= 0.5 and "content-free approximation r" in out[4]
+    assert out[5].n_draws == FIDELITY_NULL_DRAWS >= 32 and out[5].null_passes >= 0.5
+    assert "content-free approximation r" in out[4]
+
+
+def test_circuit_fidelity_packed_null_draws_are_the_denominator_null_circuits(random_work, monkeypatch):
+    """The packed null (every draw's heads in one view, S̄ from the keys at the row's positions only)
+    gives what each layer of Work.denominator_null gives as its own circuit (the one-draw-at-a-time
+    path, kept for rotary models): its first draws are those layers (2 of them here, for speed)."""
+    w, _ = random_work
+    circuit, _ = w.circuit
+    pos = fidelity_near(w.fidelity, w.scan.position)[0]                 # the row's positions: served from the memo
+    packed = w.fidelity_null(tuple(pos))
+    W = w.model.weights()
+    monkeypatch.setitem(w.__dict__, "denominator_null",
+                        [w._denominators(w.model.with_weights(null_layer(W, 0, f"denominators:{r}", 1))) for r in range(2)])
+    tokens = windows(w.model, [held_out_text()], n_ctx=circuit.calibration.n_positions)[0]
+    alone = w._fidelity_null_rotary(circuit, tokens, pos)
+    assert len(packed) == FIDELITY_NULL_DRAWS and len(alone) == 2
+    for a, b in zip(packed, alone):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert abs(a[k] - b[k]) <= 1e-9, (k, a[k], b[k])
+    assert len({round(d["r"] - d["r_free"], 9) for d in packed}) == FIDELITY_NULL_DRAWS    # distinct draws
 
 
 def test_content_free_prediction_drops_only_the_content_weights(random_work):

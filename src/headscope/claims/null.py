@@ -78,24 +78,48 @@ def null_heads(weights: Weights, layer: int, head: int, g: torch.Generator) -> W
     return weights.with_blocks({layer: dataclasses.replace(b, **new)})
 
 
-def null_layer(weights: Weights, layer: int, key: str, rounds: int) -> Weights:
+def null_layer(weights: Weights, layer: int, key: str, rounds: int, keep: Sequence[int] | None = None) -> Weights:
     """`weights` whose layer `layer` holds rounds × n_heads null heads: slot r·n_heads + h a null draw
     of head h (as :func:`null_heads`: Gaussian W_Q, W_K, W_V, W_O of head h's norms, its biases'
     entries permuted). Only for analyses that read the heads from the block's tensors (the
-    layer-0 kernels), not for a forward pass: the config still says n_heads."""
+    layer-0 kernels), not for a forward pass: the config still says n_heads. ``keep``: only the
+    draws of these heads are kept (slot r·len(keep) + j: head keep[j]); every head is still drawn,
+    so the kept draws are the same numbers."""
     b = weights.blocks[layer]
     centre = 0 if weights.reads_centred else None
     H = b.W_Q.shape[0]
+    kept = set(range(H) if keep is None else keep)
     g = generator(key)
     new: dict = {k: [] for k in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V")}
     for _ in range(rounds):
+        drawn: dict = {}
         for h in range(H):
+            if h not in kept:                           # the stream advances as if drawn
+                for name in ("W_Q", "W_K", "W_V", "W_O"):
+                    torch.randn(getattr(b, name)[h].shape, generator=g, dtype=torch.float64)
+                for name in ("b_Q", "b_K", "b_V"):
+                    torch.randperm(getattr(b, name)[h].numel(), generator=g)
+                continue
             for name in ("W_Q", "W_K", "W_V"):
-                new[name].append(gaussian_like(getattr(b, name)[h], g, centre))
-            new["W_O"].append(gaussian_like(b.W_O[h], g))
+                drawn[h, name] = gaussian_like(getattr(b, name)[h], g, centre)
+            drawn[h, "W_O"] = gaussian_like(b.W_O[h], g)
             for name in ("b_Q", "b_K", "b_V"):
-                new[name].append(permuted(getattr(b, name)[h], g))
+                drawn[h, name] = permuted(getattr(b, name)[h], g)
+        for h in (range(H) if keep is None else keep):
+            for name in new:
+                new[name].append(drawn[h, name])
     return weights.with_blocks({layer: dataclasses.replace(b, **{k: torch.stack(v) for k, v in new.items()})})  # [rounds·H …]
+
+
+def null_heads_packed(weights: Weights, layer: int, heads: Sequence[int], keys: Sequence[str]) -> Weights:
+    """`weights` whose layer `layer` holds the heads `heads` of the null layers ``null_layer(weights,
+    layer, key, 1)`` for every key of `keys`, packed: slot i·len(heads) + j is draw keys[i] of head
+    heads[j], the same numbers as that null layer's head. Only for analyses that read the heads
+    from the block's tensors: the config still says n_heads."""
+    layers = [null_layer(weights, layer, key, 1, keep=heads).blocks[layer] for key in keys]
+    names = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V")
+    return weights.with_blocks({layer: dataclasses.replace(
+        weights.blocks[layer], **{k: torch.cat([getattr(nb, k) for nb in layers]) for k in names})})
 
 
 def null_head_models(model: Model, layer: int, head: int, key: str, n_draws: int = HEAD_DRAWS) -> list[Model]:

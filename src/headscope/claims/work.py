@@ -30,7 +30,7 @@ from ..semantic import bilinear
 from ..semantic.options import SteerOptions
 from ..semantic.steering import authors_steer, steer
 from ..semantic.survey import position_independence, position_independence_heads, survey
-from .null import form_null, generator, null_head_models, null_layer, pairing_null, random_readouts, readout_null
+from .null import form_null, generator, null_head_models, null_heads_packed, null_layer, pairing_null, random_readouts, readout_null
 from .reference import Reference, resolve_heads
 
 KERNEL_WINDOWS = 16          #: windows of the shipped texts for the TV claim (as the report)
@@ -39,6 +39,9 @@ KERNEL_NULL_ROUNDS = 2     #: null draws of every layer-0 head for the kernel ro
 READOUT_NULL = 64          #: random neurons of the neuron rows' nulls (count, naive Bayes, topics)
 DENOMINATOR_NULL_ROUNDS = 4  #: null layers of the denominator rows (a layer-0 pass each): 4 draws of every head
 FIDELITY_STRIDE = 8          #: every 8th query position of the sample texts for the circuit-fidelity row
+#: null draws of the circuit-fidelity row: the contextual heads of null layers "denominators:0", …, all packed
+#: in one layer-0 view (Work.fidelity_null; draws 0–3 are those of Work.denominator_null)
+FIDELITY_NULL_DRAWS = 32
 AUTO_NULL_ROUNDS = 16        #: null layers (weights only) on which the automatic head choice is run
 
 
@@ -502,28 +505,64 @@ class Work:
     def fidelity_baseline(self, positions: tuple[int, ...]) -> dict:
         """The circuit against the content-free approximation (:meth:`Circuit.predict` with
         ``content=False``: the positional kernel alone, no content/S̄) at `positions` of the held-out
-        window, on the model (``model``) and on DENOMINATOR_NULL_ROUNDS null layers (``null``: the
-        layer-0 draws of :attr:`denominator_null`, every head a Gaussian draw of its own norms, their
-        S̄ the log mean S that measure sampled on the denominator texts — no new calibration pass).
+        window, on the model (``model``) and on null layer-0 draws (``null``: :meth:`fidelity_null`).
         Each: medians over the positions of r and FVU, of the circuit and of the content-free one."""
+        circuit, _ = self.circuit
+        tokens = windows(self.model, [held_out_text()], n_ctx=circuit.calibration.n_positions)[0]
+        return {"model": _fit_pair(circuit, tokens, list(positions)), "null": self.fidelity_null(positions)}
+
+    @shared_method("heads")
+    def fidelity_null(self, positions: tuple[int, ...]) -> list[dict]:
+        """:func:`_fit_pair` of FIDELITY_NULL_DRAWS null circuits at `positions` of the held-out window:
+        draw r is the circuit's heads of the null layer ``null_layer(W, 0, "denominators:r", 1)`` (every
+        head a Gaussian draw of its own W_Q, W_K, W_V, W_O norms, biases permuted; draws 0–3 are the
+        layers of :attr:`denominator_null`), its S̄ the log mean S over the denominator windows (as
+        denominator_stability measures it, query ' the') at `positions`. Every draw's heads are packed
+        in one layer-0 view, evaluated at once (contextual.grouped_true_output, grouped_predict;
+        denominators.log_mean_S_at: keys-side scores at `positions` only, no forward pass). A rotary
+        model: the DENOMINATOR_NULL_ROUNDS layers of :attr:`denominator_null`, one circuit each."""
+        from .. import layer0
+        from ..layer0.contextual import grouped_predict, grouped_true_output
+        from ..layer0.denominators import log_mean_S_at
+
+        circuit, _ = self.circuit
+        cal = circuit.calibration
+        tokens = windows(self.model, [held_out_text()], n_ctx=cal.n_positions)[0]
+        pos = list(positions)
+        if circuit.weights.cfg.positional == "rotary":
+            return self._fidelity_null_rotary(circuit, tokens, pos)
+        view = layer0.view(self.model)
+        s = len(circuit.heads)
+        nb = null_heads_packed(self.model.weights(), 0, circuit.heads,
+                               [f"denominators:{r}" for r in range(FIDELITY_NULL_DRAWS)]).blocks[0]
+        w = view.with_blocks({0: dataclasses.replace(view.blocks[0], **{
+            k: getattr(nb, k).to(view.dtype) for k in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V")})})
+        win = self.model.cfg.n_ctx
+        wins = [x[:win] for x in self.denominator_windows if len(x) >= win]
+        if len(wins) < 2 or max(pos) >= win:
+            raise HeadscopeError(f"the fidelity null needs 2 denominator windows of {win} tokens covering the positions")
+        log_S = torch.full((s * FIDELITY_NULL_DRAWS, max(pos) + 1), float("nan"), dtype=view.dtype)
+        log_S[:, pos] = log_mean_S_at(w, wins, cal.query_id, pos, layer0.measure_c(view))   # query ' the', as the measure
+        groups = [list(range(r * s, (r + 1) * s)) for r in range(FIDELITY_NULL_DRAWS)]
+        true = grouped_true_output(w, cal.query_id, cal.c, groups, tokens, pos)                   # [n R d]
+        pred, free = (grouped_predict(w, cal.query_id, cal.c, log_S, groups, tokens, pos, content=c) for c in (True, False))
+        return [_fit_stats(true[:, r], pred[:, r], free[:, r]) for r in range(FIDELITY_NULL_DRAWS)]
+
+    def _fidelity_null_rotary(self, circuit, tokens: torch.Tensor, pos: list[int]) -> list[dict]:
         from .. import layer0
         from ..layer0.contextual import Circuit
 
-        circuit, _ = self.circuit
-        tokens = windows(self.model, [held_out_text()], n_ctx=circuit.calibration.n_positions)[0]
-        pos = list(positions)
-        W = self.model.weights()
-        cal = circuit.calibration
-        nulls = []
+        W, cal = self.model.weights(), circuit.calibration
+        out = []
         for r, d in enumerate(self.denominator_null):
             view = layer0.view(self.model.with_weights(null_layer(W, 0, f"denominators:{r}", 1)))
             log_S = cal.log_seed_denom.clone()
             got = torch.tensor(d.log_mean, dtype=log_S.dtype)                                    # [H n_ctx]
             m = min(got.shape[1], log_S.shape[1])
             log_S[:, :m] = got[:, :m]
-            nulls.append(Circuit(weights=view, calibration=dataclasses.replace(cal, log_seed_denom=log_S),
-                                 heads=circuit.heads))
-        return {"model": _fit_pair(circuit, tokens, pos), "null": [_fit_pair(c, tokens, pos) for c in nulls]}
+            c = Circuit(weights=view, calibration=dataclasses.replace(cal, log_seed_denom=log_S), heads=circuit.heads)
+            out.append(_fit_pair(c, tokens, pos))
+        return out
 
     @shared_method("heads", "variant")
     def neuron_scores(self, j: int) -> torch.Tensor:
@@ -609,8 +648,13 @@ def _fit_pair(circuit, tokens: torch.Tensor, positions: list[int]) -> dict:
     """Medians over `positions` of r and FVU between the heads' true summed output and the circuit
     (``r``, ``fvu``) and the content-free approximation (``r_free``, ``fvu_free``)."""
     true = circuit.true_output(tokens)[positions]                                             # [n d]
+    return _fit_stats(true, circuit.predict(tokens, positions), circuit.predict(tokens, positions, content=False))
+
+
+def _fit_stats(true: torch.Tensor, pred: torch.Tensor, free: torch.Tensor) -> dict:
+    """Medians over positions (rows) of r and FVU of `pred` (``r``, ``fvu``) and `free` (``r_free``,
+    ``fvu_free``) against `true` ([n d] each)."""
     out = {}
-    for key, content in (("", True), ("_free", False)):
-        pred = circuit.predict(tokens, positions, content=content)
-        out["r" + key], out["fvu" + key] = median(correlation(pred, true)), median(fraction_unexplained(true, pred))
+    for key, p in (("", pred), ("_free", free)):
+        out["r" + key], out["fvu" + key] = median(correlation(p, true)), median(fraction_unexplained(true, p))
     return out

@@ -237,30 +237,8 @@ class Circuit:
             return finite_or_not_applicable(rotary_split.predict(w, self.token, self.heads, log_S, tokens, positions,
                                                                  content=content),
                                             "the contextual circuit's prediction")
-        H = self.heads
-        d = w.cfg.d_model
-        per_row = (max(positions, default=0) + 1) * d * w.W_E.element_size()
-        step = max(1, block_bytes // per_row)
-        rows = []
-        for a0 in range(0, len(positions), step):
-            ns = torch.tensor(positions[a0:a0 + step])                                 # [m]
-            k = int(ns.max()) + 1
-            _, Kq, bq, pos = layer0.query_frames(w, self.token, ns, self.calibration.c)   # [m d h], [m h], [m h k]
-            X = layer0.ln1(w, w.W_E[tokens[:k]][None] + w.W_pos[ns][:, None])           # [m k d]
-            log_S = self.calibration.log_seed_denom[H][:, ns].T.to(X.dtype)             # [m H]
-            scores = torch.einsum("mkd,mdh->mhk", X, Kq[:, :, H]) + bq[:, H, None]       # [m H k] content logits
-            kernel = pos[:, H].mean(1)                                                  # [m k] shared kernel
-            a = ((scores - log_S[:, :, None]).exp() if content else torch.ones_like(scores)) * kernel[:, None, :]
-            a = a.masked_fill(layer0.hidden(w, ns, k)[:, None, :], 0.0)                # keys n does not see
-            u = torch.einsum("mhk,mkd->mhd", a, X)                                     # [m H d]
-            rw, scale = layer0.positional_basis(w, k, self.calibration.c)              # [n_ctx d], [k]
-            ps = pos[:, H] * scale                                                     # [m H k]
-            t = ps @ rw[:k] - ps.sum(-1, keepdim=True) * rw[ns][:, None, :]             # [m H d] Σ_i pos·term
-            z = torch.einsum("mhd,hde->mhe", u + t, b.W_V[H]) + a.sum(-1)[:, :, None] * b.b_V[H]   # [m H e]
-            out = torch.einsum("mhe,hed->md", z, b.W_O[H])                               # [m d]
-            rows.append(out)
-        out = torch.cat(rows) if rows else torch.empty(0, d, dtype=w.W_E.dtype)
-        return finite_or_not_applicable(out, "the contextual circuit's prediction")
+        return grouped_predict(w, self.token, self.calibration.c, self.calibration.log_seed_denom, [self.heads],
+                               tokens, positions, block_bytes=block_bytes, content=content)[:, 0]
 
     def true_output(self, tokens: Int[Tensor, "p"]) -> Float[Tensor, "p d"]:
         """Σ_{h ∈ H} out_h[n] for every n, with the fixed query token at each n."""
@@ -269,6 +247,76 @@ class Circuit:
         pattern = torch.softmax(layer0.fixed_query_scores(w, cache["blocks.0.attn.hook_k"], self.token), -1)  # [1 H q k]
         z = torch.einsum("hqk,khe->qhe", pattern[0], cache["blocks.0.attn.hook_v"][0])                      # [q H e]
         return torch.einsum("qhe,hed->qd", z[:, self.heads], b.W_O[self.heads])
+
+
+def grouped_predict(w: Weights, token: int, c: float, log_seed_denom: Float[Tensor, "head pos"],
+                    groups: list[list[int]], tokens: Int[Tensor, "p"], positions: list[int], *,
+                    block_bytes: int = 128 * 2**20, content: bool = True) -> Float[Tensor, "n group d"]:
+    """:meth:`Circuit.predict` of several circuits at once (learned positions): circuit g over the
+    heads ``groups[g]`` of `w`'s layer 0 (its own shared kernel, S̄ = exp(log_seed_denom[h, n])),
+    all with query `token` and c. The LN(W_E[x_i] + W_pos[n]) block, the only [m k d] tensor, is
+    built once for every group: many circuits (the packed null draws of row circuit_fidelity,
+    claims.null.null_heads_packed) cost a few products more than one."""
+    b = w.blocks[0]
+    positions = [int(n) for n in positions]
+    G, sizes = len(groups), {len(g) for g in groups}
+    if len(sizes) != 1:
+        raise ValueError(f"grouped_predict: expected groups of one size, got sizes {sorted(sizes)}")
+    H = [h for g in groups for h in g]                                            # [G·s] heads, group-major
+    s = sizes.pop()
+    d = w.cfg.d_model
+    per_row = (max(positions, default=0) + 1) * d * w.W_E.element_size()
+    step = max(1, block_bytes // per_row)
+    rows = []
+    for a0 in range(0, len(positions), step):
+        ns = torch.tensor(positions[a0:a0 + step])                                 # [m]
+        k = int(ns.max()) + 1
+        _, Kq, bq, pos = layer0.query_frames(w, token, ns, c)                      # [m d h], [m h], [m h k]
+        X = layer0.ln1(w, w.W_E[tokens[:k]][None] + w.W_pos[ns][:, None])           # [m k d]
+        log_S = log_seed_denom[H][:, ns].T.to(X.dtype)                              # [m H]
+        scores = torch.einsum("mkd,mdh->mhk", X, Kq[:, :, H]) + bq[:, H, None]       # [m H k] content logits
+        m = len(ns)
+        kernel = pos[:, H].reshape(m, G, s, k).mean(2)                              # [m G k] shared kernel per group
+        kernel = kernel.repeat_interleave(s, dim=1)                                 # [m H k]
+        a = ((scores - log_S[:, :, None]).exp() if content else torch.ones_like(scores)) * kernel
+        a = a.masked_fill(layer0.hidden(w, ns, k)[:, None, :], 0.0)                # keys n does not see
+        u = torch.einsum("mhk,mkd->mhd", a, X)                                     # [m H d]
+        rw, scale = layer0.positional_basis(w, k, c)                               # [n_ctx d], [k]
+        ps = pos[:, H] * scale                                                     # [m H k]
+        t = ps @ rw[:k] - ps.sum(-1, keepdim=True) * rw[ns][:, None, :]             # [m H d] Σ_i pos·term
+        z = torch.einsum("mhd,hde->mhe", u + t, b.W_V[H]) + a.sum(-1)[:, :, None] * b.b_V[H]   # [m H e]
+        out = torch.einsum("mhe,hed->mhd", z, b.W_O[H])                              # [m H d]
+        rows.append(out.reshape(m, G, s, d).sum(2))                                 # [m G d]
+    out = torch.cat(rows) if rows else torch.empty(0, G, d, dtype=w.W_E.dtype)
+    return finite_or_not_applicable(out, "the contextual circuit's prediction")
+
+
+def grouped_true_output(w: Weights, token: int, c: float, groups: list[list[int]], tokens: Int[Tensor, "p"],
+                        positions: list[int], block_bytes: int = 64 * 2**20) -> Float[Tensor, "n group d"]:
+    """Σ_{h ∈ groups[g]} out_h[n] at `positions` (learned positions), the query `token` at each n:
+    :meth:`Circuit.true_output` of several head sets at once, read from `w`'s layer-0 tensors (which
+    may hold more heads than its config: packed null draws). Exact, no forward pass: a key's score
+    q·(x̂_i W_K + b_K)/s = x̂_i·Kq + bq (:func:`~headscope.layer0.query_frames`; x̂ = LN1(W_E[x_i] +
+    W_pos[i]), the same for every head) and, the pattern A summing to 1, Σ_i A[n, i] (x̂_i W_V + b_V) =
+    (Σ_i A[n, i] x̂_i) W_V + b_V."""
+    b = w.blocks[0]
+    H = [h for g in groups for h in g]
+    s = len(groups[0])
+    if any(len(g) != s for g in groups):
+        raise ValueError(f"grouped_true_output: expected groups of one size, got sizes {[len(g) for g in groups]}")
+    ns = torch.tensor([int(n) for n in positions])
+    k = int(ns.max()) + 1
+    x_hat = layer0.ln1(w, w.W_E[tokens[:k]] + w.W_pos[:k])                          # [k d]
+    step = max(1, block_bytes // (k * len(H) * x_hat.element_size()))
+    rows = []
+    for a in range(0, len(ns), step):
+        m = ns[a:a + step]
+        _, Kq, bq, _ = layer0.query_frames(w, token, m, c)                          # [m d h], [m h]
+        scores = torch.einsum("kd,mdh->mhk", x_hat, Kq[:, :, H]) + bq[:, H, None]     # [m H k]
+        A = torch.softmax(scores.masked_fill_(layer0.hidden(w, m, k)[:, None, :], float("-inf")), -1)
+        z = torch.einsum("mhd,hde->mhe", A @ x_hat, b.W_V[H]) + b.b_V[H]            # [m H e]
+        rows.append(torch.einsum("mhe,hed->mhd", z, b.W_O[H]).reshape(len(m), len(groups), s, -1).sum(2))
+    return torch.cat(rows)                                                        # [n G d]
 
 
 def build_circuit(model: Model, calibration: Calibration, heads: list[int] | None = None,

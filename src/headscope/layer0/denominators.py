@@ -49,6 +49,7 @@ import dataclasses
 import math
 
 import torch
+from jaxtyping import Float
 
 from . import split as layer0
 from .._errors import HeadscopeError
@@ -58,6 +59,7 @@ from ..corpus import windows
 from ..core.forward import run_with_cache
 from .split import SEED_QUERY
 from ..core.model import Model
+from ..core.weights import Weights
 from ..stats import LOG_FLOAT64_MAX
 
 Tensor = torch.Tensor
@@ -209,3 +211,30 @@ def denominator_stability(
         log_predicted_mean=None if out["log_pred"] is None else out["log_pred"].tolist(),
         absolute_overflow=overflow,
     )
+
+
+@torch.no_grad()
+def log_mean_S_at(w: Weights, wins: list[Tensor], token: int, positions: list[int], c: float,
+                  block_bytes: int = 64 * 2**20) -> Float[Tensor, "head P"]:
+    """log mean over the windows `wins` (token ids, BOS first) of S_h[n] at `positions` only
+    (learned positions; `w` a layer-0 view, whose layer 0 may hold more heads than its config: packed
+    null draws): :func:`denominator_stability`'s ``log_mean`` there (query `token`, c), with no forward
+    pass. A key's score is q·(x̂_i W_K + b_K)/s = x̂_i·Kq + bq (:func:`~headscope.layer0.query_frames`), so
+    L_h[n] = logsumexp_{i visible} (x̂_i·Kq_n + bq_n) needs the windows' LN1 outputs x̂ (the same for every
+    head) and one [k d] × [d m·head] product per window, not every key of every head."""
+    ns = torch.tensor([int(n) for n in positions])
+    k = int(ns.max()) + 1
+    if any(len(x) < k for x in wins) or len(wins) < 1:
+        raise HeadscopeError(f"log_mean_S_at: expected windows of at least {k} tokens, got lengths {[len(x) for x in wins]}")
+    _, Kq, bq, _ = layer0.query_frames(w, token, ns, c)                             # [m d h], [m h]
+    m, d, H = Kq.shape
+    mask = layer0.hidden(w, ns, k)[:, None, :]                                      # [m 1 k]
+    x_hat = layer0.ln1(w, w.W_E[torch.stack([x[:k] for x in wins])] + w.W_pos[:k])  # [b k d]
+    step = max(1, block_bytes // (k * H * x_hat.element_size()))                   # query positions per block
+    L = torch.empty(len(wins), m, H, dtype=x_hat.dtype)
+    for a in range(0, m, step):
+        z = min(a + step, m)
+        s = torch.einsum("bkd,mdh->bmhk", x_hat, Kq[a:z]) + bq[a:z, :, None]        # [b m' H k]
+        L[:, a:z] = torch.logsumexp(s.masked_fill_(mask[a:z], float("-inf")), -1)
+    logS = L - layer0.log_Z_at(w, token, ns, c).T                                  # [b m H] log S
+    return (torch.logsumexp(logS, 0) - math.log(len(wins))).T                     # [H m]

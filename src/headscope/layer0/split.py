@@ -392,13 +392,17 @@ def log_Z(w: Weights, token: int, n_pos: int, c: float, chunk: int = 128) -> Flo
     if _rotary(w.cfg):
         return _rs().log_Z(w, token, n_pos, c)
     _check_frame(w, [token], n_pos - 1)
-    out = []
-    for a in range(0, n_pos, chunk):
-        ns = torch.arange(a, min(a + chunk, n_pos))
-        q = queries(w, torch.full_like(ns, token), ns)                             # [m h e]
-        L = _positional_logits(w, q, ns, int(ns[-1]) + 1, c)                       # [m h k]: keys ≤ the last n, −inf where hidden
-        out.append(torch.logsumexp(L, dim=-1).T)                                   # [h m]
-    return torch.cat(out, dim=1)
+    return torch.cat([log_Z_at(w, token, torch.arange(a, min(a + chunk, n_pos)), c) for a in range(0, n_pos, chunk)],
+                     dim=1)
+
+
+def log_Z_at(w: Weights, token: int, ns: Int[Tensor, "m"], c: float) -> Float[Tensor, "head m"]:
+    """log Z_h[n] at the positions `ns` (learned positions): one [m head k] block of positional
+    logits up to the last position k − 1, masked above each n."""
+    _check_frame(w, [token], int(ns.max()))
+    q = queries(w, torch.full_like(ns, token), ns)                                 # [m h e]
+    L = _positional_logits(w, q, ns, int(ns.max()) + 1, c)                         # [m h k]: −inf where hidden
+    return torch.logsumexp(L, dim=-1).T                                            # [h m]
 
 
 def fixed_queries(w: Weights, token: int, p: int) -> Float[Tensor, "p head e"]:
