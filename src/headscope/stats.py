@@ -135,6 +135,20 @@ def null_tail(draws: Sequence[float], direction: str) -> tuple[float, float]:
     return float(x.median()), float(torch.quantile(x, q))
 
 
+def log_union_tail(x: Tensor, sigma: Tensor, chunk: int = 256) -> Tensor:
+    """log Σ_t Φ̄(x_j / σ_t) for each x_j ([k] → [k], float64): the union (Bonferroni) bound on
+    P(max_t z_t ≥ x_j) for centred Gaussians z_t of standard deviations σ_t, whatever their
+    correlations. Terms with σ_t = 0 vanish for x_j > 0; x_j ≤ 0 gives 0 (the bound is capped at 1)."""
+    sigma = sigma.double()
+    sigma = sigma[sigma > 0]
+    x = x.double()
+    if sigma.numel() == 0:
+        return torch.where(x > 0, torch.full_like(x, -math.inf), torch.zeros_like(x))
+    out = [torch.special.log_ndtr(-(c[:, None] / sigma[None, :])).logsumexp(1) for c in x.split(chunk)]
+    lp = torch.cat(out) if out else x.new_empty(0)
+    return torch.where(x > 0, lp.clamp_max(0.0), torch.zeros_like(x))
+
+
 def sign_flip_means(d: Tensor, n_max: int = 4096, seed: int = 0) -> Tensor:
     """The means of ``s ⊙ d`` over sign vectors s ∈ {±1}^n: the paired permutation null of mean(d).
 
