@@ -60,7 +60,7 @@ import statistics
 import torch
 
 from .. import shipped
-from .._errors import HeadscopeError
+from .._errors import HeadscopeError, NotApplicable
 from ..core.forward import run_with_cache
 from ..core.model import Model
 from .null import compare, form_null, generator, negative_mass, random_readouts, sym_eigenvalues
@@ -261,7 +261,7 @@ def find_semantic_head(w) -> Component:
 
 
 @torch.no_grad()
-def neuron_null(circuit, choice, tokenizer=None, chunk: int = 4096) -> dict:
+def neuron_null(circuit, choice, tokenizer=None, chunk: int = 4096, dtype=torch.float32) -> dict:
     """Every MLP0 neuron's scan score against a random readout of its norm, family-wise.
 
     The score (the seed's, variant ``paper``) is ``x_j = max_t Y[t]·M_j`` with M_j = W_O m_j
@@ -280,22 +280,27 @@ def neuron_null(circuit, choice, tokenizer=None, chunk: int = 4096) -> dict:
     v = parse_variant(None)
     n = choice.position
     circuit._check_n(n)
-    Y, _ = _scored_tokens(circuit, v, n, torch.float64, chunk, tokenizer)       # [V' H*e]
+    Y, _ = _scored_tokens(circuit, v, n, dtype, chunk, tokenizer)               # [V' H*e]
     m = readout_vectors(circuit, ln2_scale=ln2_divisor(circuit, v)).double()   # [d m]
     W_O = circuit.weights.blocks[0].W_O[circuit.heads].double()
     W_Ocat = W_O.reshape(-1, W_O.shape[-1])                                      # [H*e d]
-    M = W_Ocat @ m                                                               # [H*e m]
+    M = (W_Ocat @ m).to(dtype)                                                   # [H*e m]
     centred = circuit.weights.cfg.norm != "rmsnorm"                              # as readout_vectors
     k = m.shape[0] - 1 if centred else m.shape[0]
-    mx = torch.full((m.shape[1],), -math.inf, dtype=torch.float64)
+    mx = torch.full((m.shape[1],), -math.inf, dtype=dtype)
     sig = torch.empty(Y.shape[0], dtype=torch.float64)
     for s in range(0, Y.shape[0], chunk):
         y = Y[s:s + chunk]
         torch.maximum(mx, (y @ M).amax(0), out=mx)
-        u = y @ W_Ocat                                                           # [c d]
+        u = (y @ W_Ocat.to(dtype)).double()                                      # [c d]
         if centred:
             u = u - u.mean(1, keepdim=True)
         sig[s:s + chunk] = u.norm(dim=1) / math.sqrt(k)
+    if not bool(torch.isfinite(mx).all() and torch.isfinite(sig).all()):        # beyond float32: float64
+        if dtype != torch.float64:
+            return neuron_null(circuit, choice, tokenizer, chunk, torch.float64)
+        raise NotApplicable("contextual neurons: the scan's scores overflow float64")
+    mx = mx.double()
     norms = m.norm(dim=0)
     unit = torch.where(norms > 0, mx / norms.clamp_min(1e-300), torch.zeros_like(mx))
     logp = log_union_tail(unit, sig)
@@ -318,7 +323,16 @@ def find_contextual_neurons(w, heads: list[int] | None) -> tuple[Component, floa
         return _not_found("contextual_neurons", "no contextual heads to build the circuit from"), None
     try:
         circuit, choice = build_circuit(w.model, w.calibration, heads=heads)
-        r = neuron_null(circuit, choice, w.model.tokenizer)
+    except HeadscopeError as e:
+        return _not_found("contextual_neurons", str(e)), None
+    return contextual_neurons(circuit, choice, w.model.tokenizer)
+
+
+def contextual_neurons(circuit, choice, tokenizer=None) -> tuple[Component, float | None]:
+    """:func:`find_contextual_neurons` on a built circuit: the neurons that clear their family-wise
+    null (:func:`neuron_null`), and the scan's bar (seed unit) that lists them (∞: none)."""
+    try:
+        r = neuron_null(circuit, choice, tokenizer)
     except HeadscopeError as e:
         return _not_found("contextual_neurons", str(e)), None
     mx, norms, n_m = r["max"], r["norm"], r["n"]
