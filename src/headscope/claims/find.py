@@ -306,11 +306,13 @@ def neuron_null(circuit, choice, tokenizer=None, chunk: int = 4096, dtype=torch.
     logp = log_union_tail(unit, sig)
     target = math.log(FAMILY_ALPHA / m.shape[1])
     lo, hi = 0.0, max(float(unit.max()), float(sig.max()), 1e-300)
-    while float(log_union_tail(torch.tensor([hi]), sig)[0]) > target:           # the bar: bisection
+    while float(log_union_tail(torch.tensor([hi]), sig)[0]) > target:           # the bar: a bracket, refined
         lo, hi = hi, 2 * hi
-    for _ in range(60):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if float(log_union_tail(torch.tensor([mid]), sig)[0]) > target else (lo, mid)
+    for _ in range(5):                                                           # 32 steps a round: 32⁻⁵ of the bracket
+        grid = torch.linspace(lo, hi, 33, dtype=torch.float64)
+        above = (log_union_tail(grid, sig) > target).nonzero()                   # the bound decreases along the grid
+        i = int(above[-1]) if len(above) else 0
+        lo, hi = float(grid[i]), float(grid[min(i + 1, 32)])
     return {"max": mx, "norm": norms, "log_p": logp, "bar": hi, "n": m.shape[1]}
 
 
