@@ -153,6 +153,33 @@ def null_tail(draws: Sequence[float], direction: str) -> tuple[float, float]:
     return float(x.median()), float(torch.quantile(x, q))
 
 
+#: a term Φ̄(x/σ_t) with x/σ_t beyond this is below 1e-349 and left out of :func:`log_union_tail`
+UNION_TAIL_Z = 40.0
+
+
+def log_union_tail(x: Tensor, sigma: Tensor, chunk: int = 256) -> Tensor:
+    """log Σ_t Φ̄(x_j / σ_t) for each x_j ([k] → [k], float64): the union (Bonferroni) bound on
+    P(max_t z_t ≥ x_j) for centred Gaussians z_t of standard deviations σ_t, whatever their
+    correlations. Terms with x_j/σ_t > :data:`UNION_TAIL_Z` are left out (each < 1e-349); terms with
+    σ_t = 0 vanish for x_j > 0; x_j ≤ 0 gives 0 (the bound is capped at 1)."""
+    sigma = sigma.double()
+    sigma = sigma[sigma > 0].sort(descending=True).values
+    x = x.double()
+    out = torch.zeros_like(x)
+    pos = (x > 0).nonzero().squeeze(1)
+    if sigma.numel() == 0:
+        return out.index_fill_(0, pos, -math.inf)
+    pos = pos[torch.argsort(x[pos])]                      # ascending: a chunk's smallest x sets its tokens
+    for c in pos.split(chunk):
+        xc = x[c]
+        keep = int((sigma >= float(xc[0]) / UNION_TAIL_Z).sum())
+        if keep == 0:
+            out[c] = -math.inf
+            continue
+        out[c] = torch.special.log_ndtr(-(xc[:, None] / sigma[None, :keep])).logsumexp(1).clamp_max(0.0)
+    return out
+
+
 def sign_flip_means(d: Tensor, n_max: int = 4096, seed: int = 0) -> Tensor:
     """The means of ``s ⊙ d`` over sign vectors s ∈ {±1}^n: the paired permutation null of mean(d).
 

@@ -32,13 +32,12 @@ The criteria (one :class:`Component` each; its ``statistic``, ``null`` and ``why
   draw of those rows is judged on its own clusters alike. A head without such clusters (a random
   one) has no categories to be judged on: those rows give no verdict.
 * **contextual neurons** (MLP0): the scan's largest token score of every neuron through the
-  contextual circuit against random readouts of the neuron's norm
-  (:func:`headscope.layer0.neurons.rank_neurons`: ``null_max``); a neuron clears its null when
-  its score is ≥ ``NEURON_MARGIN`` × the null's. Among those, the scores' own scale decides:
-  sorted by score, the largest ratio between consecutive scores is a break when ≥
-  ``NEURON_MARGIN`` (the neurons above it are found); without a break every neuron that clears
-  the null is. A checkpoint whose contextual neurons all score below the seed's 5.0 still has
-  them found.
+  contextual circuit against a random readout of the neuron's norm (:func:`neuron_null`): a neuron
+  is found when m × P(a random readout's largest score ≥ its own) ≤ ``FAMILY_ALPHA`` (m neurons
+  tried; P bounded by the union over the tokens of each token's Gaussian tail). The null is the
+  tail, not a median: a few tokens of very large content weight carry the max, so the max of
+  random readouts is broad. A checkpoint whose contextual neurons all score below the seed's 5.0
+  still has them found.
 * **dialect neuron**: the labelled texts (``data/spelling_texts.json``: Commonwealth vs
   American spelling): per neuron, the cosine between its readout W_in[:, j] and the difference of
   the mean LN2-normalised residual of the two labels' texts; found when the largest cosine is ≥
@@ -61,7 +60,7 @@ import statistics
 import torch
 
 from .. import shipped
-from .._errors import HeadscopeError
+from .._errors import HeadscopeError, NotApplicable
 from ..core.forward import run_with_cache
 from ..core.model import Model
 from .null import compare, form_null, generator, negative_mass, random_readouts, sym_eigenvalues
@@ -70,7 +69,7 @@ from .reference import FOUND_REFERENCE
 
 CONTEXTUAL_CATEGORY = "slowly_decaying"     #: the kernel category of the seed's contextual heads
 KERNEL_TV = 0.25                            #: single-linkage bar on kernel TV (as contextual.SELECTION)
-NEURON_MARGIN = 2.0                         #: a neuron's score over its random-readout null; a scale break
+FAMILY_ALPHA = 0.05                         #: contextual neurons: the family-wise level over MLP0's neurons
 WORST_RATIO = 2.0                           #: a worst head's spread over the contextual heads' median
 DIALECT_DRAWS = 32                          #: null draws of the dialect neuron's largest cosine
 #: the _Work measurements that do not depend on the reference, handed to the claims table
@@ -261,51 +260,105 @@ def find_semantic_head(w) -> Component:
                      layer=pick[0], statistic=round(masses[pick], 6), null=null.to_dict(), candidates=listed)
 
 
+@torch.no_grad()
+def neuron_null(circuit, choice, tokenizer=None, chunk: int = 4096, dtype=torch.float32) -> dict:
+    """Every MLP0 neuron's scan score against a random readout of its norm, family-wise.
+
+    The score (the seed's, variant ``paper``) is ``x_j = max_t Y[t]·M_j`` with M_j = W_O m_j
+    (:mod:`headscope.layer0.neurons`); per unit readout ``s_j = x_j / |m_j|``. Under the null the
+    readout is a uniform direction ĝ (orthogonal to 1 where LN2 centres): each token's score
+    u_t·ĝ, u_t = c(W_O Y[t]), is ≈ N(0, σ_t²) with σ_t = |u_t| / √k (k = d − 1, or d), so
+    ``P(max_t u_t·ĝ ≥ s) ≤ Σ_t Φ̄(s / σ_t)`` (:func:`headscope.stats.log_union_tail`) whatever the
+    tokens' correlations. A few tokens of very large content weight carry the max, which makes its
+    null broad (over 3072 random readouts of a random GPT-2-sized layer the max is 4× the median),
+    so a neuron is compared with the bound's tail, not a median; and since every one of the m
+    neurons is tried, with ``m · P`` (Bonferroni over the neurons). Returns the per-neuron score
+    x [m], norm [m], log P [m], and the unit score ``bar`` at which m · P = :data:`FAMILY_ALPHA`."""
+    from ..layer0.neurons import _scored_tokens, ln2_divisor, parse_variant, readout_vectors
+    from ..stats import log_union_tail
+
+    v = parse_variant(None)
+    n = choice.position
+    circuit._check_n(n)
+    Y, _ = _scored_tokens(circuit, v, n, dtype, chunk, tokenizer)               # [V' H*e]
+    m = readout_vectors(circuit, ln2_scale=ln2_divisor(circuit, v)).double()   # [d m]
+    W_O = circuit.weights.blocks[0].W_O[circuit.heads].double()
+    W_Ocat = W_O.reshape(-1, W_O.shape[-1])                                      # [H*e d]
+    M = (W_Ocat @ m).to(dtype)                                                   # [H*e m]
+    centred = circuit.weights.cfg.norm != "rmsnorm"                              # as readout_vectors
+    k = m.shape[0] - 1 if centred else m.shape[0]
+    mx = torch.full((m.shape[1],), -math.inf, dtype=dtype)
+    sig = torch.empty(Y.shape[0], dtype=torch.float64)
+    for s in range(0, Y.shape[0], chunk):
+        y = Y[s:s + chunk]
+        torch.maximum(mx, (y @ M).amax(0), out=mx)
+        u = (y @ W_Ocat.to(dtype)).double()                                      # [c d]
+        if centred:
+            u = u - u.mean(1, keepdim=True)
+        sig[s:s + chunk] = u.norm(dim=1) / math.sqrt(k)
+    if not bool(torch.isfinite(mx).all() and torch.isfinite(sig).all()):        # beyond float32: float64
+        if dtype != torch.float64:
+            return neuron_null(circuit, choice, tokenizer, chunk, torch.float64)
+        raise NotApplicable("contextual neurons: the scan's scores overflow float64")
+    mx = mx.double()
+    norms = m.norm(dim=0)
+    unit = torch.where(norms > 0, mx / norms.clamp_min(1e-300), torch.zeros_like(mx))
+    logp = log_union_tail(unit, sig)
+    target = math.log(FAMILY_ALPHA / m.shape[1])
+    lo, hi = 0.0, max(float(unit.max()), float(sig.max()), 1e-300)
+    while float(log_union_tail(torch.tensor([hi]), sig)[0]) > target:           # the bar: a bracket, refined
+        lo, hi = hi, 2 * hi
+    for _ in range(5):                                                           # 32 steps a round: 32⁻⁵ of the bracket
+        grid = torch.linspace(lo, hi, 33, dtype=torch.float64)
+        above = (log_union_tail(grid, sig) > target).nonzero()                   # the bound decreases along the grid
+        i = int(above[-1]) if len(above) else 0
+        lo, hi = float(grid[i]), float(grid[min(i + 1, 32)])
+    return {"max": mx, "norm": norms, "log_p": logp, "bar": hi, "n": m.shape[1]}
+
+
 def find_contextual_neurons(w, heads: list[int] | None) -> tuple[Component, float | None]:
-    """Contextual neurons of MLP0 (module docstring) through the circuit of `heads`; with the
-    scan's bar (seed unit) that selects them."""
+    """Contextual neurons of MLP0 (module docstring, :func:`neuron_null`) through the circuit of
+    `heads`; with the scan's bar (seed unit) that lists them."""
     from ..layer0.contextual import build_circuit
-    from ..layer0.neurons import rank_neurons
 
     if not heads:
         return _not_found("contextual_neurons", "no contextual heads to build the circuit from"), None
     try:
         circuit, choice = build_circuit(w.model, w.calibration, heads=heads)
-        r = rank_neurons(circuit, choice, w.model.tokenizer, n_random=32)
     except HeadscopeError as e:
         return _not_found("contextual_neurons", str(e)), None
-    mx = torch.tensor(r.max, dtype=torch.float64)
-    null = torch.tensor(r.null_max, dtype=torch.float64)
-    ratio = torch.where(null > 0, mx / null.clamp_min(1e-300), torch.zeros_like(mx))
-    order = torch.argsort(mx, descending=True, stable=True).tolist()
-    clear = [j for j in order if float(ratio[j]) >= NEURON_MARGIN]
-    top = [{"neuron": j, "score": round(float(mx[j]), 4), "null": round(float(null[j]), 4),
-            "ratio": round(float(ratio[j]), 3)} for j in order[:12]]
-    if not clear:
+    return contextual_neurons(circuit, choice, w.model.tokenizer)
+
+
+def contextual_neurons(circuit, choice, tokenizer=None) -> tuple[Component, float | None]:
+    """:func:`find_contextual_neurons` on a built circuit: the neurons that clear their family-wise
+    null (:func:`neuron_null`), and the scan's bar (seed unit) that lists them (∞: none)."""
+    try:
+        r = neuron_null(circuit, choice, tokenizer)
+    except HeadscopeError as e:
+        return _not_found("contextual_neurons", str(e)), None
+    mx, norms, n_m = r["max"], r["norm"], r["n"]
+    fw = (r["log_p"] + math.log(n_m)).clamp_max(0.0).exp()                      # m · P, capped at 1
+    bar = r["bar"] * norms                                                       # per neuron, seed unit
+    ratio = torch.where(bar > 0, mx / bar.clamp_min(1e-300), torch.zeros_like(mx))
+    order = torch.argsort(ratio, descending=True, stable=True).tolist()
+    found = sorted(j for j in order if float(fw[j]) <= FAMILY_ALPHA and float(mx[j]) > 0)
+    top = [{"neuron": j, "score": round(float(mx[j]), 4), "bar": round(float(bar[j]), 4),
+            "ratio": round(float(ratio[j]), 3), "family_p": float(f"{float(fw[j]):.3g}")} for j in order[:12]]
+    crit = (f"scan score (max token score) against a random readout of the neuron's norm, family-wise over the "
+            f"{n_m} neurons: {n_m} × P(max_t ≥ score) ≤ {FAMILY_ALPHA:g} (union bound over the tokens)")
+    if not found:
         j = order[0]
-        return _not_found("contextual_neurons", f"no MLP0 neuron scores {NEURON_MARGIN:g}× its random-readout null "
-                          f"(best {float(ratio[int(torch.argmax(ratio))]):.2f}×)", label=f"neuron {j} (best candidate)",
+        return _not_found("contextual_neurons", f"no MLP0 neuron clears its null ({crit}; best {float(ratio[j]):.2f}× "
+                          f"its bar, {n_m} × P = {float(fw[j]):.3g})", label=f"neuron {j} (best candidate)",
                           layer=0, neurons=[j], candidates=top), math.inf
-    # the break in the scores' own scale: consecutive ratios down the ranking, up to the last that clears
-    last = order.index(clear[-1])
-    gaps = [(float(mx[order[i]]) / float(mx[order[i + 1]]) if float(mx[order[i + 1]]) > 0 else math.inf, i)
-            for i in range(min(last + 1, len(order) - 1))]
-    gap, i = max(gaps) if gaps else (0.0, last)
-    if gap >= NEURON_MARGIN:
-        found = [j for j in order[:i + 1] if j in set(clear)]
-        tau = math.sqrt(float(mx[order[i]]) * max(float(mx[order[i + 1]]), 1e-300))
-        how = f"a break in the scores' scale: {float(mx[order[i]]):.3g} → {float(mx[order[i + 1]]):.3g} ({gap:.1f}×)"
-    else:
-        found = clear
-        tau = float(min(mx[j] for j in found)) * (1 - 1e-9)
-        how = f"no break of {NEURON_MARGIN:g}× in the scores' scale: every neuron that clears its null"
-    found_sorted = sorted(found)
-    why = (f"scan score ≥ {NEURON_MARGIN:g}× the null of random readouts of the neuron's norm "
-           f"({len(clear)} neurons); {how}; scores {', '.join(f'{float(mx[j]):.3g}' for j in found[:6])}"
-           + ("…" if len(found) > 6 else ""))
-    shown = ", ".join(map(str, found_sorted[:8])) + ("…" if len(found_sorted) > 8 else "")
+    tau = float(min(mx[j] for j in found)) * (1 - 1e-9)
+    by = sorted(found, key=lambda j: -float(mx[j]))
+    why = (f"{crit}: {len(found)} neurons, scores {', '.join(f'{float(mx[j]):.3g}' for j in by[:6])}"
+           + ("…" if len(found) > 6 else "") + f" (bars {', '.join(f'{float(bar[j]):.3g}' for j in by[:6])})")
+    shown = ", ".join(map(str, found[:8])) + ("…" if len(found) > 8 else "")
     return Component(kind="contextual_neurons", label=f"{len(found)} MLP0 neurons ({shown})", found=True, why=why,
-                     layer=0, neurons=found_sorted, statistic=round(float(min(ratio[j] for j in found)), 4),
+                     layer=0, neurons=found, statistic=round(float(min(ratio[j] for j in found)), 4),
                      candidates=top), tau
 
 
