@@ -203,7 +203,8 @@ def stored_parameters(snapshot: Path) -> int:
     return n
 
 
-def measure(shape: str, cache: Path, dtype: str = "float32", layers: int | None = None) -> dict:
+def measure(shape: str, cache: Path, dtype: str = "float32", layers: int | None = None,
+            timeout: float | None = None) -> dict:
     """The baseline and the report of `shape` (its first `layers` blocks only, when given: stated in
     the row's name, ``<shape>@<layers>L``, and its repo id, never as the full model's)."""
     from headscope.testing.hub import cached_snapshot
@@ -218,7 +219,7 @@ def measure(shape: str, cache: Path, dtype: str = "float32", layers: int | None 
     n = stored_parameters(cached_snapshot(cache, repo_id))
     env = bench_sizes.child_env(cache)
     load_before = bench_sizes._loadavg()
-    timeout = max(1800.0, 4 * t_target)
+    timeout = timeout or max(1800.0, 4 * t_target)
     base = bench_sizes._run_child(["--child-baseline", repo_id, dtype], env, timeout)
     with tempfile.TemporaryDirectory(prefix=f"bench-families-{shape}-") as out:
         rep = bench_sizes._run_child(["--child-report", repo_id, str(Path(out) / "report"), dtype], env, timeout)
@@ -232,7 +233,7 @@ def measure(shape: str, cache: Path, dtype: str = "float32", layers: int | None 
 
 
 def run(quick: bool = False, shapes=None, cache: str | Path | None = None, keep: bool = False,
-        layers: int | None = None) -> dict:
+        layers: int | None = None, timeout: float | None = None) -> dict:
     shapes = list(shapes or (("pythia-160m",) if quick else DEFAULT_SHAPES))
     tmp = Path(cache) if cache else Path(tempfile.mkdtemp(prefix="bench-families-hub-"))
     results = []
@@ -240,7 +241,7 @@ def run(quick: bool = False, shapes=None, cache: str | Path | None = None, keep:
         for shape in shapes:
             print(f"bench_families: {shape} …", file=sys.stderr, flush=True)
             tmp.mkdir(parents=True, exist_ok=True)
-            results.append(measure(shape, tmp, layers=layers))
+            results.append(measure(shape, tmp, layers=layers, timeout=timeout))
             print(bench_sizes.table(results[-1]), file=sys.stderr, flush=True)
             if not keep and not cache:
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -258,13 +259,15 @@ def main(argv=None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the temporary HF cache")
     ap.add_argument("--layers", type=int, metavar="N",
                     help="only the first N blocks of each shape (real widths, reduced depth; rows named <shape>@<N>L)")
+    ap.add_argument("--timeout", type=float, metavar="S",
+                    help="seconds each child (baseline, report) may run (default: 4× the shape's target, ≥ 1800)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     big = [s for s in a.shapes if s in DISK_DTYPE]
     if big and a.layers is None and os.environ.get("HEADSCOPE_BLOCK_BUDGET", "").lower() == "all":
         ap.error(f"{', '.join(big)}: HEADSCOPE_BLOCK_BUDGET=all holds every float32 block (15–32 GB); "
                  "leave it unset (blocks held within a quarter of the available memory) or give --layers N")
-    r = run(shapes=a.shapes, cache=a.cache, keep=a.keep, layers=a.layers)
+    r = run(shapes=a.shapes, cache=a.cache, keep=a.keep, layers=a.layers, timeout=a.timeout)
     print(json.dumps(r, indent=2, default=str) if a.json else r["report_text"])
     return 0 if all(row["pass"] for row in r["rows"]) else 1
 
