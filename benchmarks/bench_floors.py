@@ -372,6 +372,7 @@ def table(r: dict) -> str:
     floor_sum = sum(s["floor_s"] for s in r["stages"])
     b, rep = r["baseline"]["wall_s"], r["report"]["wall_s"]
     cpu_sum, floor_cpu = sum(s["cpu_s"] for s in r["stages"]), sum(s.get("floor_cpu_s") or 0 for s in r["stages"])
+    gflop = sum(s["gflop"] for s in r["stages"])          # a lower bound: every product at the float32 peak
     lines += [f"  {'all stages':<14} {stage_sum:7.2f} {cpu_sum:7.2f} {floor_sum:8.3f} {stage_sum / floor_sum:7.1f} "
               f"{floor_cpu:9.3f} {cpu_sum / floor_cpu if floor_cpu else math.inf:9.1f}",
               f"  load {r['load']['wall_s']:.2f} s; render + writes {rep - stage_sum - r['load']['wall_s']:.2f} s",
@@ -381,8 +382,12 @@ def table(r: dict) -> str:
               f"{r['report']['cpu_s'] / r['baseline']['cpu_s']:.1f}×",
               f"  the stages' floors alone: {floor_sum:.1f} s = {floor_sum / b:.1f}× the baseline (CPU {floor_cpu:.1f} s = "
               f"{floor_cpu / r['baseline']['cpu_s']:.1f}×)"
-              + (f" > {REPORT_TARGET:.0f}×: no implementation of these stages meets the baseline target"
-                 if floor_sum / b > REPORT_TARGET else ""),
+              + (f" > {REPORT_TARGET:.0f}×" if floor_sum / b > REPORT_TARGET else ""),
+              f"  the stages' products alone at the float32 matmul rate ({gflop:.0f} GFLOP / {rate:.0f} GFLOP/s; "
+              f"no factorisation, Leiden or elementwise work counted): {gflop / rate:.1f} s = {gflop / rate / b:.1f}× "
+              f"the baseline"
+              + (f" > {REPORT_TARGET:.0f}×: no implementation of this arithmetic meets the baseline target, "
+                 f"only less arithmetic can" if gflop / rate / b > REPORT_TARGET else ""),
               f"  report vs the sum of its stages' floors: {rep / floor_sum:.1f}× wall, "
               f"{r['report']['cpu_s'] / floor_cpu if floor_cpu else math.inf:.1f}× CPU (target ≤ {FLOOR_SUM_TARGET:.0f}×)"]
     return "\n".join(lines)
