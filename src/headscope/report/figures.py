@@ -81,12 +81,22 @@ def _hex(c: str) -> tuple[int, int, int]:
     return int(c[1:3], 16), int(c[3:5], 16), int(c[5:7], 16)
 
 
+_STOPS: dict[tuple[str, ...], tuple[tuple[int, int, int], ...]] = {}   # parsed colour stops, by their hex strings
+
+
 def _lerp_colour(stops: Sequence[str], t: float) -> str:
-    t = min(max(t, 0.0), 1.0) * (len(stops) - 1)
-    i = min(int(t), len(stops) - 2)
+    key = tuple(stops)
+    rgb = _STOPS.get(key)
+    if rgb is None:
+        rgb = _STOPS[key] = tuple(_hex(c) for c in key)
+    t = min(max(t, 0.0), 1.0) * (len(rgb) - 1)
+    i = min(int(t), len(rgb) - 2)
     f = t - i
-    a, b = _hex(stops[i]), _hex(stops[i + 1])
-    return "#%02x%02x%02x" % tuple(round(a[k] + (b[k] - a[k]) * f) for k in range(3))
+    (ar, ag, ab), (br, bg, bb) = rgb[i], rgb[i + 1]
+    return "#%02x%02x%02x" % (round(ar + (br - ar) * f), round(ag + (bg - ag) * f), round(ab + (bb - ab) * f))
+
+
+_WHITE_TO_BLUE = RDBU[5::-1]
 
 
 def diverging(value: float, vmax: float) -> str:
@@ -100,7 +110,7 @@ def sequential(value: float, vmin: float, vmax: float) -> str:
     """White → dark blue colour of `value` on [vmin, vmax]."""
     if vmax <= vmin or not math.isfinite(value):
         return RDBU[5]
-    return _lerp_colour(RDBU[5::-1], (value - vmin) / (vmax - vmin))
+    return _lerp_colour(_WHITE_TO_BLUE, (value - vmin) / (vmax - vmin))
 
 
 def _text_on(fill: str) -> str:
