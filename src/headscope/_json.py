@@ -82,7 +82,100 @@ def clean(obj):
 
 
 def dumps(obj) -> str:
-    return json.dumps(clean(obj), sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    """``json.dumps(clean(obj), sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False)`` and a newline."""
+    return encode(obj) + "\n"
+
+
+class Encoded:
+    """JSON text already written by :func:`encode` (at the level where it is placed), inserted
+    as it is: a stage's data is encoded once, parsed back for the later stages, and put in its
+    document without a second encoding."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str):
+        self.text = text
+
+
+class _Slow(Exception):
+    """The fast encoder met something only the slow path handles (or reports) exactly."""
+
+
+_INDENT = "  "
+_str = json.encoder.encode_basestring      # json.dumps's own string encoder under ensure_ascii=False
+_float = float.__repr__                    # json.dumps writes a finite float as float.__repr__
+_int = int.__repr__
+
+
+def _num(x: float) -> str:
+    return _float(float(f"{x:.{SIG_DIGITS}g}"))
+
+
+def _fast(x, ind: str) -> str:
+    """`x` as :func:`dumps` writes it (without the final newline) where it starts a line after `ind`."""
+    t = type(x)
+    if t is str:
+        return _str(x if x.isascii() else x.encode("utf-8", "backslashreplace").decode("utf-8"))
+    if t is float:
+        if not math.isfinite(x):
+            raise _Slow
+        return _num(x)
+    if t is int:
+        return _int(x)
+    if x is None:
+        return "null"
+    if x is True:
+        return "true"
+    if x is False:
+        return "false"
+    if t is list or t is tuple:
+        if not x:
+            return "[]"
+        inner = ind + _INDENT
+        kinds = set(map(type, x))
+        if kinds == {float}:
+            if not all(map(math.isfinite, x)):
+                raise _Slow
+            parts = [_float(float(f"{v:.{SIG_DIGITS}g}")) for v in x]
+        elif kinds == {int}:
+            parts = list(map(_int, x))
+        else:
+            parts = [_fast(v, inner) for v in x]
+        return "[" + inner + ("," + inner).join(parts) + ind + "]"
+    if t is dict and all(type(k) is str for k in x):
+        if not x:
+            return "{}"
+        inner = ind + _INDENT
+        return "{" + inner + ("," + inner).join(
+            [_str(k) + ": " + _fast(v, inner) for k, v in sorted(x.items(), key=_first)]) + ind + "}"
+    if t is Encoded:
+        return x.text
+    if isinstance(x, str):  # a subclass: json writes it as a string (clean keeps it as it is)
+        return _fast(str.__str__(x), ind)
+    try:
+        x = _clean(x, "")   # numpy and torch numbers and arrays, dataclasses, dicts with other keys
+    except (NonFiniteError, TypeError):
+        raise _Slow from None
+    return _fast(x, ind)
+
+
+def _first(item):
+    return item[0]
+
+
+def encode(obj, level: int = 0) -> str:
+    """`obj` as :func:`dumps` writes it without the final newline, indented to start at nesting
+    `level` (its lines after the first are indented one level more than `level` levels).
+
+    Byte for byte ``json.dumps(clean(obj), sort_keys=True, indent=2, ensure_ascii=False,
+    allow_nan=False)`` (re-indented), in one pass and without json's per-item generators;
+    anything it does not handle exactly (a NaN, an unknown type) goes through that slow path,
+    which raises the documented error."""
+    try:
+        return _fast(obj, "\n" + _INDENT * level)
+    except _Slow:
+        text = json.dumps(clean(obj), sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False)
+        return text.replace("\n", "\n" + _INDENT * level) if level else text
 
 
 _LEAVES = (float, int, str, bool, type(None))

@@ -135,6 +135,25 @@ class OutputDir:
         _replace(tmp, fd, dest, rel)
         return dest
 
+    def announce(self, rels: Iterable[str]) -> None:
+        """List the files `rels` in the manifest at once, before any of them is written: one
+        manifest write for many files instead of one each (:meth:`write` writes it only when
+        the file is not yet listed as it will be). Each is checked as :meth:`write` checks it,
+        so nothing is listed if one of them may not be written; listed files that do not exist
+        yet are what a killed run leaves anyway (:meth:`remove_stale` skips them)."""
+        self._require_open()
+        new = []
+        for rel in rels:
+            rel = _safe_rel(rel)
+            _check_dest(self.path, rel, self.files, self.path)
+            if rel not in self.files or rel in self.hashes:
+                new.append(rel)
+        if new:
+            self.files.update(new)
+            for rel in new:
+                self.hashes.pop(rel, None)      # as write without record_hash leaves it
+            _write_manifest(self.path, self.files, self.hashes)
+
     def verified(self, rel: str, limit: int) -> bytes | None:
         """The bytes of the file `rel` if they are exactly what headscope wrote there (the sha256 the
         manifest recorded with ``write(record_hash=True)``), else None: missing, edited by hand, not a

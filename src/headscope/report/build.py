@@ -30,7 +30,7 @@ from .._version import __version__
 from .._atomic import OutputDir, read_small_file, refuse_foreign_dir
 from .._errors import HeadscopeError, NotApplicable
 from .._input import max_input_bytes
-from .._json import NOT_APPLICABLE, dumps, is_not_applicable, not_applicable
+from .._json import NOT_APPLICABLE, Encoded, dumps, encode, is_not_applicable, not_applicable
 from .._memory import peak_rss_mb, rss_mb
 from ..core.weights import Processing
 from . import html as H
@@ -198,8 +198,9 @@ def _build(model, out: Path, odir: OutputDir, options: ReportOptions, inputs, st
                 progress.close()
             if not isinstance(raw, dict):
                 raise TypeError(f"stage {stage.name}: compute must return a dict, got {type(raw).__name__}")
-            data = json.loads(dumps(raw))  # what is saved is exactly what later stages see
-            odir.write(rel, document(stage, key, parts, data), record_hash=True)
+            text = encode(raw, level=1)   # as it sits in its document, encoded once
+            data = json.loads(text)  # what is saved is exactly what later stages see
+            odir.write(rel, document(stage, key, parts, Encoded(text)), record_hash=True)
         elif options.progress:
             print(f"[{i + 1}/{len(stages)}] {stage.name}: cached ({path.name})", file=sys.stderr)
         results[stage.name] = data
@@ -292,6 +293,7 @@ def _render(model, odir: OutputDir, stages: Sequence[Stage], results: dict, opti
     group_ids = {g: "pages-" + "".join(c if c.isalnum() else "-" for c in g.lower()) for g in groups}
     nav = [("Overview", "index.html")] + [(g, f"index.html#{group_ids[g]}") for g in groups]
 
+    odir.announce([path for items in groups.values() for path, _ in items] + ["index.html"])  # one manifest write
     written = []
     source = getattr(model, "source", "model")
     foot_base = f"headscope {__version__} · model sha256 {model.fingerprint[:16]}…"

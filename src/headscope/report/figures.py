@@ -81,26 +81,31 @@ def _hex(c: str) -> tuple[int, int, int]:
     return int(c[1:3], 16), int(c[3:5], 16), int(c[5:7], 16)
 
 
-def _lerp_colour(stops: Sequence[str], t: float) -> str:
+def _lerp_colour(stops: Sequence[tuple[int, int, int]], t: float) -> str:
+    """The colour at `t` ∈ [0, 1] along `stops` (RGB triples), linearly between neighbours."""
     t = min(max(t, 0.0), 1.0) * (len(stops) - 1)
     i = min(int(t), len(stops) - 2)
     f = t - i
-    a, b = _hex(stops[i]), _hex(stops[i + 1])
-    return "#%02x%02x%02x" % tuple(round(a[k] + (b[k] - a[k]) * f) for k in range(3))
+    (ar, ag, ab), (br, bg, bb) = stops[i], stops[i + 1]
+    return "#%02x%02x%02x" % (round(ar + (br - ar) * f), round(ag + (bg - ag) * f), round(ab + (bb - ab) * f))
+
+
+_RDBU_RGB = tuple(_hex(c) for c in RDBU)
+_WHITE_TO_BLUE_RGB = _RDBU_RGB[5::-1]
 
 
 def diverging(value: float, vmax: float) -> str:
     """RdBu colour of `value` on the symmetric scale [-vmax, vmax] (0 → white)."""
     if vmax <= 0 or not math.isfinite(value):
         return RDBU[5]
-    return _lerp_colour(RDBU, 0.5 + 0.5 * value / vmax)
+    return _lerp_colour(_RDBU_RGB, 0.5 + 0.5 * value / vmax)
 
 
 def sequential(value: float, vmin: float, vmax: float) -> str:
     """White → dark blue colour of `value` on [vmin, vmax]."""
     if vmax <= vmin or not math.isfinite(value):
         return RDBU[5]
-    return _lerp_colour(RDBU[5::-1], (value - vmin) / (vmax - vmin))
+    return _lerp_colour(_WHITE_TO_BLUE_RGB, (value - vmin) / (vmax - vmin))
 
 
 def _text_on(fill: str) -> str:
@@ -351,16 +356,21 @@ def heatmap(matrix: Sequence[Sequence[float | None]], *, row_labels: Sequence[st
     body = []
     if title:
         body.append(f'<text x="8" y="18" font-size="13" font-weight="600" fill="#222">{esc(title)}</text>')
+    # a cell's title is esc(f"{row} → {column}: {value}"); escaping is per character, so the labels are
+    # escaped once each, and fmt's figures (digits, ".", "e", "+", "-") need none
+    row_text = _label_texts(row_labels, rows)
+    col_text = _label_texts(col_labels, cols)
+    plain_values = value_fmt is fmt
     for i, r in enumerate(matrix):
         for j, v in enumerate(r):
             if v is None or not math.isfinite(float(v)):
                 continue
             fill = diverging(v, vmax) if signed else sequential(v, vmin, vmax)
-            rl = row_labels[i] if row_labels is not None else i
-            cl = col_labels[j] if col_labels is not None else j
+            rl = row_text[i] if row_text[i] is not None else esc(f"{row_labels[i]}")   # (IndexError as before)
+            cl = col_text[j] if col_text[j] is not None else esc(f"{col_labels[j]}")
             x, y = left + j * cell, top + i * cell
             body.append(f'<rect x="{x}" y="{y}" width="{cell}" height="{cell}" fill="{fill}">'
-                        f'<title>{esc(f"{rl} → {cl}: {value_fmt(v)}")}</title></rect>')
+                        f'<title>{rl} → {cl}: {fmt(v) if plain_values else esc(value_fmt(v))}</title></rect>')
             if annotate and cell >= 22:
                 body.append(f'<text x="{x + cell / 2}" y="{y + cell / 2 + 4}" text-anchor="middle" font-size="9" '
                             f'fill="{_text_on(fill)}">{esc(value_fmt(v))}</text>')
@@ -407,6 +417,13 @@ def heatmap(matrix: Sequence[Sequence[float | None]], *, row_labels: Sequence[st
     body.append(f'<text x="{bx + 15}" y="{by + 9}" font-size="10" fill="#333">{esc(top_label)}</text>')
     body.append(f'<text x="{bx + 15}" y="{by + bh}" font-size="10" fill="#333">{esc(bottom_label)}</text>')
     return _svg(width, height, body, title)
+
+
+def _label_texts(labels, n: int) -> list[str | None]:
+    """Escaped ``f"{label}"`` of indices 0..n-1 (the index itself without labels; None past the labels' end)."""
+    if labels is None:
+        return [str(i) for i in range(n)]
+    return [esc(f"{labels[i]}") if i < len(labels) else None for i in range(n)]
 
 
 def _clip(s, n: int = 14) -> str:

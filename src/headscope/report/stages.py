@@ -240,8 +240,9 @@ def read_cached(raw: bytes | None, key: str) -> dict | None:
     return doc["data"]
 
 
-def document(stage: Stage, key: str, key_parts: dict, data: dict) -> str:
-    """The text of ``data/<stage>.json``: the key, what it hashes, and the data."""
+def document(stage: Stage, key: str, key_parts: dict, data) -> str:
+    """The text of ``data/<stage>.json``: the key, what it hashes, and the data (a dict, or
+    :class:`headscope._json.Encoded` text of it at level 1: its place in the document)."""
     return dumps({"stage": stage.name, "title": stage.title, "key": key, "key_parts": key_parts, "data": data})
 
 

@@ -43,6 +43,7 @@ class AtlasView:
         self.layers = list(data["layers"])
         self.n_heads = data["config"]["n_heads"]
         self.by = {(r["layer"], r["head"]): r for r in rows}
+        self._tips: dict[str, str] = {}      # head name → its tooltip (every grid and the JSON block show it)
 
     # -- per-head text -----------------------------------------------------------------
 
@@ -62,8 +63,11 @@ class AtlasView:
 
     def tip(self, r: dict) -> str:
         """Every figure of one head, one per line (the grid's tooltip), from the column spec."""
-        return "\n".join([f"{head_name(r)} (layer {r['layer']}, head {r['head']})",
-                          *(f"{c.label}: {self.figure(c, r)}" for c in self.columns)])
+        name = head_name(r)
+        if name not in self._tips:
+            self._tips[name] = "\n".join([f"{name} (layer {r['layer']}, head {r['head']})",
+                                          *(f"{c.label}: {self.figure(c, r)}" for c in self.columns)])
+        return self._tips[name]
 
     def glance(self, r: dict) -> str:
         return f"self z {num(r['qk_self'], 3)} · copying {num(r['ov_copying_effective'], 3)}"
@@ -103,7 +107,7 @@ class AtlasView:
         label, meaning = COLUMN[metric].label, COLUMN[metric].meaning
         layers = [0] if metric == "kernel_category" else self.layers
         values = [[self.by[(l, h)].get(metric) for h in range(self.n_heads)] for l in layers]
-        tips = [[self.tip(self.by[(l, h)]) for h in range(self.n_heads)] for l in layers]
+        tips = None if self.links else [[self.tip(self.by[(l, h)]) for h in range(self.n_heads)] for l in layers]
         colour, legend = self.colour(metric)
         href = (lambda l, h: head_page(l, h)) if self.links else None
         grid = F.head_grid(values, layers=layers, colour=colour, href=href, tips=tips, titles=not self.links)
