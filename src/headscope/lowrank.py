@@ -18,6 +18,8 @@ import contextlib
 import torch
 from jaxtyping import Float
 
+from ._threads import one_thread
+
 Tensor = torch.Tensor
 
 
@@ -28,12 +30,8 @@ def small_matrices():
     Multi-threaded LAPACK on matrices this small spends its time synchronising (on 2
     busy cores, 12 eigh of 128 × 128 took 1.7 s with 2 threads, 0.08 s with one).
     """
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_thread():
         yield
-    finally:
-        torch.set_num_threads(old)
 
 
 def column_factor(C: Float[Tensor, "... n r"]) -> Float[Tensor, "... r r"]:
