@@ -82,20 +82,24 @@ def composition_scores(weights: Weights, max_elements: int = 1 << 24) -> dict[st
 
     With R_X the e × e factor of W_X (and R_O that of W_Oᵀ): the writer's left factor
     P_A = R_V^A W_O^A [e d]; the reader's right factor W_Q R_Kᵀ (Q), W_K R_Qᵀ (K) or
-    W_V R_Oᵀ (V) [d e]; the numerator is ‖P_A · right_B‖_F. All writers of the layers below
-    a reader layer meet its heads in one matrix product ([writers·e d] @ [d heads·e]),
-    chunked to at most `max_elements` entries.
+    W_V R_Oᵀ (V) [d e]; the numerator is ‖P_A · right_B‖_F. Every pair's e × e core P_A right_B
+    is needed (e²·d multiply-adds a pair and mode: the minimal product of this factorisation), and
+    all of them for a reader layer are one matrix product: the writers of the layers below, stacked
+    ([writers·e d]), times the layer's three modes side by side ([d 3·heads·e]), chunked to at most
+    `max_elements` entries. (Each entry is the same dot product as with one product per mode.)
     """
     from ..core.applicability import weight_circuits
     weight_circuits(weights.cfg, "composition scores")             # OLMo 2 (QK-norm, no pre-norms): refused
     cfg = weights.cfg
-    L, H, e = cfg.n_layers, cfg.n_heads, cfg.d_head
+    L, H, e, d = cfg.n_layers, cfg.n_heads, cfg.d_head, cfg.d_model
+    he = H * e
     T = lambda x: x.transpose(-1, -2)  # noqa: E731
     out = {m: torch.zeros(L, H, L, H, dtype=torch.float64) for m in MODES}
-    step = max(1, max_elements // (H * e * H * e))                                       # writer layers per product
+    step = max(1, max_elements // (he * len(MODES) * he))                                # writer layers per product
     # one pass over the layers, each block read once (a model that holds only some of its
-    # blocks rebuilds none): reader layer lb meets the writers' left factors kept from below it
-    left: list[Tensor] = []                                                              # [h e d] per layer
+    # blocks rebuilds none): reader layer lb meets the writers' left factors kept from below it,
+    # in one buffer (a chunk of writer layers is a view, not a copy)
+    left = torch.empty(max(L - 1, 0) * he, d, dtype=torch.float64)                       # [(L−1)·h·e d]
     n_ov: list[Tensor] = []                                                              # [h] per layer
     for lb in range(L):
         b = weights.blocks[lb]
@@ -106,19 +110,22 @@ def composition_scores(weights: Weights, max_elements: int = 1 << 24) -> dict[st
         n_ov.append((R["V"] @ T(R["O"])).flatten(-2).norm(dim=-1))                       # [h] ‖W_V W_O‖_F
         n_qk = (R["Q"] @ T(R["K"])).flatten(-2).norm(dim=-1)                              # [h] ‖W_Q W_Kᵀ‖_F
         if lb:
-            right = {"Q": (W_Q @ T(R["K"]), n_qk), "K": (W_K @ T(R["Q"]), n_qk), "V": (W_V @ T(R["O"]), n_ov[lb])}
-            for m in MODES:
-                fac, norm_b = right[m]
-                Rb = fac.permute(1, 0, 2).reshape(cfg.d_model, H * e)                    # [d hB·e]
-                for la0 in range(0, lb, step):
-                    la1 = min(lb, la0 + step)
-                    A = left[la0] if la1 - la0 == 1 else torch.cat(left[la0:la1])       # [n·hA e d]
-                    C = A.reshape(-1, cfg.d_model) @ Rb                                  # [n·hA·e hB·e]
-                    num = C.view(la1 - la0, H, e, H, e).square().sum((2, 4)).sqrt()       # [n hA hB]
-                    den = torch.stack(n_ov[la0:la1])[:, :, None] * norm_b[None, None, :]
-                    out[m][la0:la1, :, lb, :] = torch.where(den > 0, num / torch.where(den > 0, den, 1.0), 0.0)
-            del right, Rb, A, C
-        left.append(R["V"] @ W_O)                                                        # [h e d]
+            norm_b = torch.stack([n_qk, n_qk, n_ov[lb]])                                 # [3 hB], modes Q K V
+            Rb = torch.stack([W_Q @ T(R["K"]), W_K @ T(R["Q"]), W_V @ T(R["O"])])          # [3 hB d e]
+            Rb = Rb.permute(2, 0, 1, 3).reshape(d, len(MODES) * he)                       # [d 3·hB·e]
+            for la0 in range(0, lb, step):
+                la1 = min(lb, la0 + step)
+                n = la1 - la0
+                C = left[la0 * he:la1 * he] @ Rb                                         # [n·hA·e 3·hB·e]
+                num = C.square_().view(n, H, e, len(MODES), H, e).sum((2, 5)).sqrt_()   # [n hA 3 hB]
+                den = torch.stack(n_ov[la0:la1])[:, :, None, None] * norm_b[None, None]  # [n hA 3 hB]
+                s = torch.where(den > 0, num / torch.where(den > 0, den, 1.0), 0.0)
+                for i, m in enumerate(MODES):
+                    out[m][la0:la1, :, lb, :] = s[:, :, i]
+                del C, num, den, s
+            del Rb
+        if lb < L - 1:
+            left[lb * he:(lb + 1) * he] = (R["V"] @ W_O).reshape(he, d)                   # [h e d] → [h·e d]
         del W_Q, W_K, W_V, W_O, R
     return out
 

@@ -98,17 +98,51 @@ class AttnMeans(Sequence):
         return self._means[l]
 
 
+PROMPT_BATCH = 32           #: prompts per batch of the ``prompts`` source's forward pass
+
+
+def prompt_mean(attn_out: Float[Tensor, "b p d"]) -> Float[Tensor, "d"]:
+    """The ``prompts`` source's mean attention output: over every prompt and position ≥ 1 (not BOS)."""
+    return attn_out[:, 1:].reshape(-1, attn_out.shape[-1]).mean(0)
+
+
+def _tokens_key(tokens: Tensor) -> tuple:
+    t = torch.as_tensor(tokens)
+    return tuple(t.shape), str(t.dtype), t.cpu().contiguous().numpy().tobytes()
+
+
+def share_prompt_attn_means(weights: Weights, tokens: Int[Tensor, "b p"], attn_outs: Sequence[Tensor]) -> None:
+    """Remember the ``prompts`` source's means of `tokens` (at most :data:`PROMPT_BATCH` prompts: one
+    batch) from their blocks' ``hook_attn_out`` [b p d] (blocks 0, 1, …) computed elsewhere — the
+    same forward pass, one batch of the same prompts, so the same values: a later
+    :func:`attn_means_as_needed` of these tokens on these weights reads them instead of running it
+    again. Kept on the weights object (analyses never modify weights in place; an edited model has
+    its own)."""
+    if torch.as_tensor(tokens).shape[0] > PROMPT_BATCH:
+        raise ValueError(f"share_prompt_attn_means: expected ≤ {PROMPT_BATCH} prompts (one batch), "
+                         f"got {torch.as_tensor(tokens).shape[0]}")
+    memo = weights.__dict__.setdefault("_prompt_attn_means", {})
+    key = _tokens_key(tokens)
+    if len(attn_outs) > len(memo.get(key, [])):
+        memo[key] = [prompt_mean(a.cpu()).to(weights.dtype) for a in attn_outs]
+
+
 def attn_means_as_needed(weights: Weights, layers: int, source: str, tokens: Tensor | None = None) -> AttnMeans:
-    """:func:`attn_means_for` as an :class:`AttnMeans`: each mean computed when first read."""
+    """:func:`attn_means_for` as an :class:`AttnMeans`: each mean computed when first read (or read
+    from :func:`share_prompt_attn_means`'s memo, for the ``prompts`` source)."""
     if source not in ATTN_MEANS:
         raise HeadscopeError(f"attention means: expected one of {', '.join(ATTN_MEANS)}, got {source!r}")
     if layers == 0:
         return AttnMeans(weights, None, 0, None)
     names = [f"blocks.{l}.hook_attn_out" for l in range(layers)]
-    d = weights.cfg.d_model
     if source == "prompts":
-        fp = ForwardPass(weights, tokens, names, batch_size=32, stop_at_layer=layers)
-        return AttnMeans(weights, fp, layers, lambda a: a[:, 1:].reshape(-1, d).mean(0))     # [b p d] → [d]
+        known = weights.__dict__.get("_prompt_attn_means", {}).get(_tokens_key(tokens), [])
+        if len(known) >= layers:                  # these prompts' forward ran already (the survey's first batch)
+            means = AttnMeans(weights, None, layers, None)
+            means._means = list(known[:layers])
+            return means
+        fp = ForwardPass(weights, tokens, names, batch_size=PROMPT_BATCH, stop_at_layer=layers)
+        return AttnMeans(weights, fp, layers, prompt_mean)
     cfg = weights.cfg
     P = min(AUTHORS_SEQUENCE, cfg.n_ctx)
     w = weights                                  # rotary: positions act inside attention, nothing to average

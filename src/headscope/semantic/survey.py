@@ -59,6 +59,7 @@ from .._json import finite_or_none, plain
 from ..lowrank import small_matrices
 from ..core.forward import ForwardPass, advance_together, run_with_cache
 from ..core.model import Model
+from . import bilinear
 from .prompts import prompts_for
 
 Tensor = torch.Tensor
@@ -199,11 +200,18 @@ def survey(model: Model, layers: list[int] | None = None, *, categories=None, n_
     prompts, ids = prompts_for(model, categories, n_prompts=n_prompts, length=length, seed=seed,
                                cats_per_prompt=pre["cats_per_prompt"])
     W = model.weights()
+    # the first batch is the prompts of the atlas's, the semantic and steering stages' attention means
+    # (the same seed: the first 32 of these prompts): their blocks' mean attention outputs are kept
+    # for them (bilinear.share_prompt_attn_means), so that forward pass is not run again
+    top = max(layers)
+    attn_out = [f"blocks.{l}.hook_attn_out" for l in range(top)]
     # a few hundred short rows: on two threads the second mostly synchronises (the report's 64 prompts
     # on distilgpt2: 3.4 s CPU on two threads, 1.4 s on one, so no faster in wall time either)
     with small_matrices():
-        cache = run_with_cache(W, prompts.tokens, names=[f"blocks.{l}.attn.hook_pattern" for l in layers],
-                               stop_at_layer=max(layers) + 1, batch_size=32)
+        cache = run_with_cache(W, prompts.tokens, names=[f"blocks.{l}.attn.hook_pattern" for l in layers] + attn_out,
+                               stop_at_layer=top + 1, batch_size=bilinear.PROMPT_BATCH)
+        first = prompts.tokens[:bilinear.PROMPT_BATCH]
+        bilinear.share_prompt_attn_means(W, first, [cache.pop(n)[:len(first)] for n in attn_out])
         pos = torch.arange(prompts.tokens.shape[1])
         masks = {}                                                 # by local window: the layer's own mask
         mets = {}
