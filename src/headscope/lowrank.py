@@ -65,15 +65,39 @@ def sym_skew_cores(U: Float[Tensor, "... n e"], V: Float[Tensor, "... n e"]
                    ) -> tuple[Float[Tensor, "... 2e 2e"], Float[Tensor, "... 2e 2e"]]:
     """(R M_S Rᵀ, R M_A Rᵀ) with [U V] = Q R: the 2e × 2e cores of sym(U Vᵀ) and skew(U Vᵀ)
     (module docstring; float64, the n × n forms never built)."""
-    R = column_factor(torch.cat([U, V], dim=-1))                                   # [... 2e 2e]
-    M_S, M_A = pair_forms(U.shape[-1])
+    return factor_cores(column_factor(torch.cat([U, V], dim=-1)))                  # R [... 2e 2e]
+
+
+def factor_cores(R: Float[Tensor, "... r 2e"]) -> tuple[Float[Tensor, "... r r"], Float[Tensor, "... r r"]]:
+    """(R M_S Rᵀ, R M_A Rᵀ) for a factor R of [U V] (RᵀR = [U V]ᵀ[U V]): :func:`sym_skew_cores`'s cores."""
+    M_S, M_A = pair_forms(R.shape[-1] // 2)
     Rt = R.transpose(-1, -2)
     return R @ M_S @ Rt, R @ M_A @ Rt
+
+
+def centred_column_factors(C: Float[Tensor, "... n r"]) -> tuple[Tensor, Tensor]:
+    """(R̃, R): the triangular factors of the column-centred C̃ = C − 1 c̄ᵀ (c̄ the mean row) and of C
+    itself, from one QR of n rows (float64).
+
+    Since 1ᵀC̃ = 0, CᵀC = C̃ᵀC̃ + n c̄ c̄ᵀ, so R is the factor of the r + 1 rows [[R̃], [√n c̄ᵀ]]: one
+    small QR instead of a second one of n rows. Both are QR factors of matrices whose columns keep
+    C's exact dependencies (K = ±Q columnwise: an exactly symmetric head), so, as with
+    :func:`column_factor`, the null directions come back at rounding level ε, not √ε.
+    """
+    C = C.double()
+    mean = C.mean(-2, keepdim=True)                                                # [... 1 r]
+    R_c = column_factor(C - mean)                                                  # [... r r]
+    n = C.shape[-2]
+    return R_c, column_factor(torch.cat([R_c, mean * n ** 0.5], dim=-2))           # [r+1 r] → [... r r]
 
 
 def sym_eigenvalues(U: Float[Tensor, "... n e"], V: Float[Tensor, "... n e"]) -> Float[Tensor, "... 2e"]:
     """The (at most 2e) eigenvalues of sym(U Vᵀ) [n n] that can be nonzero, ascending (float64);
     the other n − 2e are exactly zero."""
-    S = sym_skew_cores(U, V)[0]
+    return core_eigenvalues(sym_skew_cores(U, V)[0])
+
+
+def core_eigenvalues(S: Float[Tensor, "... r r"]) -> Float[Tensor, "... r"]:
+    """Eigenvalues of a symmetric core R M_S Rᵀ, ascending (symmetrised against rounding first)."""
     with small_matrices():
         return torch.linalg.eigvalsh((S + S.transpose(-1, -2)) / 2)

@@ -70,6 +70,22 @@ def test_symmetric_head_gives_symmetry_one_and_skew_head_zero():
     assert A.symmetry_ratio(*map(float, A.form_norms(torch.zeros(N, E), torch.zeros(N, E)))) is None
 
 
+def test_token_forms_equal_the_plain_norms_and_the_centred_eigenvalues():
+    X = torch.randn(N, D, generator=_gen(40), dtype=torch.float64) + 3.0          # a large common mean
+    W_Q, W_K = (torch.randn(2, D, E, generator=_gen(s), dtype=torch.float64) for s in (41, 42))
+    q, k = X @ W_Q, X @ W_K                                                       # [2 N E]: two heads
+    sym, skew, lam = A.token_forms(q, k)
+    want_sym, want_skew = A.form_norms(q, k)
+    torch.testing.assert_close(sym, want_sym, rtol=1e-12, atol=0)
+    torch.testing.assert_close(skew, want_skew, rtol=1e-12, atol=0)
+    torch.testing.assert_close(lam, A.weighted_eigenvalues(q - q.mean(1, keepdim=True), k - k.mean(1, keepdim=True)),
+                               rtol=1e-12, atol=1e-12)
+    # an exactly symmetric head: the skew part at rounding level, as form_norms keeps it
+    V_Q, V_K = _head_with_eigenvalues([2.5, -1.5, 0.7])
+    sym, skew, _ = A.token_forms(X @ V_Q, X @ V_K)
+    assert float(skew) <= 1e-13 * float(sym)
+
+
 # -- qk_negative_fraction ----------------------------------------------------------------------
 
 

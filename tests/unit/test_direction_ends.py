@@ -50,3 +50,19 @@ def test_ties_and_noise_directions_are_recomputed_exactly():
     Dirs[5] = T[3] * 1e3                            # tokens 3 and 20 tie at the top
     calls = _check(T, Dirs)
     assert {2, 4, 5} <= set(calls) and len(calls) < M
+
+
+def test_low_rank_svd_forms_the_leading_singular_vectors_only():
+    from headscope.maps.composition import _low_rank_svd
+
+    g = torch.Generator().manual_seed(2)
+    L, R = torch.randn(2, D, 4, generator=g, dtype=torch.float64), torch.randn(2, D, 4, generator=g, dtype=torch.float64)
+    U, sig, V = _low_rank_svd(L, R, 3)                                          # [2 D 3], [2 4], [2 D 3]
+    assert U.shape == V.shape == (2, D, 3) and sig.shape == (2, 4)
+    Uf, sf, Vhf = torch.linalg.svd(L @ R.transpose(-1, -2))                     # [2 D D]: the d × d product
+    torch.testing.assert_close(sig, sf[:, :4], rtol=1e-12, atol=0)
+    # each singular pair up to its common sign: u vᵀ is unique for distinct σ
+    torch.testing.assert_close(U[..., :, None, :] * V[..., None, :, :],
+                               Uf[..., :, None, :3] * Vhf.transpose(-1, -2)[..., None, :, :3], rtol=0, atol=1e-12)
+    torch.testing.assert_close(U.transpose(-1, -2) @ U, torch.eye(3, dtype=torch.float64).expand(2, 3, 3),
+                               rtol=0, atol=1e-12)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from headscope.lowrank import pair_forms, span_basis, sym_eigenvalues, sym_skew_cores
+from headscope.lowrank import (centred_column_factors, factor_cores, pair_forms, span_basis, sym_eigenvalues,
+                               sym_skew_cores)
 from headscope.semantic.bilinear import bilinear_form
 
 N, E = 11, 3
@@ -59,3 +60,22 @@ def test_bilinear_form_in_the_span_equals_the_full_decomposition():
     torch.testing.assert_close(small.sigma_skew, full.sigma_skew, rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(small.sym, full.sym, rtol=1e-10, atol=1e-12)
     assert small.n_negative == full.n_negative and small.n_positive == full.n_positive
+
+
+def test_centred_column_factors_are_factors_of_the_centred_and_the_plain_columns():
+    U, V = _uv(3)
+    C = torch.cat([U + 4.0, V - 2.5], dim=1)                 # a mean row far from 0: the update carries it
+    Cc = C - C.mean(0)
+    R_c, R = centred_column_factors(C)                      # [2e 2e] each
+    torch.testing.assert_close(R_c.T @ R_c, Cc.T @ Cc, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(R.T @ R, C.T @ C, rtol=1e-12, atol=1e-12)
+    assert torch.equal(R_c, torch.linalg.qr(Cc, mode="r")[1])          # the centred factor is the QR's own
+    # batched, as the atlas calls it (heads first)
+    R_c2, R2 = centred_column_factors(torch.stack([C, 2 * C]))
+    torch.testing.assert_close(R2[1].T @ R2[1], 4 * C.T @ C, rtol=1e-12, atol=1e-12)
+    # an exactly symmetric (V = ±U) form keeps its skew core at rounding level ε, not √ε
+    for sign in (1.0, -1.0):
+        W = torch.cat([U + 3.0, sign * (U + 3.0)], dim=1)
+        for R_ in centred_column_factors(W):
+            S, A = factor_cores(R_)
+            assert float(A.norm()) <= 1e-14 * float(S.norm())

@@ -21,7 +21,10 @@ Metrics (one value per head; ``None`` = not applicable, stated in the rendering)
   (R [2e 2e] the triangular factor of C = Q_C R), then ‖C M Cᵀ‖_F = ‖R M Rᵀ‖_F (both
   squared equal tr(M CᵀC Mᵀ CᵀC)). Taking the norm of the small matrix R M Rᵀ from a
   QR factor — rather than the trace formula, or a factor of the Gram matrix CᵀC —
-  keeps the skew part of an exactly symmetric head at rounding level (ε, not √ε).
+  keeps the skew part of an exactly symmetric head at rounding level (ε, not √ε). One QR of
+  N rows per head serves this column and qk_negative_mass: that of the token-centred
+  C̃ = C − 1 c̄ᵀ gives R̃, and since 1ᵀC̃ = 0, CᵀC = C̃ᵀC̃ + N c̄ c̄ᵀ, so R is the factor of
+  the 2e + 1 rows [[R̃], [√N c̄ᵀ]] (:func:`headscope.lowrank.centred_column_factors`).
 
 ``qk_negative_fraction``  the share of negative eigenvalues among the (at most 64,
   ``TOP``) eigenvalues of largest |λ| of the symmetric part S of P W_Q W_Kᵀ P (P the
@@ -120,7 +123,7 @@ tokens each reads and writes (:func:`headscope.composition.head_directions`).
 
 Cost: one pass of the N tokens through the MLPs (the weights' dtype), then per layer
 Q, K = X̂ W_Q, X̂ W_K and W_U[:, T] X̂ (3 N d² multiply-adds) and (W_U X̂) W_V (d³), in
-float64; per head only e × e and 2e × 2e matrices.
+float64; per head one QR of N × 2e (above) and otherwise only e × e and 2e × 2e matrices.
 """
 
 from __future__ import annotations
@@ -135,7 +138,7 @@ import torch
 from . import composition
 from .head_metrics import (  # noqa: F401  (re-exported: the metrics are part of this module's namespace)
     REL_TOL, SILENT, TOP,
-    form_norms, symmetry_ratio, symmetric_eigenvalues, negative_fraction, self_scores, mean_self_score,
+    form_norms, token_forms, symmetry_ratio, symmetric_eigenvalues, negative_fraction, self_scores, mean_self_score,
     low_rank_eigenvalues, copying_score, weighted_eigenvalues, negative_mass, positional_share,
     _sorted_complex, _per_head, _groups, _f64, _float, _positional_share_deep,
 )
@@ -363,6 +366,13 @@ def atlas(model: Model, layers: Sequence[int] | None = None, *, n_tokens: int = 
     P = min(WINDOW, cfg.n_ctx)
     win = torch.from_numpy(rng.integers(0, N, size=P))                               # indices into freq
     W_U = W.W_U[:, ids].to("cpu", torch.float64)                                     # [d N]
+    W_E = W.W_E[ids].to("cpu", torch.float64)                                        # [N d]
+    names: dict[int, str] = {}                                                       # token id → string, every layer
+
+    def token_strs(t: list[int]) -> list[str]:
+        new = [i for i in dict.fromkeys(t) if i not in names]
+        names.update(zip(new, to_str_tokens(model.tokenizer, new)))
+        return [names[i] for i in t]
     gram = composition.vocab_gram(W)                                                 # [d d] W_U W_E
     pair = None if logit_diff is None else _logit_diff_direction(model, W, logit_diff)  # (ids, [d])
 
@@ -406,7 +416,8 @@ def atlas(model: Model, layers: Sequence[int] | None = None, *, n_tokens: int = 
         b_Q, b_K = _f64(b.b_Q), _f64(b.b_K)                                          # [h e]
         s = cfg.attn_scale(l)
         Q, K = _per_head(X, W_Q), _per_head(X, W_K)                                  # [h N e] each
-        sym, skew = form_norms(Q, K)                                                 # [h] each
+        # [h] ×2 and, token-centred ((X − 1 x̄ᵀ) W = X W − 1 (x̄ᵀ W), the mean row of X W), [h 2e]
+        sym, skew, lam_c = token_forms(Q, K)
         z = self_scores(Q + b_Q[:, None], K + b_K[:, None])                          # [h N]
         if centred:                                                                  # P W_Q, P W_K
             lam = symmetric_eigenvalues(W_Q - W_Q.mean(1, keepdim=True), W_K - W_K.mean(1, keepdim=True))
@@ -418,9 +429,7 @@ def atlas(model: Model, layers: Sequence[int] | None = None, *, n_tokens: int = 
         ov_fw = composition.framework_ov_eigenvalues(W, l, gram)                     # [h e]
         bound = W_O.flatten(1).norm(dim=1) * W_V.flatten(1).norm(dim=1)              # [h] ‖W_O‖‖W_V‖
         bound_eff, bound_fw = (bound * HX.norm()).tolist(), (bound * gram.norm()).tolist()
-        dirs = composition.head_directions(W, l, ids, lambda t: to_str_tokens(model.tokenizer, t))
-        # token-centred: (X − 1 x̄ᵀ) W = X W − 1 (x̄ᵀ W), the mean row of X W
-        lam_c = weighted_eigenvalues(Q - Q.mean(1, keepdim=True), K - K.mean(1, keepdim=True))  # [h 2e]
+        dirs = composition.head_directions(W, l, ids, token_strs, vocab=(W_E, W_U))
         if pair is not None:
             dla = _per_head(X, W_V) @ (W_O @ pair[1])[..., None]                     # [h N 1]
             dla = dla[..., 0]                                                        # [h N]

@@ -209,13 +209,24 @@ DIRECTIONS = 3      #: singular directions kept per circuit
 DIRECTION_TOKENS = 5  #: tokens listed at each end of a direction
 
 
-def _low_rank_svd(L: Float[Tensor, "h d e"], R: Float[Tensor, "h d e"]):
-    """SVD of L Rᵀ [h d d] (rank ≤ e) from e × e cores: (U [h d e], σ [h e], V [h d e]) with L Rᵀ = U diag σ Vᵀ."""
+def _low_rank_svd(L: Float[Tensor, "h d e"], R: Float[Tensor, "h d e"], keep: int | None = None):
+    """SVD of L Rᵀ [h d d] (rank ≤ e) from e × e cores: (U [h d k], σ [h e], V [h d k]) with
+    L Rᵀ = U diag σ Vᵀ, the first k = `keep` (default all e) singular vectors formed.
+
+    L = Q_L R_L (Householder), so U = Q_L U_c for the SVD U_c Σ V_cᵀ of R_L R_Rᵀ; Q_L is applied
+    to U_c's first k columns from its reflectors (ormqr), never formed."""
+    e = L.shape[-1]
+    k = e if keep is None else min(keep, e)
     with small_matrices():
-        QL, RL = torch.linalg.qr(L.double())
-        QR, RR = torch.linalg.qr(R.double())
+        (aL, tL), (aR, tR) = torch.geqrf(L.double()), torch.geqrf(R.double())      # [h d e], [h e]
+        # [h e e], column-major as torch.linalg.qr returns R (the same bits of R_L R_Rᵀ and its SVD)
+        RL, RR = (a[..., :e, :].triu().mT.contiguous().mT for a in (aL, aR))
         Uc, sig, Vhc = torch.linalg.svd(RL @ RR.transpose(-1, -2))
-    return QL @ Uc, sig, QR @ Vhc.transpose(-1, -2)
+
+        def lift(a, tau, c):                                                        # Q [d e] @ c [e k]
+            return torch.ormqr(a, tau, torch.cat([c, c.new_zeros(*c.shape[:-2], a.shape[-2] - e, k)], -2))
+
+        return lift(aL, tL, Uc[..., :k]), sig, lift(aR, tR, Vhc.transpose(-1, -2)[..., :k])
 
 
 def _direction_ends(T: Float[Tensor, "N d"], D: Float[Tensor, "m d"], n: int, exact) -> tuple[Tensor, Tensor]:
@@ -230,12 +241,13 @@ def _direction_ends(T: Float[Tensor, "N d"], D: Float[Tensor, "m d"], n: int, ex
     """
     N, d = T.shape
     approx = D @ T.T                                                                     # [m N]
-    order = torch.argsort(approx, dim=-1, descending=True, stable=True)                  # [m N]
-    top, bottom = order[:, :n], order.flip(-1)[:, :n]
     k = min(n + 1, N)
+    # the k highest (descending) and k lowest (ascending): where their gaps all exceed tol, no two
+    # are tied, so these are the stable sort's first and last k, whatever order topk breaks ties in
+    hi, lo = approx.topk(k, dim=-1), approx.topk(k, dim=-1, largest=False)               # [m k] each
+    top, bottom = hi.indices[:, :n].clone(), lo.indices[:, :n].clone()
     tol = 2 * 1.01 * d * torch.finfo(torch.float64).eps * D.norm(dim=1) * float(T.norm(dim=1).max())   # [m]
-    s = approx.gather(1, order)                                                          # [m N] descending
-    gaps_top, gaps_bottom = s[:, : k - 1] - s[:, 1:k], s[:, N - k: N - 1] - s[:, N - k + 1:]
+    gaps_top, gaps_bottom = hi.values[:, :-1] - hi.values[:, 1:], lo.values[:, 1:] - lo.values[:, :-1]
     unsure = ((gaps_top <= tol[:, None]).any(1) | (gaps_bottom <= tol[:, None]).any(1)).nonzero()[:, 0]
     for j in unsure.tolist():
         o = torch.argsort(exact(j), descending=True, stable=True)
@@ -244,7 +256,7 @@ def _direction_ends(T: Float[Tensor, "N d"], D: Float[Tensor, "m d"], n: int, ex
 
 
 def head_directions(weights: Weights, layer: int, ids: Tensor, tokens, k: int = DIRECTIONS,
-                    n: int = DIRECTION_TOKENS) -> list[dict]:
+                    n: int = DIRECTION_TOKENS, *, vocab: tuple[Tensor, Tensor] | None = None) -> list[dict]:
     """Per head of `layer`: the singular values of W_OV = W_V W_O and W_QK = W_Q W_Kᵀ and, for the
     top `k` singular triples (σ, u, v), the tokens of `ids` each side reads or writes.
 
@@ -254,14 +266,14 @@ def head_directions(weights: Weights, layer: int, ids: Tensor, tokens, k: int = 
     (u, v) → (−u, −v) is the same direction). QK: W_QK = Σ σ_i u_i v_iᵀ: queries with large
     W_E[t]·u_i score keys with large W_E[s]·v_i highly. Tokens are the given ids' (e.g. the
     atlas's frequent tokens), read through the processed W_E and W_U. `tokens(ids)` gives
-    their strings. Float64, from e × e cores (:func:`_low_rank_svd`).
+    their strings. Float64, from e × e cores (:func:`_low_rank_svd`). ``vocab``: W_E[ids] [N d] and
+    W_U[:, ids] [d N] in float64 when the caller holds them (one copy for every layer).
     """
     b = weights.blocks[layer]
-    E = weights.W_E[ids].double()                                                  # [N d]
-    Uu = weights.W_U[:, ids].double()                                              # [d N]
-    ov = _low_rank_svd(b.W_V.double(), written_W_O(b, weights.cfg).double().transpose(-1, -2))
-    qk = _low_rank_svd(b.W_Q.double(), b.W_K.double())
-    kk = min(k, ov[1].shape[-1])
+    E, Uu = vocab if vocab is not None else (weights.W_E[ids].double(), weights.W_U[:, ids].double())  # [N d] [d N]
+    kk = min(k, weights.cfg.d_head)
+    ov = _low_rank_svd(b.W_V.double(), written_W_O(b, weights.cfg).double().transpose(-1, -2), kk)
+    qk = _low_rank_svd(b.W_Q.double(), b.W_K.double(), kk)
     ids = ids.tolist()
     names: dict[int, str] = {}                                                     # position → string, as needed
 

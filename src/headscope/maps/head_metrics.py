@@ -12,7 +12,8 @@ import numpy as np
 import torch
 from jaxtyping import Float
 
-from ..lowrank import small_matrices, sym_eigenvalues, sym_skew_cores
+from ..lowrank import (small_matrices, sym_eigenvalues, sym_skew_cores, centred_column_factors, factor_cores,
+                       core_eigenvalues)
 
 Tensor = torch.Tensor
 
@@ -28,6 +29,16 @@ def form_norms(q: Float[Tensor, "... n e"], k: Float[Tensor, "... n e"]) -> tupl
     """(‖sym(q kᵀ)‖_F, ‖skew(q kᵀ)‖_F) from the 2e × 2e cores of [q k] (n × n never formed)."""
     S, A = sym_skew_cores(q, k)                                                    # [... 2e 2e] each
     return S.flatten(-2).norm(dim=-1), A.flatten(-2).norm(dim=-1)
+
+
+def token_forms(q: Float[Tensor, "... n e"], k: Float[Tensor, "... n e"]
+                ) -> tuple[Tensor, Tensor, Float[Tensor, "... r"]]:
+    """(sym, skew, λ̃): :func:`form_norms` of (q, k) and :func:`weighted_eigenvalues` of the
+    token-centred (q − q̄, k − k̄), from one QR of the centred [q̃ k̃] [n 2e] and one of 2e + 1 rows
+    (:func:`headscope.lowrank.centred_column_factors`: [q k]ᵀ[q k] = [q̃ k̃]ᵀ[q̃ k̃] + n c̄ c̄ᵀ)."""
+    R_c, R = centred_column_factors(torch.cat([q, k], dim=-1))                     # [... 2e 2e] each
+    S, A = factor_cores(R)
+    return S.flatten(-2).norm(dim=-1), A.flatten(-2).norm(dim=-1), core_eigenvalues(factor_cores(R_c)[0])
 
 
 def symmetry_ratio(sym: float, skew: float) -> float | None:
