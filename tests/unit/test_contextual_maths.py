@@ -113,6 +113,33 @@ def test_scan_matches_brute_force(tiny):
         assert nr["max_contribution"] >= scan.threshold
 
 
+def test_one_pass_scan_equals_the_two_pass_scan(tiny, monkeypatch):
+    """Where the first chunk already selects most neurons, the scan keeps every neuron's top / bottom k
+    in its first pass (no second product over the vocabulary): the same neurons, ids and values."""
+    from headscope.layer0 import neurons as N
+
+    (circ, choice), _ = _circuit(tiny, heads=[0, 2])
+    calls = []
+    running = N._running_topk
+    monkeypatch.setattr(N, "_running_topk", lambda *a, **k: calls.append(1) or running(*a, **k))
+
+    def scan(fraction, minimum):
+        monkeypatch.setattr(N, "ONE_PASS_FRACTION", fraction)
+        monkeypatch.setattr(N, "ONE_PASS_MIN", minimum)
+        return N.scan_neurons(circ, choice, tiny.tokenizer, threshold=-1e9, top=7, chunk=3001).to_dict()
+
+    two = scan(2.0, 10**9)
+    assert calls == [1]                                                   # pass 2 ran
+    one = scan(0.0, 0)
+    assert calls == [1]                                                   # no second pass
+    assert [nr["neuron"] for nr in one["neurons"]] == [nr["neuron"] for nr in two["neurons"]] != []
+    for a, b in zip(one["neurons"], two["neurons"]):
+        assert (a["top_ids"], a["bottom_ids"]) == (b["top_ids"], b["bottom_ids"])
+        for key in ("top_values", "bottom_values", "max_contribution", "min_contribution"):
+            torch.testing.assert_close(torch.tensor(a[key]), torch.tensor(b[key]), rtol=1e-6, atol=1e-6)
+        assert a["max_contribution"] == a["top_values"][0] and a["min_contribution"] == a["bottom_values"][0]
+
+
 def test_predict_neuron_is_the_circuit_read_by_the_neuron(tiny):
     from headscope.layer0.neurons import predict_neuron
 

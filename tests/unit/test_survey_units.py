@@ -28,6 +28,21 @@ def test_chunked_topk_matches_dense():
     torch.testing.assert_close(lse, torch.logsumexp(S, 1))
 
 
+def test_topk_lse_is_torch_logsumexp_bit_for_bit():
+    """The row logsumexp read from the top-k's max, in the scores' own buffer: torch.logsumexp's
+    values exactly, also for rows with an infinite max or every key hidden."""
+    g = torch.Generator().manual_seed(1)
+    for dtype in (torch.float32, torch.float64):
+        S = torch.randn(9, 300, generator=g, dtype=dtype) * 30
+        S[0] = float("-inf")
+        S[1, 7] = float("inf")
+        S[2, :299] = float("-inf")
+        ref = torch.logsumexp(S, 1)
+        top = torch.topk(S, 3, dim=1).values[:, :1]
+        for got in (bilinear._logsumexp_rows(S.clone(), top), bilinear._logsumexp_rows(S.clone(), None)):
+            assert torch.equal(got.nan_to_num(0.5), ref.nan_to_num(0.5))
+
+
 def test_topk_chunk_shrinks_to_the_available_memory(monkeypatch):
     """With little memory the chunk shrinks (never grows) and every row's result is unchanged."""
     from headscope import _memory

@@ -41,3 +41,37 @@ def test_vector_std_and_mean_independent_of_threads(dtype):
     assert len(set(_at_threads(lambda: (vector_std(x), vector_mean(x)), threads=(1, 2, 3)))) == 1
     assert vector_std(x) == pytest.approx(float(x.double().std()), rel=1e-12)
     assert vector_mean(x) == pytest.approx(float(x.double().mean()), rel=1e-12)
+
+
+def test_small_stages_run_on_one_thread(planted_model, monkeypatch):
+    """The attention summary, the denominators and the kernels' per-head reductions run on one torch
+    thread (products and reductions this small spend a second thread's time synchronising), and
+    leave the caller's thread count as it was."""
+    from headscope.layer0 import denominators
+    from headscope.maps import patterns
+    from headscope.report.inputs import load_inputs
+
+    seen: dict[str, set] = {}
+
+    def spy(module, name, key):
+        real = getattr(module, name)
+
+        def wrapped(*a, **k):
+            seen.setdefault(key, set()).add(torch.get_num_threads())
+            return real(*a, **k)
+        monkeypatch.setattr(module, name, wrapped)
+
+    spy(patterns, "run_with_cache", "attention")
+    spy(denominators, "run_with_cache", "denominators")
+    spy(kernels, "decay_rate", "kernel heads")
+    texts = load_inputs().samples
+    old = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        patterns.attention_summary(planted_model, texts[:2], [0, 1])
+        denominators.denominator_stability(planted_model, [t.text for t in texts], window=32, n_min=4, stride=4)
+        kernels.analyse_kernels(planted_model)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(old)
+    assert seen == {"attention": {1}, "denominators": {1}, "kernel heads": {1}}

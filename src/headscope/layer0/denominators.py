@@ -56,6 +56,7 @@ from .._errors import HeadscopeError
 from .._html_repr import HtmlRepr
 from .._json import plain
 from ..corpus import windows
+from ..lowrank import small_matrices
 from ..core.forward import run_with_cache
 from .split import SEED_QUERY
 from ..core.model import Model
@@ -107,6 +108,7 @@ class DenominatorStability(HtmlRepr):
 
 
 @torch.no_grad()
+@small_matrices()     # 8-window forward of layer 0, [head support] products per position: one thread
 def denominator_stability(
     model: Model,
     texts: list[str] | list[Tensor],

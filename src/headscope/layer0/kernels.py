@@ -344,6 +344,36 @@ def check_n_ref(cfg, n: int) -> int:
     return n
 
 
+def _head_kernels(cfg, kern: Tensor, cats, trans: Tensor, qtv: Tensor, logc: Tensor, tvs: list[Tensor] | None
+                  ) -> list[HeadKernel]:
+    """Each head's :class:`HeadKernel` from the layer's kernels, categories, TVs and content factors."""
+    heads = []
+    for h in range(cfg.n_heads):
+        hk = HeadKernel(
+            head=h, category=cats.categories[h], width=cats.widths[h],
+            spread=float(kern[h].pow(2).sum()), decay_rate=decay_rate(kern[h]),
+            translation_tv=float(trans[h]), query_tv=float(qtv[h]),
+            content_std=vector_std(logc[h]), content_boost=float(logc[h].max() - logc[h].median()),
+            kernel=kern[h].flip(0)[:KERNEL_SHOWN].tolist(),
+            shape_positions=list(cats.positions), shape_decay_rate=cats.rates[h], category_width=cats.width[h],
+            category_shape=cats.shape[h],
+        )
+        if tvs is not None:
+            vals = torch.cat([t[h, 1:] for t in tvs])                            # n = 0 is trivially exact
+            hk.tv_median, hk.tv_p90 = quantile(vals, 0.5), quantile(vals, 0.9)
+            hk.tv_mean = vector_mean(vals) if vals.numel() else None            # None: windows of BOS only
+            p_max = max(len(t[h]) for t in tvs)
+            sums, counts = torch.zeros(p_max, dtype=torch.float64), torch.zeros(p_max, dtype=torch.float64)
+            for t in tvs:
+                sums[: len(t[h])] += t[h]
+                counts[: len(t[h])] += 1
+            hk.tv_by_position = (sums / counts).tolist()
+            hk.tv_hist = torch.histogram(vals.clamp(0, 1), bins=torch.tensor(TV_BINS, dtype=torch.float64)
+                                         ).hist.long().tolist()
+        heads.append(hk)
+    return heads
+
+
 def analyse_kernels(
     model: Model,
     layer: int = 0,
@@ -378,30 +408,8 @@ def analyse_kernels(
     tvs = None
     if windows is not None:
         tvs = corpus_tv(weights, windows, c_value, patterns)
-    heads = []
-    for h in range(cfg.n_heads):
-        hk = HeadKernel(
-            head=h, category=cats.categories[h], width=cats.widths[h],
-            spread=float(kern[h].pow(2).sum()), decay_rate=decay_rate(kern[h]),
-            translation_tv=float(trans[h]), query_tv=float(qtv[h]),
-            content_std=vector_std(logc[h]), content_boost=float(logc[h].max() - logc[h].median()),
-            kernel=kern[h].flip(0)[:KERNEL_SHOWN].tolist(),
-            shape_positions=list(cats.positions), shape_decay_rate=cats.rates[h], category_width=cats.width[h],
-            category_shape=cats.shape[h],
-        )
-        if tvs is not None:
-            vals = torch.cat([t[h, 1:] for t in tvs])                            # n = 0 is trivially exact
-            hk.tv_median, hk.tv_p90 = quantile(vals, 0.5), quantile(vals, 0.9)
-            hk.tv_mean = vector_mean(vals) if vals.numel() else None            # None: windows of BOS only
-            p_max = max(len(t[h]) for t in tvs)
-            sums, counts = torch.zeros(p_max, dtype=torch.float64), torch.zeros(p_max, dtype=torch.float64)
-            for t in tvs:
-                sums[: len(t[h])] += t[h]
-                counts[: len(t[h])] += 1
-            hk.tv_by_position = (sums / counts).tolist()
-            hk.tv_hist = torch.histogram(vals.clamp(0, 1), bins=torch.tensor(TV_BINS, dtype=torch.float64)
-                                         ).hist.long().tolist()
-        heads.append(hk)
+    with small_matrices():       # per-head reductions of [v] and [windows·p] vectors: a second thread only
+        heads = _head_kernels(cfg, kern, cats, trans, qtv, logc, tvs)      # synchronises (exact either way)
     corpus = None
     if windows is not None:
         corpus = {"n_windows": len(windows), "n_queries": int(sum(len(t) - 1 for t in windows)),

@@ -169,25 +169,30 @@ def _log_token_weights(circuit: Circuit, n: int, chunk: int = CHUNK) -> Tensor:
                       for s in range(0, V, chunk)], dim=1) - log_S[:, None]
 
 
+def _topk_step(best: list, scoreT: Tensor, s: int, k: int) -> None:
+    """Merge one chunk's transposed scores [s c] (rows s.. of the vocabulary) into ``best``
+    (``[top, bottom]``, each None or (values, ids) [s k]): the chunk's own top k first, then a
+    top-k over the running best and it ([s 2k])."""
+    for side, largest in ((0, True), (1, False)):
+        v, i = scoreT.topk(min(k, scoreT.shape[1]), dim=1, largest=largest)   # [s k'] chunk's own
+        i += s
+        if best[side] is not None:
+            v, i = torch.cat([best[side][0], v], dim=1), torch.cat([best[side][1], i], dim=1)
+            v, pick = v.topk(min(k, v.shape[1]), dim=1, largest=largest)
+            i = i.gather(1, pick)
+        best[side] = (v, i)
+
+
 def _running_topk(Y: Tensor, Ms: Tensor, k: int, chunk: int) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:
     """((top values, ids), (bottom values, ids)), each [k s], of Y @ Ms over the vocabulary,
     chunk by chunk: [d_vocab s] is never formed.
 
     Each chunk's scores are copied transposed, so that each neuron's scores are contiguous (a
-    top-k along a row is several times faster than down a column): the chunk's own top k is taken
-    first, then merged with the running [s k] best (a top-k over [s 2k])."""
+    top-k along a row is several times faster than down a column): :func:`_topk_step`."""
     s_ = Ms.shape[1]
     best: list[tuple[Tensor, Tensor] | None] = [None, None]
     for s in range(0, Y.shape[0], chunk):
-        scoreT = (Y[s:s + chunk] @ Ms).T.contiguous()                     # [s c]
-        for side, largest in ((0, True), (1, False)):
-            v, i = scoreT.topk(min(k, scoreT.shape[1]), dim=1, largest=largest)   # [s k'] chunk's own
-            i += s
-            if best[side] is not None:
-                v, i = torch.cat([best[side][0], v], dim=1), torch.cat([best[side][1], i], dim=1)
-                v, pick = v.topk(min(k, v.shape[1]), dim=1, largest=largest)
-                i = i.gather(1, pick)
-            best[side] = (v, i)
+        _topk_step(best, (Y[s:s + chunk] @ Ms).T.contiguous(), s, k)     # [s c]
     if best[0] is None:                                                   # no rows
         e = (torch.empty(0, s_, dtype=Y.dtype), torch.empty(0, s_, dtype=torch.long))
         return e, e
@@ -232,6 +237,22 @@ class NeuronScan(HtmlRepr):
         return d
 
 
+#: the scan keeps every neuron's top / bottom k in its first pass (no second pass over the
+#: vocabulary) when its first chunk alone already puts this fraction of the neurons over the
+#: threshold — a lower bound on how many the whole vocabulary selects (random weights: all
+#: of them), and at least ONE_PASS_MIN. float32 only: there a column of Y @ M equals the same
+#: column of Y @ M[:, sel] bit for bit (sel ≥ 12 columns; float64's blocking differs), so both
+#: ways give the same scan.
+ONE_PASS_FRACTION = 0.5
+ONE_PASS_MIN = 32
+
+
+def _one_pass(key_lower_bound: Tensor, threshold: float, dtype) -> bool:
+    """Whether the scan keeps every neuron's top-k in pass 1 (see ONE_PASS_FRACTION)."""
+    n = int((key_lower_bound >= threshold).sum())
+    return dtype == torch.float32 and n >= max(ONE_PASS_MIN, ONE_PASS_FRACTION * key_lower_bound.numel())
+
+
 @torch.no_grad()
 def scan_neurons(
     circuit: Circuit,
@@ -261,12 +282,24 @@ def scan_neurons(
     circuit._check_n(n)
     Y, ids = _scored_tokens(circuit, v, n, dtype, chunk, tokenizer)       # [V' H*e], [V']
     M = readout(circuit, dtype, ln2_scale=ln2_divisor(circuit, v))        # [H*e m]
-    hi = torch.full((M.shape[1],), float("-inf"), dtype=dtype)
-    lo = torch.full((M.shape[1],), float("inf"), dtype=dtype)
+    m, k = M.shape[1], min(top, Y.shape[0])
+    hi = torch.full((m,), float("-inf"), dtype=dtype)
+    lo = torch.full((m,), float("inf"), dtype=dtype)
+    best: list | None = None          # one pass: every neuron's running top / bottom k (see below)
     for s in range(0, Y.shape[0], chunk):                                 # pass 1: running max / min
+        if best is not None:
+            scoreT = torch.empty(m, min(chunk, Y.shape[0] - s), dtype=dtype)
+            torch.mm(Y[s:s + chunk], M, out=scoreT.T)                     # [m c]: (Y M)ᵀ written transposed
+            _topk_step(best, scoreT, s, k)
+            continue
         score = Y[s:s + chunk] @ M                                        # [c m]
         torch.maximum(hi, score.amax(0), out=hi)                          # amax + amin: 5× faster than aminmax
         torch.minimum(lo, score.amin(0), out=lo)                          # down columns (torch 2.x CPU)
+        if s == 0 and _one_pass(hi if v.max == "signed" else torch.maximum(hi, -lo), threshold, dtype):
+            best = [None, None]
+            _topk_step(best, score.T.contiguous(), s, k)
+    if best is not None:                                                  # max / min: each neuron's top-1
+        hi, lo = best[0][0][:, 0].contiguous(), best[1][0][:, 0].contiguous()
     if not bool(torch.isfinite(hi).all() and torch.isfinite(lo).all()):
         # scores beyond float32 (e^88: a token's content/S̄ that large): redo in float64; beyond that, n/a
         if dtype != torch.float64:
@@ -277,9 +310,11 @@ def scan_neurons(
     sel = (key >= threshold).nonzero().squeeze(1)
     sel = sel[torch.argsort(key[sel], descending=True, stable=True)]
     neurons = []
-    if len(sel):
-        k = min(top, Y.shape[0])
+    if len(sel) and best is not None:                                     # one pass: the selected rows
+        (tv, ti), (bv, bi) = [(val[sel].T, idx[sel].T) for val, idx in best]   # [k s] each
+    elif len(sel):
         (tv, ti), (bv, bi) = _running_topk(Y, M[:, sel], k, chunk)      # pass 2: [k s] each
+    if len(sel):
         ti, bi = ids[ti], ids[bi]                                         # rows → token ids
         uniq = torch.cat([ti, bi]).unique().tolist()                      # each token decoded once
         text = dict(zip(uniq, to_str_tokens(tokenizer, uniq)))

@@ -32,6 +32,7 @@ from ..core.forward import run_with_cache
 from ..core.model import Model
 from ..shipped import Text
 from ..core.weights import Weights, same_block
+from ..lowrank import small_matrices
 
 Tensor = torch.Tensor
 RATES = ("bos", "self", "prev", "distance", "entropy")
@@ -163,6 +164,7 @@ def _offset_profiles(diags: list[list[list[Tensor]]]) -> tuple[list, list, list]
 
 
 @torch.no_grad()
+@small_matrices()     # a few hundred tokens through two blocks and [h n n] statistics: one thread (see README)
 def attention_summary(model: Model, texts: Sequence[Text], layers: Sequence[int], *, max_positions: int = 40,
                       progress: Callable[[list], Iterable] | None = None) -> AttentionSummary:
     """The module docstring's statistics for every head of `layers` (those the model has) on `texts`."""

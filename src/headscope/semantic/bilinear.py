@@ -190,7 +190,11 @@ def effective_embeddings_by_layer(
     if len(attn_means) < upto:
         raise HeadscopeError(f"effective embeddings need mean attention outputs of {upto} blocks, got {len(attn_means)}")
     ids = torch.arange(cfg.vocab) if token_ids is None else torch.as_tensor(token_ids).long()
-    x = weights.W_E[ids] + mean_position(weights)                                      # [n d] residual
+    if token_ids is None:                                  # the whole vocabulary: one pass, one [n d] buffer
+        x = weights.W_E[:cfg.vocab] + mean_position(weights)                            # [n d] residual
+    else:
+        x = weights.W_E[ids]                                                            # [n d] residual (a copy)
+        x += mean_position(weights)
     for l in range(upto + 1):
         block = weights.blocks[l]
         x_hat, sigma = normalize(x, block.ln1_w, block.ln1_b, cfg)
@@ -407,8 +411,17 @@ def topk_targets(
         v, i = torch.topk(s, k, dim=1)
         vals[a:a + chunk], idx[a:a + chunk] = v, i
         if return_lse:
-            lse[a:a + chunk] = torch.logsumexp(s, dim=1)
+            lse[a:a + chunk] = _logsumexp_rows(s, v[:, :1] if k else None)
     return (vals, idx, lse) if return_lse else (vals, idx)
+
+
+def _logsumexp_rows(s: Tensor, row_max: Tensor | None) -> Tensor:
+    """``torch.logsumexp(s, dim=1)`` with the same operations in the same order (max, a ±inf max
+    taken as 0, Σ exp(s − max), log, + max), reading the row max from the top-k already taken
+    (`row_max` [c 1], None: compute it) and overwriting `s` (no [c m] temporary)."""
+    mx = s.amax(1, keepdim=True) if row_max is None else row_max.clone()            # [c 1]
+    mx.masked_fill_(mx.abs() == math.inf, 0)
+    return s.sub_(mx).exp_().sum(1).log_().add_(mx[:, 0])
 
 
 @torch.no_grad()
@@ -425,4 +438,4 @@ def head_qk(weights: Weights, layer: int, head: int, X: Tensor) -> tuple[Tensor,
     """Queries and keys of effective embeddings without biases, scaled so q·k is the attention logit."""
     b = weights.blocks[layer]
     d = math.sqrt(weights.cfg.attn_scale(layer))
-    return (X @ b.W_Q[head]) / d, (X @ b.W_K[head]) / d                               # [n e] each
+    return (X @ b.W_Q[head]).div_(d), (X @ b.W_K[head]).div_(d)                         # [n e] each

@@ -379,7 +379,7 @@ def _layer_embeddings(W: Weights, heads, s: _Shared, o: HeadOptions):
     layers = sorted({l for l, _ in heads})
     vocab_layers = sorted({l for (l, _), kk in s.head_keys.items() if kk == "vocab"})
     nodes = _embeddings_at(W, layers, torch.tensor(s.nodes), o.variant, s.attn_means)
-    vocab = (_embeddings_at(W, vocab_layers, torch.arange(W.cfg.vocab), o.variant, s.attn_means)  # no padding rows
+    vocab = (_embeddings_at(W, vocab_layers, None, o.variant, s.attn_means)    # every token (no padding rows)
              if vocab_layers else iter(()))
     for l, X_n in nodes:
         _, X_v = next(vocab, (l, None))

@@ -295,6 +295,10 @@ def position_independence_steps(model: Model, heads: list[tuple[int, int]], *, c
               for perm_t in perms_t]
 
     def finish() -> list[PositionIndependence]:
+        with small_matrices():               # [b p p] gathers and sums: a second thread only synchronises
+            return _finish()
+
+    def _finish() -> list[PositionIndependence]:
         scores = {hd: torch.empty(len(perms), b, p, p, dtype=torch.float64) for hd in heads}  # by original positions
         for r, (perm_t, fp) in enumerate(zip(perms_t, passes)):
             cache = fp.cache()
