@@ -34,27 +34,21 @@ def test_a_refused_weight_still_gives_the_thread_count_back(tiny_hf_dir, monkeyp
         torch.set_num_threads(old)
 
 
-def test_blocks_are_processed_on_one_thread_with_the_same_bits(tiny_hf_dir, monkeypatch):
-    """Processing a block is elementwise and memory-bound: one thread (GPT-2 small, 2 busy cores: 3.5× less
-    CPU), the caller's count back afterwards, and the processed weights bit for bit those of two threads."""
+def test_processed_blocks_have_the_same_bits_on_one_and_two_threads(tiny_hf_dir):
+    """Block processing runs on the caller's threads; its result must not depend on their number."""
     from headscope.core.weights import process_block
 
-    seen = []
-    real = checkpoint.process_block
-    monkeypatch.setattr(checkpoint, "process_block",
-                        lambda *a, **k: seen.append(torch.get_num_threads()) or real(*a, **k))
     old = torch.get_num_threads()
-    torch.set_num_threads(2)
     try:
         model = headscope.load(tiny_hf_dir)
         W = model.weights()
-        got = [W.blocks[l] for l in range(model.cfg.n_layers)]
-        assert seen and set(seen) == {1}
-        assert torch.get_num_threads() == 2
-        for l, g in enumerate(got):                      # two threads, directly
-            want = process_block(model.raw_block(l), W.processing)
-            for k in g.shapes(model.cfg):
-                if getattr(g, k) is not None:
-                    assert torch.equal(getattr(g, k), getattr(want, k).to(getattr(g, k).dtype)), (l, k)
+        got = {}
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            got[n] = [process_block(model.raw_block(l), W.processing) for l in range(model.cfg.n_layers)]
+        for a, b in zip(got[1], got[2]):
+            for k in a.shapes(model.cfg):
+                if getattr(a, k) is not None:
+                    assert torch.equal(getattr(a, k), getattr(b, k)), k
     finally:
         torch.set_num_threads(old)
