@@ -438,4 +438,8 @@ def head_qk(weights: Weights, layer: int, head: int, X: Tensor) -> tuple[Tensor,
     """Queries and keys of effective embeddings without biases, scaled so q·k is the attention logit."""
     b = weights.blocks[layer]
     d = math.sqrt(weights.cfg.attn_scale(layer))
-    return (X @ b.W_Q[head]).div_(d), (X @ b.W_K[head]).div_(d)                         # [n e] each
+    e = b.W_Q.shape[-1]
+    # one pass over X for both: each column of X [W_Q W_K] is the same dot product as in X W_Q or X W_K
+    # (test_head_qk_one_product), and X is read once ([V d] for a vocabulary-keyed head)
+    QK = (X @ torch.cat([b.W_Q[head], b.W_K[head]], 1)).div_(d)                        # [n 2e]
+    return QK[:, :e], QK[:, e:]                                                         # [n e] each (views)

@@ -179,8 +179,8 @@ def knn_graph(values: torch.Tensor, targets: torch.Tensor, n_nodes: int, lse: to
     else:
         w = (values.double() - lse.double()[:, None]).exp()
     src = torch.arange(values.shape[0])[:, None].expand_as(targets)
-    keep = (w >= min_weight) & (targets != src)
-    a, b, ww = src[keep].numpy(), targets[keep].numpy(), w[keep].numpy()
+    keep = ((w >= min_weight) & (targets != src)).numpy()                              # [n k]
+    a, b, ww = src.numpy()[keep], targets.numpy()[keep], w.numpy()[keep]                 # row-major, as torch's
     lo, hi = np.minimum(a, b), np.maximum(a, b)
     key = lo.astype(np.int64) * n_nodes + hi
     uniq, inv = np.unique(key, return_inverse=True)
@@ -305,9 +305,11 @@ def describe(graph, membership, node_ids: list[int], str_tokens: list[str], meth
     cat_of = {t: c for c, ids in (categories or {}).items() for t in ids}
     strength = np.asarray(graph.strength(weights="weight"))
     internal = np.zeros(membership.max() + 1)
-    for e, w in zip(graph.get_edgelist(), graph.es["weight"] if graph.ecount() else []):
-        if membership[e[0]] == membership[e[1]]:
-            internal[membership[e[0]]] += 2 * w
+    if graph.ecount():               # each edge inside a cluster adds 2w to it, in edge order (np.add.at: unbuffered)
+        e = np.asarray(graph.get_edgelist(), dtype=np.int64).reshape(-1, 2)
+        w = np.asarray(graph.es["weight"], dtype=np.float64)
+        inside = membership[e[:, 0]] == membership[e[:, 1]]
+        np.add.at(internal, membership[e[inside, 0]], 2 * w[inside])
     clusters = []
     for c in np.unique(membership):
         members = np.nonzero(membership == c)[0]
