@@ -574,7 +574,7 @@ def _approx_tv(weights: Weights, tokens: Tensor, c: float, true: Tensor, rows: i
             scores[:, :, a:].masked_fill_(mask[:, a:], -math.inf)                # fill the diagonal block only
         else:
             scores.masked_fill_(mask, -math.inf)
-        approx = torch.softmax(scores, dim=-1)
+        approx = torch._softmax(scores, -1, False, out=scores)                    # in place: the same values
         # |approx − true| = |true − approx| exactly (IEEE subtraction is antisymmetric): in approx's own
         # buffer, one pass instead of a float64 copy of true's block and a second pass
         out[:, a:z] = 0.5 * approx.sub_(true[:, a:z, :z]).abs_().sum(-1)

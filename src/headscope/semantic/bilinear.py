@@ -402,8 +402,12 @@ def topk_targets(
     idx = torch.empty(n, k, dtype=torch.long)
     lse = torch.empty(n, dtype=Q.dtype) if return_lse else None
     Kt = K.T.contiguous()                                                              # [e m]
+    # one [chunk m] buffer for every chunk's scores (the same product, written in place): a fresh one
+    # per chunk is a fresh mapping above malloc's mmap threshold, every page faulted in again
+    buf = torch.empty(min(chunk, n) * m, dtype=torch.promote_types(Q.dtype, K.dtype))
     for a in range(0, n, chunk):
-        s = Q[a:a + chunk] @ Kt                                                        # [c m]
+        qa = Q[a:a + chunk]                                                            # [c e]
+        s = torch.mm(qa, Kt, out=buf[:qa.shape[0] * m].view(qa.shape[0], m))          # [c m]
         if self_index is not None:
             si = self_index[a:a + chunk]
             rows = torch.nonzero(si >= 0).squeeze(1)
