@@ -171,16 +171,42 @@ def _log_token_weights(circuit: Circuit, n: int, chunk: int = CHUNK) -> Tensor:
 
 def _topk_step(best: list, scoreT: Tensor, s: int, k: int) -> None:
     """Merge one chunk's transposed scores [s c] (rows s.. of the vocabulary) into ``best``
-    (``[top, bottom]``, each None or (values, ids) [s k]): the chunk's own top k first, then a
-    top-k over the running best and it ([s 2k])."""
+    (``[top, bottom]``, each None or (values, ids) [s k'], k' = min(k, columns seen)): per side,
+    every neuron's top (bottom) k of all the columns seen, sorted, ties by ascending id.
+
+    Only candidates can enter: a score strictly beyond the running k-th (an equal one has a
+    larger id than every kept one, so loses the tie), or, on the first chunk, at least as far
+    as the chunk's own k-th value (:meth:`torch.Tensor.topk`'s values; its tie order is
+    unspecified, hence not used). They are packed per neuron [s w] (in ascending id) behind the
+    kept [s k'] and one stable sort of [s k'+w] merges them: no full top-k over the chunk past
+    the first. NaN is always a candidate and sorts first descending (so the top-1 turns NaN, as
+    :meth:`~torch.Tensor.topk` would make it)."""
+    rows_n, c = scoreT.shape
     for side, largest in ((0, True), (1, False)):
-        v, i = scoreT.topk(min(k, scoreT.shape[1]), dim=1, largest=largest)   # [s k'] chunk's own
-        i += s
-        if best[side] is not None:
-            v, i = torch.cat([best[side][0], v], dim=1), torch.cat([best[side][1], i], dim=1)
-            v, pick = v.topk(min(k, v.shape[1]), dim=1, largest=largest)
-            i = i.gather(1, pick)
-        best[side] = (v, i)
+        prev = best[side]
+        width = 0 if prev is None else prev[0].shape[1]
+        kk = min(k, width + c)
+        if prev is None:                                                   # the chunk's own k-th value
+            kth = scoreT.topk(min(k, c), dim=1, largest=largest, sorted=False).values
+            kth = kth.amin(1) if largest else kth.amax(1)                  # [s] (NaN: every column below)
+            cand = ~(scoreT < kth[:, None]) if largest else ~(scoreT > kth[:, None])
+        elif width < k:                                                    # too few kept: all columns
+            cand = torch.ones_like(scoreT, dtype=torch.bool)
+        else:                                                              # strictly beyond the k-th kept
+            kth = prev[0][:, -1:]
+            cand = ~(scoreT <= kth) if largest else ~(scoreT >= kth)
+        r, col = cand.nonzero(as_tuple=True)                               # row-major: ascending ids per row
+        cnt = torch.bincount(r, minlength=rows_n)                          # [s]
+        w = int(cnt.max()) if len(r) else 0
+        at = torch.arange(len(r)) - (cnt.cumsum(0) - cnt)[r]               # place within its row
+        V = torch.full((rows_n, w), float("-inf") if largest else float("inf"), dtype=scoreT.dtype)
+        V[r, at] = scoreT[r, col]
+        I = torch.zeros(rows_n, w, dtype=torch.long)
+        I[r, at] = col + s
+        if prev is not None:                                               # kept first: smaller ids
+            V, I = torch.cat([prev[0], V], dim=1), torch.cat([prev[1], I], dim=1)
+        V, pick = V.sort(dim=1, descending=largest, stable=True)
+        best[side] = (V[:, :kk].contiguous(), I.gather(1, pick[:, :kk]))
 
 
 def _running_topk(Y: Tensor, Ms: Tensor, k: int, chunk: int) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:
