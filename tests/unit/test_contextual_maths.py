@@ -148,15 +148,15 @@ def test_running_topk_is_a_stable_sort_of_each_neuron_scores(k):
     from headscope.layer0.neurons import _running_topk, _topk_step
 
     g = torch.Generator().manual_seed(0)
-    Y = torch.randint(-3, 4, (53, 5), generator=g).float()                         # [V e]: few distinct scores
+    Y = torch.randint(-3, 4, (301, 5), generator=g).float()                         # [V e]: few distinct scores
     Y[7], Y[30] = Y[2], Y[2]
     M = torch.randint(-2, 3, (5, 11), generator=g).float()                         # [e m]
     M[:, 4] = 0.0                                                                  # a neuron tied on every token
     S = Y @ M                                                                      # [V m]
-    S[9, 1], S[40, 1], S[11, 2] = float("inf"), float("inf"), float("-inf")
+    S[9, 1], S[240, 1], S[11, 2] = float("inf"), float("inf"), float("-inf")
     Y2 = torch.cat([Y, torch.zeros(1, 5)])
     kk = min(k, S.shape[0])
-    for chunk in (1, 4, 17, 100):
+    for chunk in (1, 17, 150, 1000):                                             # blocks of 64 and tails
         best = [None, None]
         for s in range(0, S.shape[0], chunk):
             _topk_step(best, S[s:s + chunk].T.contiguous(), s, k)
@@ -166,7 +166,12 @@ def test_running_topk_is_a_stable_sort_of_each_neuron_scores(k):
             assert torch.equal(best[side][1], ref_i[:, :kk]), (chunk, side)
         (tv, ti), (bv, bi) = _running_topk(Y2, M, k, chunk)                          # [k m] each
         ref_v, ref_i = (Y2 @ M).sort(dim=0, descending=True, stable=True)
-        assert torch.equal(tv, ref_v[:min(k, 54)]) and torch.equal(ti, ref_i[:min(k, 54)])
+        assert torch.equal(tv, ref_v[:min(k, 302)]) and torch.equal(ti, ref_i[:min(k, 302)])
+    S[200, 3] = float("nan")                                                       # NaN reaches the top-1 (the scan's
+    best = [None, None]                                                            # float64 retry reads it)
+    for s in range(0, S.shape[0], 70):
+        _topk_step(best, S[s:s + 70].T.contiguous(), s, k)
+    assert best[0][0][3, 0].isnan() and best[0][1][3, 0] == 200
 
 
 def test_predict_neuron_is_the_circuit_read_by_the_neuron(tiny):

@@ -169,6 +169,42 @@ def _log_token_weights(circuit: Circuit, n: int, chunk: int = CHUNK) -> Tensor:
                       for s in range(0, V, chunk)], dim=1) - log_S[:, None]
 
 
+#: columns per block of :func:`_beyond`'s prefilter
+BLOCK = 64
+
+
+def _beyond(scoreT: Tensor, kth: Tensor, largest: bool, strict: bool) -> tuple[Tensor, Tensor]:
+    """(rows, columns) of the entries of ``scoreT`` [s c] beyond their row's ``kth`` [s 1] (above it
+    if ``largest``, else below; ``strict`` or not; NaN always), row-major (ascending columns per row).
+
+    Blocks of :data:`BLOCK` columns first: only the blocks whose max (min) passes are read again
+    (a reduction instead of a [s c] mask and its nonzero)."""
+    m, c = scoreT.shape
+    cf = c - c % BLOCK
+    red = (lambda x: x.amax(-1)) if largest else (lambda x: x.amin(-1))
+    if largest:
+        passes = (lambda x, t: ~(x <= t)) if strict else (lambda x, t: ~(x < t))
+    else:
+        passes = (lambda x, t: ~(x >= t)) if strict else (lambda x, t: ~(x > t))
+    parts = [red(scoreT[:, :cf].view(m, cf // BLOCK, BLOCK))] if cf else []
+    if cf < c:
+        parts.append(red(scoreT[:, cf:])[:, None])                        # the last, narrower block
+    rb, bb = passes(torch.cat(parts, dim=1) if len(parts) > 1 else parts[0], kth).nonzero(as_tuple=True)   # blocks
+    full = bb < cf // BLOCK
+    r, col = [], []
+    for rows, cols in ((rb[full, None], bb[full, None] * BLOCK + torch.arange(BLOCK)),   # [nb BLOCK]
+                       (rb[~full, None], torch.arange(cf, c)[None, :])):             # the tail block [nt c-cf]
+        rows, cols = rows.expand(len(rows), cols.shape[1]), cols.expand(len(rows), cols.shape[1])
+        keep = passes(scoreT[rows, cols], kth[rows, 0])
+        r.append(rows[keep])
+        col.append(cols[keep])
+    if not len(r[1]):
+        return r[0], col[0]
+    r, col = torch.cat(r), torch.cat(col)
+    order = torch.argsort(r, stable=True)                                  # the tail after its row's blocks
+    return r[order], col[order]
+
+
 def _topk_step(best: list, scoreT: Tensor, s: int, k: int) -> None:
     """Merge one chunk's transposed scores [s c] (rows s.. of the vocabulary) into ``best``
     (``[top, bottom]``, each None or (values, ids) [s k'], k' = min(k, columns seen)): per side,
@@ -188,14 +224,12 @@ def _topk_step(best: list, scoreT: Tensor, s: int, k: int) -> None:
         kk = min(k, width + c)
         if prev is None:                                                   # the chunk's own k-th value
             kth = scoreT.topk(min(k, c), dim=1, largest=largest, sorted=False).values
-            kth = kth.amin(1) if largest else kth.amax(1)                  # [s] (NaN: every column below)
-            cand = ~(scoreT < kth[:, None]) if largest else ~(scoreT > kth[:, None])
+            kth = kth.amin(1, keepdim=True) if largest else kth.amax(1, keepdim=True)   # [s 1]
+            r, col = _beyond(scoreT, kth, largest, strict=False)
         elif width < k:                                                    # too few kept: all columns
-            cand = torch.ones_like(scoreT, dtype=torch.bool)
+            r, col = torch.ones_like(scoreT, dtype=torch.bool).nonzero(as_tuple=True)
         else:                                                              # strictly beyond the k-th kept
-            kth = prev[0][:, -1:]
-            cand = ~(scoreT <= kth) if largest else ~(scoreT >= kth)
-        r, col = cand.nonzero(as_tuple=True)                               # row-major: ascending ids per row
+            r, col = _beyond(scoreT, prev[0][:, -1:], largest, strict=True)
         cnt = torch.bincount(r, minlength=rows_n)                          # [s]
         w = int(cnt.max()) if len(r) else 0
         at = torch.arange(len(r)) - (cnt.cumsum(0) - cnt)[r]               # place within its row
