@@ -174,6 +174,24 @@ def test_running_topk_is_a_stable_sort_of_each_neuron_scores(k):
     assert best[0][0][3, 0].isnan() and best[0][1][3, 0] == 200
 
 
+def test_predict_in_small_position_blocks_equals_one_block(tiny, monkeypatch):
+    """grouped_predict's blocks of at most BLOCK_POSITIONS ascending positions (each block's keys end at
+    its own largest position: hidden keys skipped) give the one-block prediction, content and not."""
+    from headscope.layer0 import contextual as C
+
+    (circ, _), _ = _circuit(tiny, heads=[0, 2])
+    toks = tiny.to_tokens(TEXT)
+    pos = list(range(len(toks)))
+    assert C._position_blocks(list(range(40)), 48, 10**9)[:2] == [(0, C.BLOCK_POSITIONS), (C.BLOCK_POSITIONS, 2 * C.BLOCK_POSITIONS)]
+    assert C._position_blocks([5, 1, 9], 48, 48 * 12) == [(0, 2), (2, 3)]      # bytes: 2 rows of 6 keys fit 12, 3 of 10 not
+    for content in (True, False):
+        monkeypatch.setattr(C, "BLOCK_POSITIONS", 10**9)
+        one = circ.predict(toks, pos, content=content)
+        for b in (1, 3, 5):
+            monkeypatch.setattr(C, "BLOCK_POSITIONS", b)
+            torch.testing.assert_close(circ.predict(toks, pos, content=content), one, rtol=1e-6, atol=1e-6)
+
+
 def test_predict_neuron_is_the_circuit_read_by_the_neuron(tiny):
     from headscope.layer0.neurons import predict_neuron
 
