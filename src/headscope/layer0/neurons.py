@@ -148,7 +148,7 @@ def token_values(circuit: Circuit, n: int, dtype=torch.float32, chunk: int = CHU
         if not position_part:                                                        # drop w₁ ⊙ c(W_pos[n])/σ_t
             pc = (wpos - wpos.mean()) * ln_w                                         # [d]
             val = val - (pc @ Wcat[:, H:])[None, :] / sigma
-        Y[s:s + chunk] = ((val + bV).view(-1, H, e) * a[:, :, None]).view(-1, H * e)
+        torch.mul((val + bV).view(-1, H, e), a[:, :, None], out=Y[s:s + chunk].view(-1, H, e))   # into Y: no copy
     return Y
 
 
@@ -347,17 +347,16 @@ def scan_neurons(
     lo = torch.full((m,), float("inf"), dtype=dtype)
     best: list | None = None          # one pass: every neuron's running top / bottom k (see below)
     for s in range(0, Y.shape[0], chunk):                                 # pass 1: running max / min
+        scoreT = torch.empty(m, min(chunk, Y.shape[0] - s), dtype=dtype)
+        torch.mm(Y[s:s + chunk], M, out=scoreT.T)                         # [m c]: (Y M)ᵀ written transposed
         if best is not None:
-            scoreT = torch.empty(m, min(chunk, Y.shape[0] - s), dtype=dtype)
-            torch.mm(Y[s:s + chunk], M, out=scoreT.T)                     # [m c]: (Y M)ᵀ written transposed
             _topk_step(best, scoreT, s, k)
             continue
-        score = Y[s:s + chunk] @ M                                        # [c m]
-        torch.maximum(hi, score.amax(0), out=hi)                          # amax + amin: 5× faster than aminmax
-        torch.minimum(lo, score.amin(0), out=lo)                          # down columns (torch 2.x CPU)
+        torch.maximum(hi, scoreT.amax(1), out=hi)                         # along contiguous rows
+        torch.minimum(lo, scoreT.amin(1), out=lo)
         if s == 0 and _one_pass(hi if v.max == "signed" else torch.maximum(hi, -lo), threshold, dtype):
             best = [None, None]
-            _topk_step(best, score.T.contiguous(), s, k)
+            _topk_step(best, scoreT, s, k)
     if best is not None:                                                  # max / min: each neuron's top-1
         hi, lo = best[0][0][:, 0].contiguous(), best[1][0][:, 0].contiguous()
     if not bool(torch.isfinite(hi).all() and torch.isfinite(lo).all()):
