@@ -192,10 +192,12 @@ def _beyond(scoreT: Tensor, kth: Tensor, largest: bool, strict: bool) -> tuple[T
     rb, bb = passes(torch.cat(parts, dim=1) if len(parts) > 1 else parts[0], kth).nonzero(as_tuple=True)   # blocks
     full = bb < cf // BLOCK
     r, col = [], []
-    for rows, cols in ((rb[full, None], bb[full, None] * BLOCK + torch.arange(BLOCK)),   # [nb BLOCK]
-                       (rb[~full, None], torch.arange(cf, c)[None, :])):             # the tail block [nt c-cf]
+    rf, bf, rt = rb[full], bb[full], rb[~full]
+    for rows, cols, vals in ((rf[:, None], bf[:, None] * BLOCK + torch.arange(BLOCK),       # [nb BLOCK]
+                              scoreT[:, :cf].view(m, cf // BLOCK, BLOCK)[rf, bf]),       # whole blocks read
+                             (rt[:, None], torch.arange(cf, c)[None, :], scoreT[rt, cf:])):   # the tail [nt c-cf]
         rows, cols = rows.expand(len(rows), cols.shape[1]), cols.expand(len(rows), cols.shape[1])
-        keep = passes(scoreT[rows, cols], kth[rows, 0])
+        keep = passes(vals, kth[rows, 0])
         r.append(rows[keep])
         col.append(cols[keep])
     if not len(r[1]):
