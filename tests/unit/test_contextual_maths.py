@@ -140,6 +140,58 @@ def test_one_pass_scan_equals_the_two_pass_scan(tiny, monkeypatch):
         assert a["max_contribution"] == a["top_values"][0] and a["min_contribution"] == a["bottom_values"][0]
 
 
+@pytest.mark.parametrize("k", [1, 3, 7, 40])
+def test_running_topk_is_a_stable_sort_of_each_neuron_scores(k):
+    """The chunked running top / bottom k (candidates past the running k-th only) equals a stable sort of
+    every neuron's whole column: values, and on ties (few distinct values, ±inf, repeated chunks) the
+    smaller token id first; chunks of every size, including ones narrower than k."""
+    from headscope.layer0.neurons import _running_topk, _topk_step
+
+    g = torch.Generator().manual_seed(0)
+    Y = torch.randint(-3, 4, (301, 5), generator=g).float()                         # [V e]: few distinct scores
+    Y[7], Y[30] = Y[2], Y[2]
+    M = torch.randint(-2, 3, (5, 11), generator=g).float()                         # [e m]
+    M[:, 4] = 0.0                                                                  # a neuron tied on every token
+    S = Y @ M                                                                      # [V m]
+    S[9, 1], S[240, 1], S[11, 2] = float("inf"), float("inf"), float("-inf")
+    Y2 = torch.cat([Y, torch.zeros(1, 5)])
+    kk = min(k, S.shape[0])
+    for chunk in (1, 17, 150, 1000):                                             # blocks of 64 and tails
+        best = [None, None]
+        for s in range(0, S.shape[0], chunk):
+            _topk_step(best, S[s:s + chunk].T.contiguous(), s, k)
+        for side, desc in ((0, True), (1, False)):
+            ref_v, ref_i = S.T.sort(dim=1, descending=desc, stable=True)
+            torch.testing.assert_close(best[side][0], ref_v[:, :kk], rtol=0, atol=0)
+            assert torch.equal(best[side][1], ref_i[:, :kk]), (chunk, side)
+        (tv, ti), (bv, bi) = _running_topk(Y2, M, k, chunk)                          # [k m] each
+        ref_v, ref_i = (Y2 @ M).sort(dim=0, descending=True, stable=True)
+        assert torch.equal(tv, ref_v[:min(k, 302)]) and torch.equal(ti, ref_i[:min(k, 302)])
+    S[200, 3] = float("nan")                                                       # NaN reaches the top-1 (the scan's
+    best = [None, None]                                                            # float64 retry reads it)
+    for s in range(0, S.shape[0], 70):
+        _topk_step(best, S[s:s + 70].T.contiguous(), s, k)
+    assert best[0][0][3, 0].isnan() and best[0][1][3, 0] == 200
+
+
+def test_predict_in_small_position_blocks_equals_one_block(tiny, monkeypatch):
+    """grouped_predict's blocks of at most BLOCK_POSITIONS ascending positions (each block's keys end at
+    its own largest position: hidden keys skipped) give the one-block prediction, content and not."""
+    from headscope.layer0 import contextual as C
+
+    (circ, _), _ = _circuit(tiny, heads=[0, 2])
+    toks = tiny.to_tokens(TEXT)
+    pos = list(range(len(toks)))
+    assert C._position_blocks(list(range(40)), 48, 10**9)[:2] == [(0, C.BLOCK_POSITIONS), (C.BLOCK_POSITIONS, 2 * C.BLOCK_POSITIONS)]
+    assert C._position_blocks([5, 1, 9], 48, 48 * 12) == [(0, 2), (2, 3)]      # bytes: 2 rows of 6 keys fit 12, 3 of 10 not
+    for content in (True, False):
+        monkeypatch.setattr(C, "BLOCK_POSITIONS", 10**9)
+        one = circ.predict(toks, pos, content=content)
+        for b in (1, 3, 5):
+            monkeypatch.setattr(C, "BLOCK_POSITIONS", b)
+            torch.testing.assert_close(circ.predict(toks, pos, content=content), one, rtol=1e-6, atol=1e-6)
+
+
 def test_predict_neuron_is_the_circuit_read_by_the_neuron(tiny):
     from headscope.layer0.neurons import predict_neuron
 

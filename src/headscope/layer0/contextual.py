@@ -249,6 +249,27 @@ class Circuit:
         return torch.einsum("qhe,hed->qd", z[:, self.heads], b.W_O[self.heads])
 
 
+#: at most this many query positions per block of :func:`grouped_predict`: a block's keys run to
+#: its largest position, so small blocks of ascending positions skip most hidden (i > n) keys
+BLOCK_POSITIONS = 16
+
+
+def _position_blocks(positions: list[int], key_bytes: int, block_bytes: int) -> list[tuple[int, int]]:
+    """Consecutive [a0, a1) slices of `positions`: at most :data:`BLOCK_POSITIONS` each, and each
+    one's [m k d] block (k = its largest position + 1, `key_bytes` per key) within `block_bytes`
+    (one position at least)."""
+    out, a0 = [], 0
+    while a0 < len(positions):
+        a1, k = a0 + 1, positions[a0] + 1
+        while (a1 < len(positions) and a1 - a0 < BLOCK_POSITIONS
+               and (a1 - a0 + 1) * max(k, positions[a1] + 1) * key_bytes <= block_bytes):
+            k = max(k, positions[a1] + 1)
+            a1 += 1
+        out.append((a0, a1))
+        a0 = a1
+    return out
+
+
 def grouped_predict(w: Weights, token: int, c: float, log_seed_denom: Float[Tensor, "head pos"],
                     groups: list[list[int]], tokens: Int[Tensor, "p"], positions: list[int], *,
                     block_bytes: int = 128 * 2**20, content: bool = True) -> Float[Tensor, "n group d"]:
@@ -265,11 +286,9 @@ def grouped_predict(w: Weights, token: int, c: float, log_seed_denom: Float[Tens
     H = [h for g in groups for h in g]                                            # [G·s] heads, group-major
     s = sizes.pop()
     d = w.cfg.d_model
-    per_row = (max(positions, default=0) + 1) * d * w.W_E.element_size()
-    step = max(1, block_bytes // per_row)
     rows = []
-    for a0 in range(0, len(positions), step):
-        ns = torch.tensor(positions[a0:a0 + step])                                 # [m]
+    for a0, a1 in _position_blocks(positions, d * w.W_E.element_size(), block_bytes):
+        ns = torch.tensor(positions[a0:a1])                                        # [m]
         k = int(ns.max()) + 1
         _, Kq, bq, pos = layer0.query_frames(w, token, ns, c)                      # [m d h], [m h], [m h k]
         X = layer0.ln1(w, w.W_E[tokens[:k]][None] + w.W_pos[ns][:, None])           # [m k d]

@@ -148,7 +148,7 @@ def token_values(circuit: Circuit, n: int, dtype=torch.float32, chunk: int = CHU
         if not position_part:                                                        # drop w₁ ⊙ c(W_pos[n])/σ_t
             pc = (wpos - wpos.mean()) * ln_w                                         # [d]
             val = val - (pc @ Wcat[:, H:])[None, :] / sigma
-        Y[s:s + chunk] = ((val + bV).view(-1, H, e) * a[:, :, None]).view(-1, H * e)
+        torch.mul((val + bV).view(-1, H, e), a[:, :, None], out=Y[s:s + chunk].view(-1, H, e))   # into Y: no copy
     return Y
 
 
@@ -169,18 +169,80 @@ def _log_token_weights(circuit: Circuit, n: int, chunk: int = CHUNK) -> Tensor:
                       for s in range(0, V, chunk)], dim=1) - log_S[:, None]
 
 
+#: columns per block of :func:`_beyond`'s prefilter
+BLOCK = 64
+
+
+def _beyond(scoreT: Tensor, kth: Tensor, largest: bool, strict: bool) -> tuple[Tensor, Tensor]:
+    """(rows, columns) of the entries of ``scoreT`` [s c] beyond their row's ``kth`` [s 1] (above it
+    if ``largest``, else below; ``strict`` or not; NaN always), row-major (ascending columns per row).
+
+    Blocks of :data:`BLOCK` columns first: only the blocks whose max (min) passes are read again
+    (a reduction instead of a [s c] mask and its nonzero)."""
+    m, c = scoreT.shape
+    cf = c - c % BLOCK
+    red = (lambda x: x.amax(-1)) if largest else (lambda x: x.amin(-1))
+    if largest:
+        passes = (lambda x, t: ~(x <= t)) if strict else (lambda x, t: ~(x < t))
+    else:
+        passes = (lambda x, t: ~(x >= t)) if strict else (lambda x, t: ~(x > t))
+    parts = [red(scoreT[:, :cf].view(m, cf // BLOCK, BLOCK))] if cf else []
+    if cf < c:
+        parts.append(red(scoreT[:, cf:])[:, None])                        # the last, narrower block
+    rb, bb = passes(torch.cat(parts, dim=1) if len(parts) > 1 else parts[0], kth).nonzero(as_tuple=True)   # blocks
+    full = bb < cf // BLOCK
+    r, col = [], []
+    rf, bf, rt = rb[full], bb[full], rb[~full]
+    for rows, cols, vals in ((rf[:, None], bf[:, None] * BLOCK + torch.arange(BLOCK),       # [nb BLOCK]
+                              scoreT[:, :cf].view(m, cf // BLOCK, BLOCK)[rf, bf]),       # whole blocks read
+                             (rt[:, None], torch.arange(cf, c)[None, :], scoreT[rt, cf:])):   # the tail [nt c-cf]
+        rows, cols = rows.expand(len(rows), cols.shape[1]), cols.expand(len(rows), cols.shape[1])
+        keep = passes(vals, kth[rows, 0])
+        r.append(rows[keep])
+        col.append(cols[keep])
+    if not len(r[1]):
+        return r[0], col[0]
+    r, col = torch.cat(r), torch.cat(col)
+    order = torch.argsort(r, stable=True)                                  # the tail after its row's blocks
+    return r[order], col[order]
+
+
 def _topk_step(best: list, scoreT: Tensor, s: int, k: int) -> None:
     """Merge one chunk's transposed scores [s c] (rows s.. of the vocabulary) into ``best``
-    (``[top, bottom]``, each None or (values, ids) [s k]): the chunk's own top k first, then a
-    top-k over the running best and it ([s 2k])."""
+    (``[top, bottom]``, each None or (values, ids) [s k'], k' = min(k, columns seen)): per side,
+    every neuron's top (bottom) k of all the columns seen, sorted, ties by ascending id.
+
+    Only candidates can enter: a score strictly beyond the running k-th (an equal one has a
+    larger id than every kept one, so loses the tie), or, on the first chunk, at least as far
+    as the chunk's own k-th value (:meth:`torch.Tensor.topk`'s values; its tie order is
+    unspecified, hence not used). They are packed per neuron [s w] (in ascending id) behind the
+    kept [s k'] and one stable sort of [s k'+w] merges them: no full top-k over the chunk past
+    the first. NaN is always a candidate and sorts first descending (so the top-1 turns NaN, as
+    :meth:`~torch.Tensor.topk` would make it)."""
+    rows_n, c = scoreT.shape
     for side, largest in ((0, True), (1, False)):
-        v, i = scoreT.topk(min(k, scoreT.shape[1]), dim=1, largest=largest)   # [s k'] chunk's own
-        i += s
-        if best[side] is not None:
-            v, i = torch.cat([best[side][0], v], dim=1), torch.cat([best[side][1], i], dim=1)
-            v, pick = v.topk(min(k, v.shape[1]), dim=1, largest=largest)
-            i = i.gather(1, pick)
-        best[side] = (v, i)
+        prev = best[side]
+        width = 0 if prev is None else prev[0].shape[1]
+        kk = min(k, width + c)
+        if prev is None:                                                   # the chunk's own k-th value
+            kth = scoreT.topk(min(k, c), dim=1, largest=largest, sorted=False).values
+            kth = kth.amin(1, keepdim=True) if largest else kth.amax(1, keepdim=True)   # [s 1]
+            r, col = _beyond(scoreT, kth, largest, strict=False)
+        elif width < k:                                                    # too few kept: all columns
+            r, col = torch.ones_like(scoreT, dtype=torch.bool).nonzero(as_tuple=True)
+        else:                                                              # strictly beyond the k-th kept
+            r, col = _beyond(scoreT, prev[0][:, -1:], largest, strict=True)
+        cnt = torch.bincount(r, minlength=rows_n)                          # [s]
+        w = int(cnt.max()) if len(r) else 0
+        at = torch.arange(len(r)) - (cnt.cumsum(0) - cnt)[r]               # place within its row
+        V = torch.full((rows_n, w), float("-inf") if largest else float("inf"), dtype=scoreT.dtype)
+        V[r, at] = scoreT[r, col]
+        I = torch.zeros(rows_n, w, dtype=torch.long)
+        I[r, at] = col + s
+        if prev is not None:                                               # kept first: smaller ids
+            V, I = torch.cat([prev[0], V], dim=1), torch.cat([prev[1], I], dim=1)
+        V, pick = V.sort(dim=1, descending=largest, stable=True)
+        best[side] = (V[:, :kk].contiguous(), I.gather(1, pick[:, :kk]))
 
 
 def _running_topk(Y: Tensor, Ms: Tensor, k: int, chunk: int) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:
@@ -287,17 +349,16 @@ def scan_neurons(
     lo = torch.full((m,), float("inf"), dtype=dtype)
     best: list | None = None          # one pass: every neuron's running top / bottom k (see below)
     for s in range(0, Y.shape[0], chunk):                                 # pass 1: running max / min
+        scoreT = torch.empty(m, min(chunk, Y.shape[0] - s), dtype=dtype)
+        torch.mm(Y[s:s + chunk], M, out=scoreT.T)                         # [m c]: (Y M)ᵀ written transposed
         if best is not None:
-            scoreT = torch.empty(m, min(chunk, Y.shape[0] - s), dtype=dtype)
-            torch.mm(Y[s:s + chunk], M, out=scoreT.T)                     # [m c]: (Y M)ᵀ written transposed
             _topk_step(best, scoreT, s, k)
             continue
-        score = Y[s:s + chunk] @ M                                        # [c m]
-        torch.maximum(hi, score.amax(0), out=hi)                          # amax + amin: 5× faster than aminmax
-        torch.minimum(lo, score.amin(0), out=lo)                          # down columns (torch 2.x CPU)
+        torch.maximum(hi, scoreT.amax(1), out=hi)                         # along contiguous rows
+        torch.minimum(lo, scoreT.amin(1), out=lo)
         if s == 0 and _one_pass(hi if v.max == "signed" else torch.maximum(hi, -lo), threshold, dtype):
             best = [None, None]
-            _topk_step(best, score.T.contiguous(), s, k)
+            _topk_step(best, scoreT, s, k)
     if best is not None:                                                  # max / min: each neuron's top-1
         hi, lo = best[0][0][:, 0].contiguous(), best[1][0][:, 0].contiguous()
     if not bool(torch.isfinite(hi).all() and torch.isfinite(lo).all()):
