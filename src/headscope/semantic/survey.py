@@ -205,13 +205,14 @@ def survey(model: Model, layers: list[int] | None = None, *, categories=None, n_
     # for them (bilinear.share_prompt_attn_means), so that forward pass is not run again
     top = max(layers)
     attn_out = [f"blocks.{l}.hook_attn_out" for l in range(top)]
-    # a few hundred short rows: on two threads the second mostly synchronises (the report's 64 prompts
-    # on distilgpt2: 3.4 s CPU on two threads, 1.4 s on one, so no faster in wall time either)
+    # the forward on the caller's threads: idle, GPT-2 small's 64 prompts take 1.25–1.56 s wall on two
+    # threads against 2.35 s on one, for about the same CPU and the same bits (two threads lose only on
+    # cores busy with other work); the masks and metrics of small [b h q k] tensors on one thread
+    cache = run_with_cache(W, prompts.tokens, names=[f"blocks.{l}.attn.hook_pattern" for l in layers] + attn_out,
+                           stop_at_layer=top + 1, batch_size=bilinear.PROMPT_BATCH)
+    first = prompts.tokens[:bilinear.PROMPT_BATCH]
+    bilinear.share_prompt_attn_means(W, first, [cache.pop(n)[:len(first)] for n in attn_out])
     with small_matrices():
-        cache = run_with_cache(W, prompts.tokens, names=[f"blocks.{l}.attn.hook_pattern" for l in layers] + attn_out,
-                               stop_at_layer=top + 1, batch_size=bilinear.PROMPT_BATCH)
-        first = prompts.tokens[:bilinear.PROMPT_BATCH]
-        bilinear.share_prompt_attn_means(W, first, [cache.pop(n)[:len(first)] for n in attn_out])
         pos = torch.arange(prompts.tokens.shape[1])
         masks = {}                                                 # by local window: the layer's own mask
         mets = {}
