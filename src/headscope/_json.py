@@ -105,10 +105,11 @@ _INDENT = "  "
 _str = json.encoder.encode_basestring      # json.dumps's own string encoder under ensure_ascii=False
 _float = float.__repr__                    # json.dumps writes a finite float as float.__repr__
 _int = int.__repr__
+_round = f"%.{SIG_DIGITS}g".__mod__        # f"{x:.{SIG_DIGITS}g}" of a float, without building the spec
 
 
 def _num(x: float) -> str:
-    return _float(float(f"{x:.{SIG_DIGITS}g}"))
+    return _float(float(_round(x)))
 
 
 def _fast(x, ind: str) -> str:
@@ -136,7 +137,7 @@ def _fast(x, ind: str) -> str:
         if kinds == {float}:
             if not all(map(math.isfinite, x)):
                 raise _Slow
-            parts = [_float(float(f"{v:.{SIG_DIGITS}g}")) for v in x]
+            parts = list(map(_float, map(float, map(_round, x))))
         elif kinds == {int}:
             parts = list(map(_int, x))
         else:

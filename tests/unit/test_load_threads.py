@@ -52,3 +52,20 @@ def test_processed_blocks_have_the_same_bits_on_one_and_two_threads(tiny_hf_dir)
                     assert torch.equal(getattr(a, k), getattr(b, k)), k
     finally:
         torch.set_num_threads(old)
+
+
+def test_blocks_are_processed_on_one_thread_and_the_count_restored(tiny_hf_dir, monkeypatch):
+    """Processing a block (copies, scalings and means in place: memory-bound) runs on one torch thread,
+    like the value check; the caller's count is back for the analysis that read the block."""
+    seen = []
+    real = checkpoint.process_block
+    monkeypatch.setattr(checkpoint, "process_block",
+                        lambda *a, **k: seen.append(torch.get_num_threads()) or real(*a, **k))
+    old = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        W = headscope.load(tiny_hf_dir).weights()
+        W.blocks[1]
+        assert seen == [1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(old)

@@ -87,3 +87,26 @@ def test_log_scale_ticks_stay_few_over_many_decades():
     labels = [t.text for t in _parse(svg).iter("{http://www.w3.org/2000/svg}text") if t.text and "e-" in t.text]
     assert 2 <= len(labels) <= 8                       # not one label per decade over 50 decades
     assert min(float(x) for x in labels) >= 1e-12      # at most LOG_DECADES decades below the maximum
+
+
+def test_colour_ramps_interpolate_to_the_bit():
+    """The precomputed segments give the colour of the plain formula (a linear blend of the two
+    neighbouring stops, each channel rounded) at every t, the ends, and past them (clipped)."""
+    def reference(stops, t):
+        t = min(max(t, 0.0), 1.0) * (len(stops) - 1)
+        i = min(int(t), len(stops) - 2)
+        f = t - i
+        (ar, ag, ab), (br, bg, bb) = stops[i], stops[i + 1]
+        return "#%02x%02x%02x" % (round(ar + (br - ar) * f), round(ag + (bg - ag) * f), round(ab + (bb - ab) * f))
+
+    ts = [k / 997 for k in range(-50, 1048)] + [0.0, -0.0, 1.0, 0.1, 0.3, 0.7, 1e-300, 1 - 1e-16]
+    for stops, seg in ((F._RDBU_RGB, F._RDBU_SEG), (F._WHITE_TO_BLUE_RGB, F._WHITE_TO_BLUE_SEG)):
+        assert [F._lerp(seg, t) for t in ts] == [reference(stops, t) for t in ts]
+    assert F.sequential(0.25, 0.0, 1.0) == reference(F._WHITE_TO_BLUE_RGB, 0.25)
+
+
+def test_heatmap_cell_markup():
+    svg = F.heatmap([[0.5, -1.0]], row_labels=["r&"], col_labels=["<c", "d"], cell=10)
+    assert re.findall(r"<rect[^>]*><title>.*?</title></rect>", svg) == [
+        '<rect x="61.0" y="50.0" width="10" height="10" fill="#e58268"><title>r&amp; → &lt;c: 0.5</title></rect>',
+        '<rect x="71.0" y="50.0" width="10" height="10" fill="#053061"><title>r&amp; → d: -1</title></rect>']

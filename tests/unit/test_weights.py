@@ -105,7 +105,7 @@ def test_processed_blocks_are_built_when_first_read(tiny_hf_dir, monkeypatch):
 
     built = []
     real = C.process_block
-    monkeypatch.setattr(C, "process_block", lambda b, p: built.append(1) or real(b, p))
+    monkeypatch.setattr(C, "process_block", lambda b, p, **kw: built.append(1) or real(b, p, **kw))
     model = headscope.load(tiny_hf_dir)
     W = model.weights()
     headscope.run_with_cache(W, torch.tensor([[50256, 464, 3290]]), names=["blocks.0.mlp.hook_pre"], stop_at_layer=1)
@@ -134,3 +134,41 @@ def test_a_block_read_after_its_files_changed_is_refused(tiny_hf_dir, tmp_path):
     with pytest.raises(HeadscopeError, match="changed or went away after the model's weights were first read"):
         W.blocks[1]
     assert W.blocks[0] is W.blocks[0]                  # what was read stays
+
+
+def _odd_block(seed: int = 0):
+    """A raw block (h 3, d 12, e 4, m 20) with every storage case process_block meets: contiguous
+    matrices of their own, W_K and W_V slices of one fused tensor, a transposed (non-contiguous)
+    W_in, a gated MLP, and biases far from zero."""
+    from headscope.core.weights import Block
+
+    g = torch.Generator().manual_seed(seed)
+    r = lambda *s: torch.randn(*s, generator=g) + 0.3   # noqa: E731
+    kv = r(2, 3, 12, 4)
+    return Block(ln1_w=r(12), ln1_b=r(12), W_Q=r(3, 12, 4), W_K=kv[0], W_V=kv[1], b_Q=r(3, 4), b_K=r(3, 4),
+                 b_V=r(3, 4), W_O=r(3, 4, 12), b_O=r(12), ln2_w=r(12), ln2_b=r(12), W_in=r(20, 12).T, b_in=r(20),
+                 W_out=r(20, 12), b_out=r(12), W_gate=r(12, 20), b_gate=r(20))
+
+
+@pytest.mark.parametrize("processing", [Processing.default(), Processing(fold_ln=True, center_writing_weights=False,
+                                                                          center_unembed=False, fold_value_biases=False),
+                                        Processing.none()])
+def test_process_block_in_place_gives_the_same_bits(processing):
+    """inplace=True rewrites the block's own contiguous matrices (no new allocation) and leaves fused
+    slices and transposed views alone, with every output bit equal to the out-of-place processing."""
+    from headscope.core.weights import process_block
+
+    ref = process_block(_odd_block(), processing)
+    raw = _odd_block()
+    ptrs = {k: getattr(raw, k).data_ptr() for k in ("W_Q", "W_O", "W_out", "W_gate", "W_K", "W_in")}
+    kept = {k: getattr(raw, k).clone() for k in ("W_K", "W_V", "W_in")}
+    out = process_block(raw, processing, inplace=True)
+    for k in ref.__dataclass_fields__:
+        a, b = getattr(ref, k), getattr(out, k)
+        assert (a is None and b is None) or (a.dtype == b.dtype and torch.equal(a, b)), k
+    if processing.fold_ln or processing.center_writing_weights:
+        written = (["W_Q", "W_gate"] if processing.fold_ln else []) + (["W_O", "W_out"]
+                                                                       if processing.center_writing_weights else [])
+        assert all(getattr(out, k).data_ptr() == ptrs[k] for k in written)
+    for k, t in kept.items():               # shared or non-contiguous: never written through
+        assert torch.equal(getattr(raw, k), t), k

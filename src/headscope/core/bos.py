@@ -50,15 +50,14 @@ def bos(tokenizer, family: str, d_vocab: int, config_bos: int | None = None) -> 
     """The BOS record of a model: token, id, how it was chosen, whether the family's own
     tokenizer prepends it, and ``padding_row``: whether the id is no token of the tokenizer (an
     embedding row past its vocabulary, added as padding and most likely never trained)."""
-    record = _choose(tokenizer, family, d_vocab, config_bos)
-    ids = set(tokenizer.get_vocab().values())
-    record["padding_row"] = record["id"] not in ids
+    vocab = tokenizer.get_vocab()       # built once (50k entries for GPT-2)
+    record = _choose(tokenizer, vocab, family, d_vocab, config_bos)
+    record["padding_row"] = record["id"] not in set(vocab.values())
     return record
 
 
-def _choose(tokenizer, family: str, d_vocab: int, config_bos: int | None) -> dict:
+def _choose(tokenizer, vocab: dict, family: str, d_vocab: int, config_bos: int | None) -> dict:
     candidates, own = TABLE.get(family, TABLE["gpt2"])
-    vocab = tokenizer.get_vocab()
     for token in candidates:
         if token in vocab and 0 <= vocab[token] < d_vocab:
             return {"token": token, "id": int(vocab[token]), "source": f"{family} convention",

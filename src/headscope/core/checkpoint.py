@@ -315,14 +315,15 @@ class Checkpoint:
         all; the default: :func:`block_budget`); the others are rebuilt when read again."""
         work = torch.float64 if dtype == torch.float64 else torch.float32
         move = lambda t: t.to(device=device, dtype=dtype)  # noqa: E731 - no copy when nothing changes
-        top, W_U = self._top(work)
-        # W_U first: a tied W_U reads the raw W_E, which is then centred in place (no second copy)
-        W_U, b_U, ln_w, ln_b = process_unembed(W_U, top["b_U"],
-                                               top["ln_final_w"], top["ln_final_b"], processing, self.cfg.vocab)
-        if not W_U.is_contiguous() or W_U.data_ptr() == top["W_E"].data_ptr():
-            W_U = W_U.clone(memory_format=torch.contiguous_format)   # processing left W_U alone: a dense raw copy
-        W_E, W_pos = process_embed(top["W_E"], top.get("W_pos"), processing, inplace=True)
-        del top
+        with one_thread():      # copies, means and matrix-vector products: memory-bound (see block below)
+            top, W_U = self._top(work)
+            # W_U first: a tied W_U reads the raw W_E, which is then centred in place (no second copy)
+            W_U, b_U, ln_w, ln_b = process_unembed(W_U, top["b_U"],
+                                                   top["ln_final_w"], top["ln_final_b"], processing, self.cfg.vocab)
+            if not W_U.is_contiguous() or W_U.data_ptr() == top["W_E"].data_ptr():
+                W_U = W_U.clone(memory_format=torch.contiguous_format)   # processing left W_U alone: a dense copy
+            W_E, W_pos = process_embed(top["W_E"], top.get("W_pos"), processing, inplace=True)
+            del top
         W_E, W_U, b_U, ln_w, ln_b = map(move, (W_E, W_U, b_U, ln_w, ln_b))
         W_pos = move(W_pos) if W_pos is not None else None          # rotary models have no W_pos
 
@@ -334,11 +335,13 @@ class Checkpoint:
             if _files_stamp(self.source.files) != stamp:
                 raise HeadscopeError(f"the weight files of {self.where} changed or went away after the model's "
                                      f"weights were first read (block {l} was still to be read); load it again")
-            # the caller's threads: on an idle machine two threads process GPT-2 small's 12 blocks in 0.57 s
-            # wall against 0.88 s on one (1.3× the CPU); on two cores busy with other work one thread wins
-            # (1.6 s against 5.6 s) — the same bits either way (tests/unit/test_load_threads.py)
-            b = process_block(self.raw_block(l, work), processing)
-            out = Block(**{k: move(getattr(b, k)) for k in b.shapes(self.cfg)})
+            # one thread: copies, means and scalings rewritten in place are memory-bound; GPT-2 small's 12
+            # blocks on two busy cores (load 14): 0.8 CPU s / 2.0 s wall on one thread against 3.2 / 8.0 s on
+            # two (out of place, on an idle machine: 0.88 s wall on one, 0.57 s on two at 1.3× the CPU) —
+            # the same bits either way (tests/unit/test_load_threads.py)
+            with one_thread():
+                b = process_block(self.raw_block(l, work), processing, inplace=True)   # a fresh copy: ours
+                out = Block(**{k: move(getattr(b, k)) for k in b.shapes(self.cfg)})
             del b
             _return_free_memory()
             return out

@@ -54,8 +54,10 @@ def load_checkpoint(
         check_config(cfg)
     ckpt = Checkpoint(files, cfg, family=family, tie_word_embeddings=family.tied(hf), where=str(directory))
     tokenizer = load_tokenizer(directory, cfg.family)
-    check_tokenizer(tokenizer, cfg.d_vocab, directory, cfg.family)
-    ckpt.cfg = cfg = with_tokens(cfg, tokenizer)     # padding rows of a padded vocabulary: Config.vocab
+    vocab = tokenizer.get_vocab()                   # built once for both (50k entries for GPT-2)
+    check_tokenizer(tokenizer, cfg.d_vocab, directory, cfg.family, vocab=vocab)
+    ckpt.cfg = cfg = with_tokens(cfg, tokenizer, vocab=vocab)   # padding rows of a padded vocabulary: Config.vocab
+    del vocab
     ckpt.check_values()
     return Model(cfg=cfg, checkpoint=ckpt, tokenizer=tokenizer, source=source, directory=directory,
                  device=torch.device(device), dtype=dtype, config_bos=hf.get("bos_token_id"))

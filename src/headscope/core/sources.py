@@ -46,11 +46,14 @@ _ST_DTYPE_NAMES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16":
                    "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
 
 
-def file_sha256(path: Path, chunk: int = 1 << 24) -> str:
+def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
+    """sha256 hex digest of the file at `path`, read into one reused buffer (no fresh block per read)."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
+    buf = bytearray(chunk)
+    view = memoryview(buf)
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(buf):
+            h.update(view[:n])
     return h.hexdigest()
 
 

@@ -158,9 +158,16 @@ EOT = "<|endoftext|>"
 PADDED_FAMILIES = ("gpt_neox", "opt", "llama", "qwen2", "mistral", "gptj", "gemma2", "olmo2", "phi3")
 
 
-def check_tokenizer(tokenizer, d_vocab: int, where, family: str = "gpt2") -> None:
+def _top_id(tokenizer, vocab: dict | None = None) -> int:
+    """The largest token id (-1 for an empty vocabulary); `vocab`: ``tokenizer.get_vocab()`` if the
+    caller already holds it (building that dict is most of the cost: 50k entries for GPT-2)."""
+    return max((tokenizer.get_vocab() if vocab is None else vocab).values(), default=-1)
+
+
+def check_tokenizer(tokenizer, d_vocab: int, where, family: str = "gpt2", *, vocab: dict | None = None) -> None:
     """Refuse a tokenizer that does not fit an embedding of `d_vocab` rows (naming `where` it came from);
-    families in :data:`PADDED_FAMILIES` may have fewer tokens than rows."""
+    families in :data:`PADDED_FAMILIES` may have fewer tokens than rows. `vocab`: its ``get_vocab()``,
+    when the caller already has it."""
     from .._errors import expected_got
 
     if family in PADDED_FAMILIES and len(tokenizer) <= d_vocab:
@@ -168,26 +175,26 @@ def check_tokenizer(tokenizer, d_vocab: int, where, family: str = "gpt2") -> Non
     elif len(tokenizer) != d_vocab:
         raise HeadscopeError(f"the tokenizer in {where}: "
                              + expected_got("tokenizer vocabulary size (W_E rows)", d_vocab, len(tokenizer)))
-    top = max(tokenizer.get_vocab().values(), default=-1)
+    top = _top_id(tokenizer, vocab)
     if top >= d_vocab:
         raise HeadscopeError(f"the tokenizer in {where} has token ids up to {top}, but the embedding W_E has "
                              f"{d_vocab} rows (ids 0..{d_vocab - 1}): it is not this model's tokenizer")
 
 
-def n_tokens(tokenizer, d_vocab: int) -> int:
+def n_tokens(tokenizer, d_vocab: int, *, vocab: dict | None = None) -> int:
     """How many leading rows of an embedding of `d_vocab` rows are token ids: one past the
     tokenizer's largest id (``d_vocab`` for GPT-2; 50277 of Pythia's 50304). Rows from there on
-    are padding no text reaches; analyses that enumerate the vocabulary stop there."""
-    top = max(tokenizer.get_vocab().values(), default=-1)
-    return min(d_vocab, top + 1)
+    are padding no text reaches; analyses that enumerate the vocabulary stop there. `vocab`: the
+    tokenizer's ``get_vocab()``, when the caller already has it."""
+    return min(d_vocab, _top_id(tokenizer, vocab) + 1)
 
 
-def with_tokens(cfg, tokenizer):
+def with_tokens(cfg, tokenizer, *, vocab: dict | None = None):
     """`cfg` with ``n_tokens`` set from `tokenizer` (:func:`n_tokens`) when the embedding has padding
     rows; unchanged otherwise. The one place the real vocabulary size is taken (``Config.vocab``)."""
     import dataclasses
 
-    n = n_tokens(tokenizer, cfg.d_vocab)
+    n = n_tokens(tokenizer, cfg.d_vocab, vocab=vocab)
     return cfg if n == cfg.d_vocab else dataclasses.replace(cfg, n_tokens=n)
 
 

@@ -29,6 +29,7 @@ script (:data:`headscope.report.html.SCRIPT`) shows at once as a styled tooltip,
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 from typing import Sequence
@@ -83,31 +84,55 @@ def _hex(c: str) -> tuple[int, int, int]:
 
 def _lerp_colour(stops: Sequence[tuple[int, int, int]], t: float) -> str:
     """The colour at `t` ∈ [0, 1] along `stops` (RGB triples), linearly between neighbours."""
-    t = min(max(t, 0.0), 1.0) * (len(stops) - 1)
-    i = min(int(t), len(stops) - 2)
+    return _lerp(_segments(stops), t)
+
+
+def _segments(stops: Sequence[tuple[int, int, int]]) -> tuple:
+    """`stops` as what :func:`_lerp` reads: the last index (len − 1) and, per pair of neighbours,
+    (ar, br − ar, ag, bg − ag, ab, bb − ab) — integer differences, exact."""
+    return len(stops) - 1, tuple((a[0], b[0] - a[0], a[1], b[1] - a[1], a[2], b[2] - a[2])
+                                 for a, b in zip(stops, stops[1:]))
+
+
+def _lerp(segments: tuple, t: float) -> str:
+    """:func:`_lerp_colour` on precomputed :func:`_segments` (a heatmap colours tens of thousands of
+    cells): the same arithmetic, so the same colour to the bit."""
+    n, seg = segments
+    if t < 0.0:         # min(max(t, 0.0), 1.0), NaN kept
+        t = 0.0
+    elif t > 1.0:
+        t = 1.0
+    t *= n
+    i = int(t)
+    if i > n - 1:
+        i = n - 1
     f = t - i
-    (ar, ag, ab), (br, bg, bb) = stops[i], stops[i + 1]
-    return "#%02x%02x%02x" % (round(ar + (br - ar) * f), round(ag + (bg - ag) * f), round(ab + (bb - ab) * f))
+    ar, dr, ag, dg, ab, db = seg[i]
+    return "#%02x%02x%02x" % (round(ar + dr * f), round(ag + dg * f), round(ab + db * f))
 
 
 _RDBU_RGB = tuple(_hex(c) for c in RDBU)
 _WHITE_TO_BLUE_RGB = _RDBU_RGB[5::-1]
+_RDBU_SEG = _segments(_RDBU_RGB)
+_WHITE_TO_BLUE_SEG = _segments(_WHITE_TO_BLUE_RGB)
+_isfinite = math.isfinite
 
 
 def diverging(value: float, vmax: float) -> str:
     """RdBu colour of `value` on the symmetric scale [-vmax, vmax] (0 → white)."""
-    if vmax <= 0 or not math.isfinite(value):
+    if vmax <= 0 or not _isfinite(value):
         return RDBU[5]
-    return _lerp_colour(_RDBU_RGB, 0.5 + 0.5 * value / vmax)
+    return _lerp(_RDBU_SEG, 0.5 + 0.5 * value / vmax)
 
 
 def sequential(value: float, vmin: float, vmax: float) -> str:
     """White → dark blue colour of `value` on [vmin, vmax]."""
-    if vmax <= vmin or not math.isfinite(value):
+    if vmax <= vmin or not _isfinite(value):
         return RDBU[5]
-    return _lerp_colour(_WHITE_TO_BLUE_RGB, (value - vmin) / (vmax - vmin))
+    return _lerp(_WHITE_TO_BLUE_SEG, (value - vmin) / (vmax - vmin))
 
 
+@functools.lru_cache(maxsize=4096)     # a colour ramp has a few hundred distinct fills
 def _text_on(fill: str) -> str:
     r, g, b = _hex(fill)
     return "#ffffff" if 0.299 * r + 0.587 * g + 0.114 * b < 140 else "#111111"
@@ -270,16 +295,26 @@ def line_plot(series: Sequence[Series], *, title: str = "", xlabel: str = "", yl
             down = " ".join(f"{f.X(x):.1f},{f.Y(lo):.1f}" for x, lo, _ in reversed(pts))
             body.append(f'<polygon points="{up} {down}" fill="{colour}" fill-opacity="0.22" stroke="none"/>')
         legend.append((b.label, colour, "band"))
+    X, Y, isfinite = f.X, f.Y, math.isfinite
+    if not log_y:   # f.X and f.Y inlined (the same operations in the same order: the same pixels)
+        l, x0, dx, w = f.l, f.x0, f.x1 - f.x0, f.r - f.l
+        b, y0, dy, h = f.b, f.y0, f.y1 - f.y0, f.b - f.t
+
+        def point(x, y):
+            return f"{l + (float(x) - x0) / dx * w:.1f},{b - (float(y) - y0) / dy * h:.1f}"
+    else:
+        def point(x, y):
+            return f"{X(float(x)):.1f},{Y(float(y)):.1f}"
     for i, s in enumerate(series):
         colour = OKABE_ITO[i % len(OKABE_ITO)]
         runs, run = [], []
         for x, y in zip(s.x, s.y):  # break the line at missing values
-            if y is None or not math.isfinite(float(y)) or (log_y and y <= 0):
+            if y is None or not isfinite(float(y)) or (log_y and y <= 0):
                 if run:
                     runs.append(run)
                 run = []
             else:
-                run.append(f"{f.X(float(x)):.1f},{f.Y(float(y)):.1f}")
+                run.append(point(x, y))
         if run:
             runs.append(run)
         dash = ' stroke-dasharray="5 3"' if s.dashed else ""
@@ -361,16 +396,20 @@ def heatmap(matrix: Sequence[Sequence[float | None]], *, row_labels: Sequence[st
     row_text = _label_texts(row_labels, rows)
     col_text = _label_texts(col_labels, cols)
     plain_values = value_fmt is fmt
+    isfinite, append = math.isfinite, body.append
+    size = f'" width="{cell}" height="{cell}" fill="'     # what every cell's rect shares
     for i, r in enumerate(matrix):
+        rl, y = row_text[i], top + i * cell
         for j, v in enumerate(r):
-            if v is None or not math.isfinite(float(v)):
+            if v is None or not isfinite(float(v)):
                 continue
             fill = diverging(v, vmax) if signed else sequential(v, vmin, vmax)
-            rl = row_text[i] if row_text[i] is not None else esc(f"{row_labels[i]}")   # (IndexError as before)
+            if rl is None:
+                rl = esc(f"{row_labels[i]}")   # (IndexError as before)
             cl = col_text[j] if col_text[j] is not None else esc(f"{col_labels[j]}")
-            x, y = left + j * cell, top + i * cell
-            body.append(f'<rect x="{x}" y="{y}" width="{cell}" height="{cell}" fill="{fill}">'
-                        f'<title>{rl} → {cl}: {fmt(v) if plain_values else esc(value_fmt(v))}</title></rect>')
+            x = left + j * cell
+            append(f'<rect x="{x}" y="{y}{size}{fill}"><title>{rl} → {cl}: '
+                   f'{fmt(v) if plain_values else esc(value_fmt(v))}</title></rect>')
             if annotate and cell >= 22:
                 body.append(f'<text x="{x + cell / 2}" y="{y + cell / 2 + 4}" text-anchor="middle" font-size="9" '
                             f'fill="{_text_on(fill)}">{esc(value_fmt(v))}</text>')
