@@ -330,8 +330,8 @@ def corpus_tv(weights: Weights, windows: Sequence[Tensor], c: float, patterns=No
     """TV [h p] per window; `patterns(tokens) -> [h p p]` gives the true ones (default: headscope forward)."""
     out = []
     for tokens in windows:
-        if patterns is None:          # the approximate pattern in blocks of queries (layer0.approx_tv)
-            out.append(layer0.approx_tv(weights, tokens, c, layer0.true_pattern(weights, tokens)))
+        if patterns is None:          # both patterns in blocks of queries (layer0.approx_tv): no [h p p] square
+            out.append(layer0.approx_tv(weights, tokens, c))
             continue
         out.append(layer0.tv_distance(patterns(tokens), layer0.approx_pattern(weights, tokens, c)))   # [h p]
     return out
