@@ -166,16 +166,34 @@ def true_pattern_rows(weights: Weights, qk: tuple[Tensor, Tensor], a: int, z: in
     return torch._softmax(scores, -1, False, out=scores)[0].to(q.dtype)          # in place: the same values
 
 
+def _by_columns(b) -> tuple[Tensor, Tensor]:
+    """(W_Q, W_K) of block `b` as [d h·e] matrices (head h in columns h·e..(h+1)·e − 1): what
+    ``einsum("pd,hde->phe", x, W)`` copies W into at every call, made once (remembered on the block,
+    rebuilt if W_Q or W_K change); ``x @ W`` gives einsum's values bit for bit."""
+    parts = (b.W_Q, b.W_K)
+    key = tuple((id(t), t._version) for t in parts)
+    memo = b.__dict__.get("_by_columns")
+    if memo is not None and memo[0] == key:
+        return memo[1]
+    h, d, e = b.W_Q.shape
+    out = tuple(W.permute(1, 0, 2).reshape(d, h * e) for W in parts)             # [h d e] → [d h·e]
+    b.__dict__["_by_columns"] = (key, out, parts)      # `parts` keeps the ids alive (no reuse)
+    return out
+
+
 def _approx_tv(weights: Weights, tokens: Tensor, c: float, true: Tensor | None, qk, rows: int) -> Tensor:
     check_split(weights)
     cfg, b = weights.cfg, weights.blocks[0]
     d, P_len = cfg.d_model, len(tokens)
     s, root_d, floor = cfg.attn_scale(0), math.sqrt(d), d * cfg.ln_eps
-    Qh = queries(weights, tokens).transpose(0, 1)                                 # [h q e]
+    h, e = cfg.n_heads, cfg.d_head
+    W_Q, W_K = _by_columns(b)                                                     # [d h·e] each
+    x = ln1(weights, weights.W_E[tokens] + weights.W_pos[torch.arange(P_len)])    # [q d]
+    Qh = (x @ W_Q).view(P_len, h, e).add_(b.b_Q).transpose(0, 1)                   # [h q e] (queries())
     e_x = _centred(weights.W_E[tokens])                                           # [k d]
     p = _centred(weights.W_pos[:P_len])                                           # [p d]
-    eK = torch.einsum("kd,hde->hke", e_x, b.W_K)                                  # [h k e]
-    pK = torch.einsum("pd,hde->hpe", p, b.W_K)                                    # [h p e]
+    eK = (e_x @ W_K).view(P_len, h, e).transpose(0, 1)                            # [h k e]
+    pK = (p @ W_K).view(P_len, h, e).transpose(0, 1)                              # [h p e]
     q_bK = torch.einsum("hqe,he->hq", Qh, b.b_K)                                  # [h q]
     e2, p2 = e_x.pow(2).sum(-1), p.pow(2).sum(-1)                                 # [k], [p]
     pos_norm = (p2 + c ** 2).clamp_min(floor).sqrt()                              # [k]
@@ -190,12 +208,16 @@ def _approx_tv(weights: Weights, tokens: Tensor, c: float, true: Tensor | None, 
         q_pK = q @ pK[:, :z].transpose(1, 2)                                      # [h r z]
         q_pnK = torch.diagonal(q_pK[:, :, a:z], dim1=1, dim2=2).clone()           # [h r]  q_n · p_n W_K
         norm2 = (e2[None, :z] + p2[a:z, None] + 2 * p[a:z] @ e_x[:z].T).clamp_min(0) + floor   # [r z]
-        content = q_eK.add_(q_pnK[:, :, None]).mul_(root_d).div_(norm2.sqrt()).add_(q_bK[:, a:z, None])
-        position = q_pK.sub_(q_pnK[:, :, None]).mul_(root_d).div_(pos_norm[None, None, :z])
+        # addcdiv(x, t, u, value=v) = x + (v·t)/u elementwise, as written: (√d·(q_eK + q_pnK))/√norm2 + q_bK
+        # and content + (√d·(q_pK − q_pnK))/pos_norm in one [h r z] pass each instead of three (the same
+        # operations in the same order: v·t = t·v and x + y = y + x exactly)
+        content = torch.addcdiv(q_bK[:, a:z, None], q_eK.add_(q_pnK[:, :, None]), norm2.sqrt(), value=root_d,
+                                out=q_eK)
+        q_pK.sub_(q_pnK[:, :, None])                                              # q_n·(p_i − p_n) W_K
         if exact_s:
-            scores = content.add_(position).div_(s)
+            scores = torch.addcdiv(content, q_pK, pos_norm[None, None, :z], value=root_d, out=content).div_(s)
         else:
-            scores = content.div_(s).add_(position.div_(s))
+            scores = content.div_(s).add_(q_pK.mul_(root_d).div_(pos_norm[None, None, :z]).div_(s))
         mask = hidden(weights, torch.arange(a, z), z)                             # [r z]
         if a and not bool(mask[:, :a].any()):   # keys before the block visible to all its queries (causal):
             scores[:, :, a:].masked_fill_(mask[:, a:], -math.inf)                # fill the diagonal block only
