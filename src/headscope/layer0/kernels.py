@@ -140,6 +140,8 @@ def fit_decay_rate(kernel: Float[Tensor, "i"], *, logits: bool = False) -> float
             lo = mid
         else:
             hi = mid
+        if (lo + hi) / 2 in (lo, hi):
+            break       # no float between lo and hi: every later step returns the same (lo + hi) / 2
     return (lo + hi) / 2 + 0.0          # + 0.0: never −0.0
 
 
