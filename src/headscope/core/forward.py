@@ -259,15 +259,7 @@ def _attention(block: Block, x: Tensor, l: int, w: Weights, k: _Keeper) -> Tenso
     k.put(pre + "attn.hook_v", v)
     if not k.pending():                                      # q, k or v was all that was left
         return None
-    qs, ks = q, key
-    if cfg.reorder_and_upcast_attn and q.dtype in (torch.float16, torch.bfloat16):
-        qs, ks = q.float(), key.float()  # HF's upcast: scores and softmax in float32, pattern back in v's dtype
-    scores = torch.matmul(qs.transpose(1, 2), ks.permute(0, 2, 3, 1)).div_(cfg.attn_scale(l))              # [b h q k]
-    pos = torch.arange(p, device=x.device)
-    above = cfg.hidden_keys(l, pos[:, None], pos[None, :])     # [q k] causal; local layer: i − window < j ≤ i
-    if cfg.attn_softcap is not None:                           # Gemma 2: c·tanh(s/c) before the mask
-        scores = scores.div_(cfg.attn_softcap).tanh_().mul_(cfg.attn_softcap)
-    scores.masked_fill_(above, float("-inf"))                                                               # in place: fresh tensor
+    scores = masked_scores(q, key, l, cfg)                                                                  # [b h q k]
     k.put(pre + "attn.hook_attn_scores", scores)
     if k.wants(pre + "attn.hook_attn_scores") or k.wants(pre + "attn.hook_denom"):
         pattern = torch.softmax(scores, dim=-1)
@@ -290,6 +282,28 @@ def _attention(block: Block, x: Tensor, l: int, w: Weights, k: _Keeper) -> Tenso
         return _branch_norm(r.sum(0).add_(block.b_O).view(b_, p, d), block.ln1_post_w, cfg)                 # [b p d]
     out = torch.addmm(block.b_O, z.reshape(b_ * p, h * e), block.W_O.reshape(h * e, d)).view(b_, p, d)     # [b p d]
     return _branch_norm(out, block.ln1_post_w, cfg)
+
+
+def masked_scores(q: Float[Tensor, "b p h e"], key: Float[Tensor, "b p h e"], l: int, cfg, a: int = 0,
+                  z: int | None = None) -> Float[Tensor, "b h m k"]:
+    """Block l's scores q·k / attn_scale(l) of the queries at positions a..z−1 against the keys
+    0..z−1 (default: every position), soft-capped with ``cfg.attn_softcap`` (Gemma 2), −inf at
+    the keys a query does not see (:meth:`Config.hidden_keys`: causal, local window); float32 for
+    float16/bfloat16 q and k under ``cfg.reorder_and_upcast_attn`` (HF's upcast).
+
+    The forward's own (``hook_attn_scores``, a = 0 and z = p). A causal block of rows needs keys
+    0..z−1 only: the keys after z − 1 are −inf in every row. Its entries equal the full square's
+    up to the last bit of the product (BLAS blocks columns by the matrix's width: on this
+    machine's MKL a column of a narrower product can differ by an ulp of the score)."""
+    z = q.shape[1] if z is None else z
+    if cfg.reorder_and_upcast_attn and q.dtype in (torch.float16, torch.bfloat16):
+        q, key = q.float(), key.float()  # HF's upcast: scores and softmax in float32, pattern back in v's dtype
+    scores = torch.matmul(q[:, a:z].transpose(1, 2), key[:, :z].permute(0, 2, 3, 1)).div_(cfg.attn_scale(l))  # [b h m k]
+    pos = torch.arange(z, device=q.device)
+    above = cfg.hidden_keys(l, pos[a:, None], pos[None, :])    # [m k] causal; local layer: i − window < j ≤ i
+    if cfg.attn_softcap is not None:                           # Gemma 2: c·tanh(s/c) before the mask
+        scores = scores.div_(cfg.attn_softcap).tanh_().mul_(cfg.attn_softcap)
+    return scores.masked_fill_(above, float("-inf"))                                                     # in place: fresh tensor
 
 
 def _branch_norm(out: Tensor, w, cfg) -> Tensor:

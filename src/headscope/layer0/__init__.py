@@ -2,6 +2,8 @@
 
 - :mod:`.split`         the split itself (the one home of the layer-0 view and its kernels' maths);
                         its names are re-exported here, so ``headscope.layer0.view`` keeps working
+- :mod:`.split_windows` the split over whole windows of text and its TV against the model's pattern
+                        (block by block); :mod:`.split` re-exports its names
 - :mod:`.kernels`       positional kernels, categories, TV of the split
 - :mod:`.denominators`  softmax-denominator stability across texts
 - :mod:`.calibration`   sampled denominators on a calibration text

@@ -140,6 +140,8 @@ def fit_decay_rate(kernel: Float[Tensor, "i"], *, logits: bool = False) -> float
             lo = mid
         else:
             hi = mid
+        if (lo + hi) / 2 in (lo, hi):
+            break       # no float between lo and hi: every later step returns the same (lo + hi) / 2
     return (lo + hi) / 2 + 0.0          # + 0.0: never −0.0
 
 
@@ -330,8 +332,8 @@ def corpus_tv(weights: Weights, windows: Sequence[Tensor], c: float, patterns=No
     """TV [h p] per window; `patterns(tokens) -> [h p p]` gives the true ones (default: headscope forward)."""
     out = []
     for tokens in windows:
-        if patterns is None:          # the approximate pattern in blocks of queries (layer0.approx_tv)
-            out.append(layer0.approx_tv(weights, tokens, c, layer0.true_pattern(weights, tokens)))
+        if patterns is None:          # both patterns in blocks of queries (layer0.approx_tv): no [h p p] square
+            out.append(layer0.approx_tv(weights, tokens, c))
             continue
         out.append(layer0.tv_distance(patterns(tokens), layer0.approx_pattern(weights, tokens, c)))   # [h p]
     return out

@@ -47,6 +47,11 @@ block 0 only (whatever device the model was loaded on), so that tiny differences
 exponentiated scores are not rounding noise and nothing of the later layers is copied.
 The fixed query token of the seed is :data:`SEED_QUERY`.
 
+This module holds the view, c, the positional terms and the fixed-query frames; the split over
+whole windows of text and its TV against the model's pattern (the text's queries, the mask,
+:func:`split_scores`, :func:`approx_tv` …) live in :mod:`.split_windows`, whose names are
+re-exported here.
+
 Rotary models (no W_pos) have their own split, kernel over distance × content factor
 (:mod:`.rotary_split`, docs/rotary-layer0.md): :func:`view`, :func:`frame`, :func:`log_Z`,
 :func:`log_content_factors`, :func:`fixed_query_scores` and :func:`value_inputs` hand them to it,
@@ -63,10 +68,13 @@ import torch
 from jaxtyping import Float, Int
 
 from .._errors import HeadscopeError
-from ..core.forward import layer_norm, run_with_cache
 from ..core.tokenizer import word_ids
 from ..core.weights import Block, Weights
 from ..lowrank import small_matrices
+from .split_windows import (  # noqa: F401  (the window-level split: its names re-exported here)
+    _centred, approx_pattern, approx_tv, check_split, crude_pattern, hidden, ln1, queries, split_scores,
+    text_content_factors, text_positional_kernels, true_pattern, true_pattern_rows, true_qk, tv_distance,
+)
 
 from ..core.applicability import learned_positions
 
@@ -74,10 +82,12 @@ Tensor = torch.Tensor
 
 SEED_QUERY = " the"   #: the seed's fixed query token (appears in many contexts)
 GPT2_C = 3.5          #: the seed's c for GPT-2 Small
-#: vocabulary rows per chunk when scoring every token: 2048 float64 rows of d_model 768 are 12.6 MB per
-#: temporary (W_E + W_pos, LayerNorm), reused between chunks; 8192 (50 MB) took 1.4–2× the CPU time of
-#: ``log_content_factors`` (distilgpt2 shape, 2026-12-05), the values the same (rows are independent)
-CONTENT_CHUNK = 2048
+#: vocabulary rows per chunk when scoring every token: 256 float64 rows of d_model 768 are 1.6 MB per
+#: temporary (W_E + W_pos, LayerNorm), which stay in cache between the passes over a chunk; 8192 (50 MB)
+#: took 1.4–2× the CPU time of 2048 (distilgpt2 shape), and 2048 (12.6 MB) 1.6–2× that of 256 on GPT-2
+#: small's vocabulary (``log_content_factors`` 0.26–0.39 against 0.13–0.16 CPU s, shared machine,
+#: 2026-12-05); 64–128 no better. The values the same for any chunk (rows are independent)
+CONTENT_CHUNK = 256
 
 
 # -- the layer-0 view -----------------------------------------------------------------------
@@ -120,19 +130,6 @@ def _view(w: Weights) -> Weights:
                                cfg=w.cfg.truncated(1))
 
 
-def check_split(weights: Weights, layer: int = 0) -> None:
-    """The vectorised split assumes fold_ln (LN1 only centres and scales) and layer 0.
-
-    (The caller checks that the model has `layer` at all: the view has one layer.)"""
-    learned_positions(weights.cfg, "the content + position key split")
-    if not weights.processing.fold_ln:
-        raise HeadscopeError("the key split needs weights processed with fold_ln "
-                             f"(got processing {weights.processing.label()})")
-    if layer != 0:
-        raise HeadscopeError(f"layer {layer}: the key split uses keys built from W_E + W_pos, "
-                             "which holds for layer 0 only; expected --layer 0")
-
-
 def token_id(model, text: str, what: str = "query") -> int:
     """The id of `text`, which must be exactly one token. A text with a leading space is the word as it
     reads after a space inside a text (``core.tokenizer.word_ids``: " the" is ``▁the`` in a
@@ -146,10 +143,6 @@ def token_id(model, text: str, what: str = "query") -> int:
 # -- c ----------------------------------------------------------------------------------------
 
 
-def _centred(t: Tensor) -> Tensor:
-    return t - t.mean(-1, keepdim=True)
-
-
 def measure_c(weights: Weights) -> float:
     """Typical token-embedding norm: median over the vocabulary of |W_E[t] − mean|.
 
@@ -161,8 +154,11 @@ def measure_c(weights: Weights) -> float:
         return memo[1]
     W_E, chunk = weights.W_E, CONTENT_CHUNK
     norms = torch.empty(W_E.shape[0], dtype=W_E.dtype, device=W_E.device)         # |c(W_E[t])| [V]
-    for a in range(0, W_E.shape[0], chunk):      # row by row the same values; no [V d] centred copy
-        torch.linalg.vector_norm(_centred(W_E[a:a + chunk]), dim=-1, out=norms[a:a + chunk])
+    # on one thread: row-wise passes over [chunk d] blocks, where a second thread only synchronises (GPT-2
+    # small's vocabulary in float64: 0.09 CPU s on one thread, 0.25–0.33 on two; each row's norm the same bits)
+    with small_matrices():
+        for a in range(0, W_E.shape[0], chunk):  # row by row the same values; no [V d] centred copy
+            torch.linalg.vector_norm(_centred(W_E[a:a + chunk]), dim=-1, out=norms[a:a + chunk])
     c = float(norms.median())
     weights.__dict__["_measured_c"] = (key, c, weights.W_E)   # W_E kept alive: its id is not reused
     return c
@@ -187,23 +183,7 @@ def resolve_c(weights: Weights, c: float | str | None = None) -> tuple[float, st
     return value, "given"
 
 
-# -- queries and the split's terms ------------------------------------------------------------
-
-
-def ln1(w: Weights, x: Float[Tensor, "... d"]) -> Float[Tensor, "... d"]:
-    """LayerNorm 1 of block 0."""
-    b = w.blocks[0]
-    return layer_norm(x, b.ln1_w, b.ln1_b, w.cfg.ln_eps)[0]
-
-
-def queries(weights: Weights, tokens: Int[Tensor, "p"], positions: Int[Tensor, "p"] | None = None
-            ) -> Float[Tensor, "p h e"]:
-    """True layer-0 queries q = LN(W_E[t] + W_pos[n]) W_Q + b_Q of tokens at positions (default 0..p−1)."""
-    b = weights.blocks[0]
-    learned_positions(weights.cfg, "queries LN(W_E[t] + W_pos[n])")
-    positions = torch.arange(len(tokens)) if positions is None else positions
-    x = ln1(weights, weights.W_E[tokens] + weights.W_pos[positions])             # [p d]
-    return torch.einsum("pd,hde->phe", x, b.W_Q) + b.b_Q                          # [p h e]
+# -- the split's positional terms (queries, ln1, hidden: split_windows) -------------------------
 
 
 def _positional_parts(w: Weights) -> tuple[Tensor, Tensor, Tensor]:
@@ -249,12 +229,6 @@ def positional_basis(w: Weights, k: int, c: float) -> tuple[Float[Tensor, "n_ctx
     """(w₁ ⊙ c(W_pos) [n_ctx d], scale [k]) with ``positional_term(w, n, c, k) = scale[:, None]·(rows[:k] − rows[n])``
     (scale_i = √d / sqrt(|c(W_pos[i])|² + c²)): the positional term of many n at once."""
     return _positional_parts(w)[0] * w.blocks[0].ln1_w, _position_scale(w, k, c)
-
-
-def hidden(w: Weights, ns: Int[Tensor, "m"], k: int) -> Tensor:
-    """[m k] True where key i < k is not visible from query position ns[m] in layer 0: i > n, or
-    outside a local window (:meth:`Config.hidden_keys`, the forward's own mask)."""
-    return w.cfg.hidden_keys(0, ns[:, None], torch.arange(k, device=ns.device)[None, :])
 
 
 def _positional_logits(w: Weights, q: Float[Tensor, "m h e"], ns: Int[Tensor, "m"], k: int, c: float
@@ -465,140 +439,3 @@ def fixed_query_log_denominators(w: Weights, k: Float[Tensor, "b p head e"], tok
         s.masked_fill_(hidden(w, torch.arange(a, z, device=k.device), z), float("-inf"))
         out[..., a:z] = torch.logsumexp(s, -1)
     return out
-
-
-# -- the split over a whole window (vectorised over query positions) --------------------------
-
-
-def split_scores(weights: Weights, tokens: Int[Tensor, "p"], c: float
-                 ) -> tuple[Float[Tensor, "h q k"], Float[Tensor, "h q k"]]:
-    """(content, position) parts of the approximate scores q_n·(E[n,x_i] + P[n,i])/s.
-
-    The text's own queries q_n; entries of keys query n does not see (i > n, or outside a
-    local window) are −inf in both.
-    Vectorised with ‖c(W_E[x_i]) + c(W_pos[n])‖² = |e_i|² + |p_n|² + 2 e_i·p_n, which
-    needs fold_ln.
-    """
-    check_split(weights)
-    cfg, b = weights.cfg, weights.blocks[0]
-    d, P_len = cfg.d_model, len(tokens)
-    s = cfg.attn_scale(0)
-    Q = queries(weights, tokens)                                                  # [q h e]
-    e_x = _centred(weights.W_E[tokens])                                           # [k d]
-    p = _centred(weights.W_pos[:P_len])                                           # [p d]
-    eK = torch.einsum("kd,hde->hke", e_x, b.W_K)                                  # [h k e]
-    pK = torch.einsum("pd,hde->hpe", p, b.W_K)                                    # [h p e]
-    Qh = Q.transpose(0, 1)                                                        # [h q e]
-    q_eK = Qh @ eK.transpose(1, 2)                                                # [h q k]
-    q_pK = Qh @ pK.transpose(1, 2)                                                # [h q k]  q_n · p_i W_K
-    q_pnK = torch.diagonal(q_pK, dim1=1, dim2=2).clone()                          # [h q]    q_n · p_n W_K
-    q_bK = torch.einsum("hqe,he->hq", Qh, b.b_K)                                  # [h q]
-    norm2 = (e_x.pow(2).sum(-1)[None, :] + p.pow(2).sum(-1)[:, None] + 2 * p @ e_x.T).clamp_min(0) + d * cfg.ln_eps
-    # [q k] = |c(W_E[x_k] + W_pos[q])|² + d·eps; clamped: rounding of the expansion must not go below d·eps
-    # in place, each step the same operation as (√d (q_eK + q_pnK) / √norm2 + q_bK) / s: [h q k] passes, no copies
-    content = q_eK.add_(q_pnK[:, :, None]).mul_(math.sqrt(d)).div_(norm2.sqrt()).add_(q_bK[:, :, None]).div_(s)
-    pos_norm = (p.pow(2).sum(-1) + c ** 2).clamp_min(d * cfg.ln_eps).sqrt()      # [k] (floor: see positional_term)
-    position = q_pK.sub_(q_pnK[:, :, None]).mul_(math.sqrt(d)).div_(pos_norm[None, None, :]).div_(s)
-    mask = hidden(weights, torch.arange(P_len), P_len)                            # [q k]
-    return content.masked_fill_(mask, -math.inf), position.masked_fill_(mask, -math.inf)
-
-
-def crude_pattern(weights: Weights, tokens: Int[Tensor, "p"], c: float) -> Float[Tensor, "h q k"]:
-    """The crude split the seed improves on: |W_E[x_i] + W_pos[i]| ≈ √(|W_pos[i]|² + c²), i.e.
-    keys √d (c(W_E[x_i]) + c(W_pos[i])) W_K / √(|c(W_pos[i])|² + c²) + b_K, without adding and
-    subtracting W_pos[n]; softmax_i of q_n·key_i/s (causal)."""
-    check_split(weights)
-    cfg, b = weights.cfg, weights.blocks[0]
-    d, P_len = cfg.d_model, len(tokens)
-    Q = queries(weights, tokens).transpose(0, 1)                                  # [h q e]
-    x = _centred(weights.W_E[tokens]) + _centred(weights.W_pos[:P_len])           # [k d]
-    norm = (_centred(weights.W_pos[:P_len]).pow(2).sum(-1) + c ** 2).clamp_min(d * cfg.ln_eps).sqrt()   # [k]
-    keys = math.sqrt(d) * torch.einsum("kd,hde->hke", x, b.W_K) / norm[None, :, None] + b.b_K[:, None, :]
-    scores = Q @ keys.transpose(1, 2) / cfg.attn_scale(0)                         # [h q k]
-    return torch.softmax(scores.masked_fill(hidden(weights, torch.arange(P_len), P_len), -math.inf), dim=-1)
-
-
-def approx_pattern(weights: Weights, tokens: Int[Tensor, "p"], c: float) -> Float[Tensor, "h q k"]:
-    """attn_approx[n, i] = softmax_i of the split scores (visible keys only, rows sum to 1)."""
-    content, position = split_scores(weights, tokens, c)
-    return torch.softmax(content.add_(position), dim=-1)
-
-
-def approx_tv(weights: Weights, tokens: Int[Tensor, "p"], c: float, true: Float[Tensor, "h q k"], rows: int = 64
-              ) -> Float[Tensor, "h q"]:
-    """``tv_distance(true, approx_pattern(weights, tokens, c))``, `rows` queries at a time.
-
-    The same terms as :func:`split_scores` in the same order, for a block of queries a..z−1
-    against keys 0..z−1 only (later keys are hidden from every query of the block, where both
-    patterns are exactly 0): half the products of the full square, and [h rows z] temporaries
-    instead of several [h p p] ones. `true` [h p p] is the model's pattern (float64 view).
-    On one thread: products this small spend a second thread's time synchronising (a
-    1000-token distilgpt2 window: 0.34 s CPU on one thread, 2.5 s on two; the full square
-    on two threads 1.07 s)."""
-    with small_matrices():
-        return _approx_tv(weights, tokens, c, true, rows)
-
-
-def _approx_tv(weights: Weights, tokens: Tensor, c: float, true: Tensor, rows: int) -> Tensor:
-    check_split(weights)
-    cfg, b = weights.cfg, weights.blocks[0]
-    d, P_len = cfg.d_model, len(tokens)
-    s, root_d, floor = cfg.attn_scale(0), math.sqrt(d), d * cfg.ln_eps
-    Qh = queries(weights, tokens).transpose(0, 1)                                 # [h q e]
-    e_x = _centred(weights.W_E[tokens])                                           # [k d]
-    p = _centred(weights.W_pos[:P_len])                                           # [p d]
-    eK = torch.einsum("kd,hde->hke", e_x, b.W_K)                                  # [h k e]
-    pK = torch.einsum("pd,hde->hpe", p, b.W_K)                                    # [h p e]
-    q_bK = torch.einsum("hqe,he->hq", Qh, b.b_K)                                  # [h q]
-    e2, p2 = e_x.pow(2).sum(-1), p.pow(2).sum(-1)                                 # [k], [p]
-    pos_norm = (p2 + c ** 2).clamp_min(floor).sqrt()                              # [k]
-    # s a power of two (d_head 16, 64, 256): x/s is exact, so x/s + y/s = (x + y)/s bit for bit: one
-    # division of the sum instead of one of each part (a [h r z] pass fewer)
-    exact_s = math.frexp(s)[0] == 0.5
-    out = torch.empty(cfg.n_heads, P_len, dtype=torch.float64)
-    for a in range(0, P_len, rows):
-        z = min(a + rows, P_len)
-        q = Qh[:, a:z]                                                            # [h r e]
-        q_eK = q @ eK[:, :z].transpose(1, 2)                                      # [h r z]
-        q_pK = q @ pK[:, :z].transpose(1, 2)                                      # [h r z]
-        q_pnK = torch.diagonal(q_pK[:, :, a:z], dim1=1, dim2=2).clone()           # [h r]  q_n · p_n W_K
-        norm2 = (e2[None, :z] + p2[a:z, None] + 2 * p[a:z] @ e_x[:z].T).clamp_min(0) + floor   # [r z]
-        content = q_eK.add_(q_pnK[:, :, None]).mul_(root_d).div_(norm2.sqrt()).add_(q_bK[:, a:z, None])
-        position = q_pK.sub_(q_pnK[:, :, None]).mul_(root_d).div_(pos_norm[None, None, :z])
-        if exact_s:
-            scores = content.add_(position).div_(s)
-        else:
-            scores = content.div_(s).add_(position.div_(s))
-        mask = hidden(weights, torch.arange(a, z), z)                             # [r z]
-        if a and not bool(mask[:, :a].any()):   # keys before the block visible to all its queries (causal):
-            scores[:, :, a:].masked_fill_(mask[:, a:], -math.inf)                # fill the diagonal block only
-        else:
-            scores.masked_fill_(mask, -math.inf)
-        approx = torch._softmax(scores, -1, False, out=scores)                    # in place: the same values
-        # |approx − true| = |true − approx| exactly (IEEE subtraction is antisymmetric): in approx's own
-        # buffer, one pass instead of a float64 copy of true's block and a second pass
-        out[:, a:z] = 0.5 * approx.sub_(true[:, a:z, :z]).abs_().sum(-1)
-    return out
-
-
-def text_positional_kernels(weights: Weights, tokens: Int[Tensor, "p"], c: float) -> Float[Tensor, "h q k"]:
-    """pos_{n,i,query[n](x)} with the real queries of a text: softmax_i of q_n·P[n,i]/s."""
-    _, position = split_scores(weights, tokens, c)
-    return torch.softmax(position, dim=-1)
-
-
-def text_content_factors(weights: Weights, tokens: Int[Tensor, "p"], c: float) -> Float[Tensor, "h q k"]:
-    """content_{E[n, x_i], query[n](x)} = exp(q_n·E[n, x_i]/s) (0 at the keys query n does not see)."""
-    content, _ = split_scores(weights, tokens, c)
-    return content.exp()
-
-
-def true_pattern(weights: Weights, tokens: Int[Tensor, "p"]) -> Float[Tensor, "h q k"]:
-    """The model's layer-0 attention pattern on one window."""
-    cache = run_with_cache(weights, tokens[None], names=["blocks.0.attn.hook_pattern"], stop_at_layer=1)
-    return cache["blocks.0.attn.hook_pattern"][0]
-
-
-def tv_distance(true: Float[Tensor, "h q k"], approx: Float[Tensor, "h q k"]) -> Float[Tensor, "h q"]:
-    """½ Σ_k |true − approx| per head and query position."""
-    return 0.5 * true.to(torch.float64, copy=True).sub_(approx).abs_().sum(-1)   # approx promoted exactly
