@@ -75,18 +75,21 @@ def vector_mean(x: Tensor) -> float:
 
 
 def bin_values(values: Sequence[float], bins: int = 30) -> tuple[list[float], list[int]]:
-    """Equal-width bin edges and counts of the finite `values` (a histogram)."""
-    vals = [float(v) for v in values if v is not None and math.isfinite(v)]
-    if not vals:
+    """Equal-width bin edges and counts of the finite `values` (a histogram).
+
+    Value v falls in bin min(⌊(v − lo)/step⌋, bins − 1), computed in float64 by numpy over all
+    values at once (the same IEEE operations as one at a time; None counts as non-finite)."""
+    vals = np.asarray([np.nan if v is None else v for v in values] if not isinstance(values, np.ndarray) else values,
+                      dtype=np.float64).reshape(-1)
+    vals = vals[np.isfinite(vals)]
+    if not vals.size:
         return [0.0, 1.0], [0]
-    lo, hi = min(vals), max(vals)
+    lo, hi = float(vals.min()), float(vals.max())
     if hi == lo:
         lo, hi = lo - 0.5, hi + 0.5
     step = (hi - lo) / bins
-    counts = [0] * bins
-    for v in vals:
-        counts[min(int((v - lo) / step), bins - 1)] += 1
-    return [lo + i * step for i in range(bins + 1)], counts
+    index = np.minimum(((vals - lo) / step).astype(np.int64), bins - 1)           # v ≥ lo: truncation = floor
+    return [lo + i * step for i in range(bins + 1)], np.bincount(index, minlength=bins).tolist()
 
 
 def robust_z(x: Tensor, ref: Tensor | None = None) -> Tensor:

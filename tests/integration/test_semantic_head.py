@@ -167,3 +167,22 @@ def test_bad_input_is_one_line_exit_2(planted_dir, tmp_path, capsys, argv, needl
     lines = cap.err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("headscope: error:") and needle in lines[0], cap.err
     assert cap.out == "" and not (tmp_path / "o").exists()
+
+
+def test_steer_reads_the_raw_block_only_when_it_is_saved(tiny_hf_dir, monkeypatch):
+    """A measurement alone (the report's steering stage) does not read the steered block's raw weights;
+    ``Steered.raw_block`` reads them on first access (once), the same tensors as an eager rebuild."""
+    import headscope
+    from headscope.core.model import Model
+
+    model = headscope.load(tiny_hf_dir)
+    tokens = model.to_tokens(" the cat sat on the mat")[None]
+    reads, real = [], Model.raw_block
+    monkeypatch.setattr(Model, "raw_block", lambda self, layer: reads.append(layer) or real(self, layer))
+    st = steering.steer(model, 1, 1, 0.0, tokens=tokens)
+    assert reads == []
+    block = st.raw_block
+    assert reads == [1] and st.raw_block is block
+    eager = steering.unfold_into_raw(real(model, 1), 1, steering.steered_qk(model.weights(), 1, 1, 0.0))
+    for name in ("W_Q", "W_K", "b_Q", "b_K", "W_V", "W_in"):
+        assert torch.equal(getattr(block, name), getattr(eager, name)), name

@@ -168,10 +168,13 @@ def denominator_stability(
         keys = X[:, 1:].reshape(-1)
         ids, counts = keys.unique(return_counts=True)
         u = counts.double() / counts.sum()                                       # unigram [support]
+        # the support's embedding rows gathered once, not once per position: W_E[ids] as a view's W_E
+        # (content_logits of the slice ':' then adds W_pos[n] to these very rows, the same values)
+        w_support = dataclasses.replace(w, W_E=w.W_E[ids])                      # W_E [support d]
         pl, ps, ch, ho, s2s = [], [], [], [], []
         for n in positions:
             fr = layer0.frame(w, qid, n, c)
-            lc = fr.content_logits(w, ids)                                       # [head support] log c
+            lc = fr.content_logits(w_support, slice(None))                       # [head support] log c
             lbos = fr.content_logits(w, torch.tensor([model.bos_id]))[:, 0]      # [head]
             m = lc.amax(1)                                                       # [head] shift
             cp = (lc - m[:, None]).exp()                                         # c' = c e^{-m} in (0, 1]

@@ -16,6 +16,7 @@ from typing import Callable, Iterable, Sequence
 import torch
 
 from .._errors import NotApplicable
+from .._json import plain
 from ..corpus import default_window
 from ..core.forward import run_with_cache
 from ..core.model import Model
@@ -35,7 +36,7 @@ class ActivationProfile:
     neurons: list[dict]           # per neuron shown: stats, values per sample, top / bottom, hist
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return plain(self)   # asdict's values without its deep copy of every float
 
 
 @torch.no_grad()

@@ -33,7 +33,8 @@ checkpoint is measured beside it, with its rebuild error.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 import math
 from pathlib import Path
 
@@ -50,7 +51,7 @@ from ..lowrank import small_matrices
 from ..core.sources import WEIGHTS_FILE, file_sha256
 from ..maps.patterns import head_pattern, head_patterns_of_sets
 from .options import SteerOptions
-from .prompts import prompts_for
+from .prompts import CategoryPrompts, prompts_for
 from ..core.weights import Block, Weights
 
 Tensor = torch.Tensor
@@ -253,9 +254,27 @@ class Steered:
     """A steered model: what was measured, and the steered weights."""
 
     result: SteerResult
-    raw_block: Block          # the raw weights of the steered head's block (fold_ln inverted)
     weights: Weights          # processed weights of the steered model (other blocks shared)
     also: list[tuple[Tensor, Tensor]] = dataclasses.field(default_factory=list)   # steer(also=…)'s patterns
+    make_raw_block: Callable[[], Block] | None = dataclasses.field(default=None, repr=False)
+
+    @functools.cached_property
+    def raw_block(self) -> Block:
+        """The raw weights of the steered head's block (fold_ln inverted), what :func:`save_steered`
+        writes: read from the checkpoint on first access (a measurement alone never reads them,
+        unless the model has no query/key biases, whose steered weights are measured from them)."""
+        return self.make_raw_block()
+
+
+MEASURE_PROMPTS, MEASURE_LENGTH = 32, 16           #: steer's measurement prompts: how many, tokens after BOS
+
+
+def measurement_prompts(model: Model, options: SteerOptions = SteerOptions()) -> CategoryPrompts:
+    """The category prompts :func:`steer` measures on when given no tokens: ``MEASURE_PROMPTS`` of
+    ``MEASURE_LENGTH`` tokens from the options' categories and seed (drawn prompt by prompt, so the
+    first k of them are the k prompts of the same seed)."""
+    return prompts_for(model, options.categories, n_prompts=MEASURE_PROMPTS, length=MEASURE_LENGTH,
+                       seed=options.seed)[0]
 
 
 def steer(model: Model, layer: int, head: int, alpha: float, options: SteerOptions = SteerOptions(), *,
@@ -274,13 +293,17 @@ def steer(model: Model, layer: int, head: int, alpha: float, options: SteerOptio
     model.cfg.check_head(layer, head)
     W = model.weights()
     rb = steered_qk(W, layer, head, alpha, select=select, keep_skew=o.keep_skew)
-    raw_block = unfold_into_raw(model.raw_block(layer), head, rb, qk_bias=model.cfg.qk_bias)
+    def make_raw_block() -> Block:
+        return unfold_into_raw(model.raw_block(layer), head, rb, qk_bias=model.cfg.qk_bias)
+
     if model.cfg.qk_bias:
-        W_new = steered_weights(W, layer, head, rb)
+        W_new = steered_weights(W, layer, head, rb)                  # the raw block is read if saved
     else:                                   # the biases are what the written weights imply: measure those
+        raw_block = make_raw_block()
         W_new = _reprocessed(W, layer, raw_block)
+        make_raw_block = lambda: raw_block  # noqa: E731
     if tokens is None:
-        tokens = prompts_for(model, o.categories, n_prompts=32, length=16, seed=o.seed)[0].tokens
+        tokens = measurement_prompts(model, o).tokens
     measured, *also_patterns = head_patterns_of_sets([W, W_new], [tokens, *also], layer, head)
     before, after = (pattern_self_stats(A) for A in measured)
     res = SteerResult(
@@ -291,7 +314,7 @@ def steer(model: Model, layer: int, head: int, alpha: float, options: SteerOptio
         self_rank_before=before["self_rank"], self_rank_after=after["self_rank"],
         out=None, fingerprint=model.fingerprint, steered_fingerprint=None, processing=W.processing.to_dict(),
     )
-    return Steered(result=res, raw_block=raw_block, weights=W_new, also=[tuple(p) for p in also_patterns])
+    return Steered(result=res, weights=W_new, also=[tuple(p) for p in also_patterns], make_raw_block=make_raw_block)
 
 
 def save_steered(model: Model, steered: Steered, out: str | Path) -> SteerResult:

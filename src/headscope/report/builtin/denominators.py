@@ -11,6 +11,7 @@ E[S] ± Hoeffding / Chebyshev deviation bounds at level δ. ``window`` is the re
 from __future__ import annotations
 
 from ..._errors import HeadscopeError
+from ...corpus import windows
 from ...layer0.denominators import denominator_stability
 from ...layer0.split import SEED_QUERY
 from ..stages import Context, PageSection, Rendered, Stage, register_stage
@@ -20,8 +21,12 @@ from ..paths import head_page
 DELTA = 0.1
 
 
-def _n_full_windows(lengths: list[int], window: int) -> int:
-    return sum(n // (window - 1) for n in lengths)  # corpus.windows: chunks of window − 1 tokens + BOS
+def _full_windows(model, texts: list[str], window: int) -> list:
+    """corpus.windows' windows of exactly `window` tokens (chunks of window − 1 tokens + BOS)."""
+    try:
+        return [x for x in windows(model, texts, n_ctx=window) if len(x) == window]
+    except HeadscopeError:          # no tokens at all
+        return []
 
 
 @register_stage
@@ -38,15 +43,16 @@ class DenominatorsStage(Stage):
     def compute(self, ctx: Context) -> dict:
         model = ctx.model
         texts = [ctx.inputs.calibration.text] + [t.text for t in ctx.inputs.samples]
-        lengths = [len(model.tokenizer.encode(t)) for t in texts]
         window = min(ctx.options.denominator_window, model.cfg.n_ctx)
-        while window > 8 and _n_full_windows(lengths, window) < 2:
+        wins = _full_windows(model, texts, window)              # the texts tokenised once (usually)
+        while window > 8 and len(wins) < 2:
             window //= 2
-        if _n_full_windows(lengths, window) < 2:
+            wins = _full_windows(model, texts, window)
+        if len(wins) < 2:
             raise HeadscopeError("denominators: the calibration and sample texts are too short "
                                  f"(expected at least 2 windows of {window} tokens)")
         ctx.progress.set_total(1)
-        r = denominator_stability(model, texts, query=SEED_QUERY, window=window,
+        r = denominator_stability(model, wins, query=SEED_QUERY, window=window,
                                   n_min=max(2, min(32, window // 4)), stride=max(1, window // 16), delta=DELTA,
                                   n_traces=4)
         ctx.progress.update()

@@ -12,14 +12,12 @@ from __future__ import annotations
 
 from ...maps.patterns import lower_rows
 from ...semantic.options import SteerOptions
-from ...semantic.steering import pattern_self_stats, steer
-from ...semantic.prompts import prompts_for
+from ...semantic.steering import MEASURE_LENGTH, measurement_prompts, pattern_self_stats, steer
 from ..stages import Context, Rendered, Stage, register_stage
 from ..views import steering as V
 from .survey import head_label
 
 ALPHA = 0.0
-PROMPT_LENGTH = 16
 
 
 @register_stage
@@ -31,7 +29,7 @@ class SteeringStage(Stage):
     requires = ("survey",)
 
     def key_options(self, o) -> dict:
-        return {"alpha": ALPHA, "select": "negative", "prompt_length": PROMPT_LENGTH, "seed": 0}
+        return {"alpha": ALPHA, "select": "negative", "prompt_length": MEASURE_LENGTH, "seed": 0}
 
     def compute(self, ctx: Context) -> dict:
         model = ctx.model
@@ -39,10 +37,12 @@ class SteeringStage(Stage):
         layer, head = best["layer"], best["head"]
         p = ctx.progress
         p.set_total(2)
-        prompts, _ = prompts_for(model, n_prompts=1, length=PROMPT_LENGTH, seed=0)
+        # steer's own measurement prompts, built once: the preview prompt is their first (the one prompt of
+        # seed 0), its patterns before and after from steer's walk up the blocks
+        o = SteerOptions(select="negative")
+        prompts = measurement_prompts(model, o)
         tokens = prompts.tokens[:1]                                                 # [1 p]
-        # the prompt's patterns before and after from steer's own walk up the blocks
-        st = steer(model, layer, head, ALPHA, SteerOptions(select="negative"), also=[tokens])
+        st = steer(model, layer, head, ALPHA, o, tokens=prompts.tokens, also=[tokens])
         p.update()
         before, after = st.also[0]                                                  # [1 q k] each
         p.update()
