@@ -62,7 +62,11 @@ def test_report_on_every_family(case, tmp_path, monkeypatch):
     kernels = json.loads((out / "data" / "kernels.json").read_text())["data"]
     assert kernels.get("relative", False) == rotary and "not_applicable" not in kernels
     assert (out / "index.html").is_file() and (out / "atlas.html").is_file()
-    assert json.loads((out / "data" / "model.json").read_text())["data"]["config"]["family"] == model.cfg.family
+    described = json.loads((out / "data" / "model.json").read_text())["data"]
+    assert described["config"]["family"] == model.cfg.family
+    # the processing applied (RMSNorm: no centring), not the one asked for
+    assert described["processing"] == model.weights().processing.to_dict()
+    assert described["processing"]["center_reading_weights"] == (model.cfg.norm == "layernorm")
 
 
 @pytest.mark.parametrize("case", ["llama", "gpt_neo"])
