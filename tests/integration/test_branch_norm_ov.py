@@ -64,6 +64,7 @@ def test_atlas_composition_and_directions_read_the_written_W_O(gemma):
     W = gemma.weights()
     res = atlas(gemma, kernels=False, n_tokens=40, logit_diff=(" the", " cat")).to_dict()
     assert any("post-attention" in n for n in res["notes"])
+    assert any("soft-capped at 50" in n and "uncapped" in n for n in res["notes"])     # the caveat the README promises
     # composition: writer factor with W_O ⊙ w (scale-free ratio: exact whatever σ)
     sc = composition.composition_scores(W)
     Wo = written_W_O(W.blocks[0], gemma.cfg).double()

@@ -62,7 +62,11 @@ def test_report_on_every_family(case, tmp_path, monkeypatch):
     kernels = json.loads((out / "data" / "kernels.json").read_text())["data"]
     assert kernels.get("relative", False) == rotary and "not_applicable" not in kernels
     assert (out / "index.html").is_file() and (out / "atlas.html").is_file()
-    assert json.loads((out / "data" / "model.json").read_text())["data"]["config"]["family"] == model.cfg.family
+    described = json.loads((out / "data" / "model.json").read_text())["data"]
+    assert described["config"]["family"] == model.cfg.family
+    # the processing applied (RMSNorm: no centring), not the one asked for
+    assert described["processing"] == model.weights().processing.to_dict()
+    assert described["processing"]["center_reading_weights"] == (model.cfg.norm == "layernorm")
 
 
 @pytest.mark.parametrize("case", ["llama", "gpt_neo"])
@@ -131,3 +135,24 @@ def test_survey_counts_only_partners_inside_each_layers_window(tmp_path):
                 assert r.semantic_loss < float(old["semantic_loss"][h])
             else:
                 assert r.same_category == pytest.approx(float(old["same_category"][h]), abs=1e-12)
+
+
+def test_soft_capped_model_keeps_the_relative_kernel_in_the_report(tmp_path):
+    """Gemma 2's soft-capped scores refuse the rotary split (the kernels stage's TV), not the relative kernel that
+    `headscope kernels` computes on the uncapped scores: the stage holds the kernel and says why the TV is absent
+    (it used to be wholly "not applicable", with the denominators' reason)."""
+    from headscope.layer0 import relative
+
+    _, d = build("gemma2", tmp_path)
+    model = headscope.load(d)
+    out = tmp_path / "report"
+    build_report(model, out, ReportOptions(stages=["kernels"], progress=False))
+    data = json.loads((out / "data" / "kernels.json").read_text())["data"]
+    assert "not_applicable" not in data and data["relative"] is True and "tv" not in data
+    assert "soft-caps scores" in data["tv_not_applicable"] and "\n" not in data["tv_not_applicable"]
+    import torch
+
+    torch.testing.assert_close(torch.tensor(data["kappa"]),
+                               torch.tensor(relative.relative_kernels(model.weights()).to_dict()["kappa"]))
+    _finite(data, "kernels")
+    assert "relative kernels" in (out / "index.html").read_text(encoding="utf-8")

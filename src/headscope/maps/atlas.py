@@ -150,7 +150,7 @@ from .._html_repr import HtmlRepr, render_text
 from ..core.model import Model
 from ..core.tokenizer import to_str_tokens
 from ..core.weights import written_W_O
-from ..core.applicability import branch_norm_caveat
+from ..core.applicability import branch_norm_caveat, softcap_caveat
 
 Tensor = torch.Tensor
 
@@ -376,6 +376,8 @@ def atlas(model: Model, layers: Sequence[int] | None = None, *, n_tokens: int = 
     gram = composition.vocab_gram(W)                                                 # [d d] W_U W_E
     pair = None if logit_diff is None else _logit_diff_direction(model, W, logit_diff)  # (ids, [d])
 
+    if softcap_caveat(cfg):                       # Gemma 2: QK and OV readings are of the uncapped scores and logits
+        notes.append(softcap_caveat(cfg))
     if branch_norm_caveat(cfg):                   # Gemma 2: what the post-attention norm leaves approximate
         notes.append(branch_norm_caveat(cfg))
 

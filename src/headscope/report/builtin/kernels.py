@@ -13,6 +13,7 @@ with the query token q (default ' the') placed at every query position n.
 
 from __future__ import annotations
 
+from ..._errors import NotApplicable
 from ...layer0 import kernels as K
 from ...corpus import windows
 from ...layer0.split import SEED_QUERY
@@ -29,7 +30,7 @@ TV_MAX_WINDOWS = 4       #: at most this many windows for it
 class KernelsStage(Stage):
     name = "kernels"
     title = "Layer-0 positional kernels"
-    version = 4     # 4: rotary models' split TV (layer0.rotary_split)
+    version = 5     # 4: rotary models' split TV (layer0.rotary_split); 5: the relative kernel without it
     inputs = ("calibration", "samples")
 
     def key_options(self, o) -> dict:
@@ -41,11 +42,16 @@ class KernelsStage(Stage):
         if model.cfg.positional == "rotary":                 # no W_pos: the relative-position analogue
             from ...layer0 import relative, rotary_split
             d = relative.relative_kernels(ctx.weights()).to_dict() | {"relative": True}
+            try:
+                view = rotary_split.view(model)
+            except NotApplicable as e:    # Gemma 2's soft-capped scores: no split TV, the relative kernel stands
+                d["tv_not_applicable"] = str(e)
+                return d
             texts = [(ctx.inputs.calibration.name, ctx.inputs.calibration.text)]
             texts += [(t.name, t.text) for t in ctx.inputs.samples]
             win = min(TV_WINDOW, model.cfg.n_ctx)
             wins = windows(model, texts, n_ctx=win, max_windows=min(ctx.options.kernel_windows, TV_MAX_WINDOWS))
-            tv = rotary_split.split_tv(rotary_split.view(model), wins)           # [h N]
+            tv = rotary_split.split_tv(view, wins)                              # [h N]
             d["tv"] = {"median": tv.median(1).values.tolist(), "p90": tv.quantile(0.9, dim=1).tolist(),
                        "n_windows": len(wins), "window": win, "n_queries": int(tv.shape[1])}
             return d

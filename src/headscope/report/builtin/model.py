@@ -13,7 +13,7 @@ from ..stages import Context, Rendered, Stage, register_stage
 class ModelStage(Stage):
     name = "model"
     title = "Model and inputs"
-    version = 3     # 3: the BOS record (core.bos)
+    version = 4     # 3: the BOS record (core.bos); 4: the processing applied (Processing.applicable), not asked
     inputs = ("calibration", "samples")
 
     def compute(self, ctx: Context) -> dict:
@@ -37,7 +37,7 @@ class ModelStage(Stage):
             "n_parameters": model.n_parameters,
             "dtype": str(model.dtype).replace("torch.", ""),
             "bos": model.bos,
-            "processing": ctx.options.processing.to_dict(),
+            "processing": ctx.weights().processing.to_dict(),      # what was applied: exact options only
             "inputs": {"calibration": cal, "samples": samples},
             "W_pos_norm": pos_norm.tolist(),
             "W_E_norm_hist": {"edges": edges, "counts": counts},
