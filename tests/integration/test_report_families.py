@@ -155,4 +155,12 @@ def test_soft_capped_model_keeps_the_relative_kernel_in_the_report(tmp_path):
     torch.testing.assert_close(torch.tensor(data["kappa"]),
                                torch.tensor(relative.relative_kernels(model.weights()).to_dict()["kappa"]))
     _finite(data, "kernels")
-    assert "relative kernels" in (out / "index.html").read_text(encoding="utf-8")
+    page = (out / "index.html").read_text(encoding="utf-8")
+    assert "relative kernels" in page
+    # the kernel is of the uncapped scores: the caveat travels with it, to the JSON, the page and the command's text
+    from headscope.core.applicability import softcap_caveat
+    from headscope.report.views.kernels import relative_text
+
+    assert data["caveat"] == softcap_caveat(model.cfg) and "soft-capped" in data["caveat"]
+    assert "The rotary split&#x27;s TV is not computed" in page or "The rotary split's TV is not computed" in page
+    assert "Caveat: " in page and "caveat: " in relative_text(data)

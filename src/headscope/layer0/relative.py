@@ -43,7 +43,7 @@ from jaxtyping import Float
 
 from .._errors import HeadscopeError
 from ..core import rotary
-from ..core.applicability import weight_circuits
+from ..core.applicability import softcap_caveat, weight_circuits
 from ..core.forward import normalize
 from ..core.weights import Weights
 from . import kernels as K
@@ -111,9 +111,15 @@ class RelativeKernels:
     rates: list[list[float]]          # fitted κ̂_n per head and shape position
     width: list[str]                  # width rule's category per head
     shape: list[str]                  # shape rule's category per head
+    #: what the model's soft-capped scores do to κ (Gemma 2: κ is of the uncapped scores;
+    #: :func:`headscope.core.applicability.softcap_caveat`); None, and absent from to_dict, without caps
+    caveat: str | None = None
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        if d["caveat"] is None:
+            del d["caveat"]
+        return d
 
 
 def relative_kernels(w: Weights, n_ref: int | None = None) -> RelativeKernels:
@@ -135,4 +141,5 @@ def relative_kernels(w: Weights, n_ref: int | None = None) -> RelativeKernels:
         widths=widths, positions=s_pos, rates=rates,
         width=[K.categorise(x, n_ref) for x in widths],
         shape=[K.categorise_shape(dict(zip(s_pos, r))) for r in rates],
+        caveat=softcap_caveat(cfg),
     )

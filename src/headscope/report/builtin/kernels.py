@@ -30,7 +30,7 @@ TV_MAX_WINDOWS = 4       #: at most this many windows for it
 class KernelsStage(Stage):
     name = "kernels"
     title = "Layer-0 positional kernels"
-    version = 5     # 4: rotary models' split TV (layer0.rotary_split); 5: the relative kernel without it
+    version = 6     # 4: rotary models' split TV (layer0.rotary_split); 5: the relative kernel without it; 6: its soft-cap caveat
     inputs = ("calibration", "samples")
 
     def key_options(self, o) -> dict:

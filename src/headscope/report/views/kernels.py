@@ -175,6 +175,8 @@ def relative_text(d: dict) -> str:
     lines = [f"layer-0 relative kernels (rotary; n = {d['n_ref']}): head, peak offset Δ, width, category ({rule} rule)"]
     lines += [f"  L0H{h}  Δ={d['peak_offset'][h]}  width {d['widths'][h]:.2f}  {d[rule][h]}"
               for h in range(len(d["shape"]))]
+    if d.get("caveat"):
+        lines.append(f"caveat: {d['caveat']}")
     return "\n".join(lines)
 
 
@@ -201,7 +203,9 @@ def relative_html(d: dict, *, links: bool = True) -> H.Safe:
                     f"at n = {d['n_ref']} (see headscope.layer0.relative)."
                     + (f" TV(true, approx) of the rotary split (kernel of the query's own κ × content factor, "
                        f"docs/rotary-layer0.md) over {tv['n_queries']} query positions of {tv['n_windows']} windows "
-                       f"of ≤ {tv['window']} tokens." if tv else ""))
+                       f"of ≤ {tv['window']} tokens." if tv else "")
+                    + (f" The rotary split's TV is not computed: {d['tv_not_applicable']}" if d.get("tv_not_applicable") else "")
+                    + (f" Caveat: {d['caveat']}" if d.get("caveat") else ""))
     series = [F.Series(list(range(len(k))), k, f"L0H{h}") for h, k in enumerate(d["kappa"][:8])]
     fig = H.figure(F.line_plot(series, title="relative kernels", xlabel="offset Δ = i − j", ylabel="κ(Δ) (logits)"),
                    f"κ_h(Δ) of the layer-0 heads{' (first 8)' if n > 8 else ''} against the offset Δ.")
