@@ -173,36 +173,46 @@ def _log_token_weights(circuit: Circuit, n: int, chunk: int = CHUNK) -> Tensor:
 BLOCK = 64
 
 
-def _beyond(scoreT: Tensor, kth: Tensor, largest: bool, strict: bool) -> tuple[Tensor, Tensor]:
-    """(rows, columns) of the entries of ``scoreT`` [s c] beyond their row's ``kth`` [s 1] (above it
-    if ``largest``, else below; ``strict`` or not; NaN always), row-major (ascending columns per row).
-
-    Blocks of :data:`BLOCK` columns first: only the blocks whose max (min) passes are read again
-    (a reduction instead of a [s c] mask and its nonzero)."""
+def _block_extremes(scoreT: Tensor, largest: bool) -> Tensor:
+    """[s nb]: each row's max (``largest``, else min) over blocks of :data:`BLOCK` columns (the last
+    one narrower when BLOCK does not divide c; NaN propagates)."""
     m, c = scoreT.shape
     cf = c - c % BLOCK
     red = (lambda x: x.amax(-1)) if largest else (lambda x: x.amin(-1))
+    parts = [red(scoreT[:, :cf].view(m, cf // BLOCK, BLOCK))] if cf else []
+    if cf < c:
+        parts.append(red(scoreT[:, cf:])[:, None])                        # the last, narrower block
+    return torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
+
+
+def _beyond(scoreT: Tensor, kth: Tensor, largest: bool, strict: bool, blocks: Tensor | None = None
+            ) -> tuple[Tensor, Tensor]:
+    """(rows, columns) of the entries of ``scoreT`` [s c] beyond their row's ``kth`` [s 1] (above it
+    if ``largest``, else below; ``strict`` or not; NaN always), row-major (ascending columns per row).
+
+    Blocks of :data:`BLOCK` columns first (``blocks``: :func:`_block_extremes`, computed if not
+    given): only the blocks whose max (min) passes are read again, as whole [nb BLOCK] rows, and
+    a nonzero of their pass mask gives (block, offset) — no [s c] mask, no expanded indices."""
+    m, c = scoreT.shape
+    nf = c // BLOCK
+    cf = nf * BLOCK
     if largest:
         passes = (lambda x, t: ~(x <= t)) if strict else (lambda x, t: ~(x < t))
     else:
         passes = (lambda x, t: ~(x >= t)) if strict else (lambda x, t: ~(x > t))
-    parts = [red(scoreT[:, :cf].view(m, cf // BLOCK, BLOCK))] if cf else []
-    if cf < c:
-        parts.append(red(scoreT[:, cf:])[:, None])                        # the last, narrower block
-    rb, bb = passes(torch.cat(parts, dim=1) if len(parts) > 1 else parts[0], kth).nonzero(as_tuple=True)   # blocks
-    full = bb < cf // BLOCK
-    r, col = [], []
-    rf, bf, rt = rb[full], bb[full], rb[~full]
-    for rows, cols, vals in ((rf[:, None], bf[:, None] * BLOCK + torch.arange(BLOCK),       # [nb BLOCK]
-                              scoreT[:, :cf].view(m, cf // BLOCK, BLOCK)[rf, bf]),       # whole blocks read
-                             (rt[:, None], torch.arange(cf, c)[None, :], scoreT[rt, cf:])):   # the tail [nt c-cf]
-        rows, cols = rows.expand(len(rows), cols.shape[1]), cols.expand(len(rows), cols.shape[1])
-        keep = passes(vals, kth[rows, 0])
-        r.append(rows[keep])
-        col.append(cols[keep])
-    if not len(r[1]):
-        return r[0], col[0]
-    r, col = torch.cat(r), torch.cat(col)
+    if blocks is None:
+        blocks = _block_extremes(scoreT, largest)
+    rb, bb = passes(blocks, kth).nonzero(as_tuple=True)                   # passing blocks, row-major
+    full = bb < nf
+    tail = cf < c and not bool(full.all())
+    rf, bf = (rb[full], bb[full]) if tail else (rb, bb)
+    j, o = passes(scoreT[:, :cf].view(m, nf, BLOCK)[rf, bf], kth[rf]).nonzero(as_tuple=True)   # [nb BLOCK] read
+    r, col = rf[j], bf[j] * BLOCK + o
+    if not tail:
+        return r, col
+    rt = rb[~full]
+    jt, ot = passes(scoreT[rt, cf:], kth[rt]).nonzero(as_tuple=True)      # the tail [nt c-cf]
+    r, col = torch.cat([r, rt[jt]]), torch.cat([col, cf + ot])
     order = torch.argsort(r, stable=True)                                  # the tail after its row's blocks
     return r[order], col[order]
 
@@ -214,20 +224,24 @@ def _topk_step(best: list, scoreT: Tensor, s: int, k: int) -> None:
 
     Only candidates can enter: a score strictly beyond the running k-th (an equal one has a
     larger id than every kept one, so loses the tie), or, on the first chunk, at least as far
-    as the chunk's own k-th value (:meth:`torch.Tensor.topk`'s values; its tie order is
-    unspecified, hence not used). They are packed per neuron [s w] (in ascending id) behind the
-    kept [s k'] and one stable sort of [s k'+w] merges them: no full top-k over the chunk past
-    the first. NaN is always a candidate and sorts first descending (so the top-1 turns NaN, as
+    as a bound on the chunk's own k-th value: the k-th largest of its :data:`BLOCK`-column
+    blocks' maxima (k blocks each hold a score that large, so the k-th score is at least it;
+    the chunk's own k-th where it has fewer than k blocks), from :meth:`torch.Tensor.topk`'s
+    values (its tie order is unspecified, hence not used). Candidates are a superset of the k
+    best; they are packed per neuron [s w] (in ascending id) behind the
+    kept [s k'] and one stable sort of [s k'+w] merges them: no full top-k over any chunk. NaN is always a candidate and sorts first descending (so the top-1 turns NaN, as
     :meth:`~torch.Tensor.topk` would make it)."""
     rows_n, c = scoreT.shape
     for side, largest in ((0, True), (1, False)):
         prev = best[side]
         width = 0 if prev is None else prev[0].shape[1]
         kk = min(k, width + c)
-        if prev is None:                                                   # the chunk's own k-th value
-            kth = scoreT.topk(min(k, c), dim=1, largest=largest, sorted=False).values
+        if prev is None:                                                   # a bound on the chunk's k-th value
+            blocks = _block_extremes(scoreT, largest)                      # [s nb]
+            src = blocks if blocks.shape[1] >= k else scoreT
+            kth = src.topk(min(k, src.shape[1]), dim=1, largest=largest, sorted=False).values
             kth = kth.amin(1, keepdim=True) if largest else kth.amax(1, keepdim=True)   # [s 1]
-            r, col = _beyond(scoreT, kth, largest, strict=False)
+            r, col = _beyond(scoreT, kth, largest, strict=False, blocks=blocks)
         elif width < k:                                                    # too few kept: all columns
             r, col = torch.ones_like(scoreT, dtype=torch.bool).nonzero(as_tuple=True)
         else:                                                              # strictly beyond the k-th kept
