@@ -176,7 +176,8 @@ def test_running_topk_is_a_stable_sort_of_each_neuron_scores(k):
 
 def test_predict_in_small_position_blocks_equals_one_block(tiny, monkeypatch):
     """grouped_predict's blocks of at most BLOCK_POSITIONS ascending positions (each block's keys end at
-    its own largest position: hidden keys skipped) give the one-block prediction, content and not."""
+    its own largest position: hidden keys skipped), their query frames computed FRAME_POSITIONS at a
+    time, give the one-block prediction, content and not."""
     from headscope.layer0 import contextual as C
 
     (circ, _), _ = _circuit(tiny, heads=[0, 2])
@@ -187,9 +188,12 @@ def test_predict_in_small_position_blocks_equals_one_block(tiny, monkeypatch):
     for content in (True, False):
         monkeypatch.setattr(C, "BLOCK_POSITIONS", 10**9)
         one = circ.predict(toks, pos, content=content)
-        for b in (1, 3, 5):
+        for b, f in ((1, 10**9), (3, 10**9), (5, 10**9), (1, 1), (3, 4), (5, 7)):
             monkeypatch.setattr(C, "BLOCK_POSITIONS", b)
+            monkeypatch.setattr(C, "FRAME_POSITIONS", f)
+            assert len(C._frame_chunks(C._position_blocks(pos, 48, 10**9))) == (1 if f > len(pos) else -(-len(pos) // (f - f % b or b)))
             torch.testing.assert_close(circ.predict(toks, pos, content=content), one, rtol=1e-6, atol=1e-6)
+        monkeypatch.setattr(C, "FRAME_POSITIONS", 10**9)
 
 
 def test_predict_neuron_is_the_circuit_read_by_the_neuron(tiny):

@@ -52,7 +52,7 @@ from .._errors import HeadscopeError, NotApplicable
 from .._json import finite_or_none
 from .calibration import Calibration
 from ..core.forward import run_with_cache
-from .split import Frame
+from .split import Frame, _centred
 from ..core.model import Model
 from ..stats import LOG_FLOAT64_MAX, correlation, fraction_unexplained, median
 from ..core.weights import Weights
@@ -222,9 +222,9 @@ class Circuit:
         mechanism (row circuit_fidelity's null).
 
         :meth:`token_weights`, :meth:`shared_kernel` and :meth:`offset` evaluated for blocks of
-        positions at once (:func:`headscope.layer0.query_frames`), with LN(W_E[x_i] + W_pos[n])
-        as an [m k d] tensor of at most `block_bytes`: a few large products instead of a dozen
-        small ones per position. The offset uses Σ_i pos[n, i]·scale_i·(r_i − r_n) =
+        positions at once (:func:`headscope.layer0.query_frames`; blocks whose [m k d] extent stays
+        within `block_bytes`, though LN(W_E[x_i] + W_pos[n]) is never formed: :func:`grouped_predict`):
+        a few large products instead of a dozen small ones per position. The offset uses Σ_i pos[n, i]·scale_i·(r_i − r_n) =
         Σ_i pos[n, i]·scale_i·r_i − (Σ_i pos[n, i]·scale_i)·r_n (:func:`~headscope.layer0.positional_basis`).
         """
         w, b = self.weights, self.weights.blocks[0]
@@ -270,42 +270,80 @@ def _position_blocks(positions: list[int], key_bytes: int, block_bytes: int) -> 
     return out
 
 
+#: at most this many query positions share one :func:`~headscope.layer0.query_frames` call in
+#: :func:`grouped_predict` (several of its position blocks: larger products, the weights permuted once)
+FRAME_POSITIONS = 128
+
+
+def _frame_chunks(blocks: list[tuple[int, int]]) -> list[tuple[int, int, list[tuple[int, int]]]]:
+    """Consecutive runs of position blocks spanning at most :data:`FRAME_POSITIONS` positions (one
+    block at least): (first, end, the run's blocks)."""
+    out, i = [], 0
+    while i < len(blocks):
+        j = i + 1
+        while j < len(blocks) and blocks[j][1] - blocks[i][0] <= FRAME_POSITIONS:
+            j += 1
+        out.append((blocks[i][0], blocks[j - 1][1], blocks[i:j]))
+        i = j
+    return out
+
+
 def grouped_predict(w: Weights, token: int, c: float, log_seed_denom: Float[Tensor, "head pos"],
                     groups: list[list[int]], tokens: Int[Tensor, "p"], positions: list[int], *,
                     block_bytes: int = 128 * 2**20, content: bool = True) -> Float[Tensor, "n group d"]:
     """:meth:`Circuit.predict` of several circuits at once (learned positions): circuit g over the
     heads ``groups[g]`` of `w`'s layer 0 (its own shared kernel, S̄ = exp(log_seed_denom[h, n])),
-    all with query `token` and c. The LN(W_E[x_i] + W_pos[n]) block, the only [m k d] tensor, is
-    built once for every group: many circuits (the packed null draws of row circuit_fidelity,
-    claims.null.null_heads_packed) cost a few products more than one."""
+    all with query `token` and c. Many circuits (the packed null draws of row circuit_fidelity,
+    claims.null.null_heads_packed) cost a few products more than one.
+
+    The value input x̂[n, i] = LN1(W_E[x_i] + W_pos[n]) = r[n, i]·(ê_i + p̂_n) + b₁ (ê = w₁ ⊙ c(W_E[x_i]),
+    p̂ = w₁ ⊙ c(W_pos[n]), r = 1/sqrt(|c(W_E[x_i]) + c(W_pos[n])|²/d + eps), the |·|² expanded) is
+    never formed as an [m k d] block: its score readouts and kernel-weighted sums are
+    ê @ Kq, p̂·Kq and (a·r) @ ê — [k d] by [d m·H] and [m·H k] by [k d] products of the text's
+    own ê (one per call), with O(m·k·H) elementwise work instead of O(m·k·d)."""
     b = w.blocks[0]
     positions = [int(n) for n in positions]
     G, sizes = len(groups), {len(g) for g in groups}
     if len(sizes) != 1:
         raise ValueError(f"grouped_predict: expected groups of one size, got sizes {sorted(sizes)}")
     H = [h for g in groups for h in g]                                            # [G·s] heads, group-major
-    s = sizes.pop()
+    s, nH = sizes.pop(), len(H)
     d = w.cfg.d_model
+    K = max(positions, default=-1) + 1                                             # keys of the last block
+    Ec = _centred(w.W_E[tokens[:K]])                                               # [K d] c(W_E[x_i])
+    Ew, e2 = Ec * b.ln1_w, Ec.pow(2).sum(-1)                                       # [K d], [K]
+    W_V, W_O, b_V, log_SH = b.W_V[H], b.W_O[H], b.b_V[H], log_seed_denom[H]       # gathered once
+    rw, scale = layer0.positional_basis(w, K, c)                                   # [n_ctx d] w₁ ⊙ c(W_pos), [K]
+    blocks = _position_blocks(positions, d * w.W_E.element_size(), block_bytes)
     rows = []
-    for a0, a1 in _position_blocks(positions, d * w.W_E.element_size(), block_bytes):
-        ns = torch.tensor(positions[a0:a1])                                        # [m]
-        k = int(ns.max()) + 1
-        _, Kq, bq, pos = layer0.query_frames(w, token, ns, c)                      # [m d h], [m h], [m h k]
-        X = layer0.ln1(w, w.W_E[tokens[:k]][None] + w.W_pos[ns][:, None])           # [m k d]
-        log_S = log_seed_denom[H][:, ns].T.to(X.dtype)                              # [m H]
-        scores = torch.einsum("mkd,mdh->mhk", X, Kq[:, :, H]) + bq[:, H, None]       # [m H k] content logits
-        m = len(ns)
-        kernel = pos[:, H].reshape(m, G, s, k).mean(2)                              # [m G k] shared kernel per group
-        kernel = kernel.repeat_interleave(s, dim=1)                                 # [m H k]
-        a = ((scores - log_S[:, :, None]).exp() if content else torch.ones_like(scores)) * kernel
-        a = a.masked_fill(layer0.hidden(w, ns, k)[:, None, :], 0.0)                # keys n does not see
-        u = torch.einsum("mhk,mkd->mhd", a, X)                                     # [m H d]
-        rw, scale = layer0.positional_basis(w, k, c)                               # [n_ctx d], [k]
-        ps = pos[:, H] * scale                                                     # [m H k]
-        t = ps @ rw[:k] - ps.sum(-1, keepdim=True) * rw[ns][:, None, :]             # [m H d] Σ_i pos·term
-        z = torch.einsum("mhd,hde->mhe", u + t, b.W_V[H]) + a.sum(-1)[:, :, None] * b.b_V[H]   # [m H e]
-        out = torch.einsum("mhe,hed->mhd", z, b.W_O[H])                              # [m H d]
-        rows.append(out.reshape(m, G, s, d).sum(2))                                 # [m G d]
+    for f0, f1, chunk in _frame_chunks(blocks):
+        _, Kq, bq, pos = layer0.query_frames(w, token, torch.tensor(positions[f0:f1]), c)   # [f d h], [f h], [f h K']
+        Kq, bq, pos = Kq[:, :, H], bq[:, H], pos[:, H]                             # the circuits' heads
+        for a0, a1 in chunk:
+            ns = torch.tensor(positions[a0:a1])                                    # [m]
+            k, m = int(ns.max()) + 1, len(ns)
+            KqH, bqH, posH = Kq[a0 - f0:a1 - f0], bq[a0 - f0:a1 - f0], pos[a0 - f0:a1 - f0, :, :k]   # [m d H] [m H] [m H k]
+            Pc, Pw = _centred(w.W_pos[ns]), rw[ns]                                 # [m d] c(W_pos[n]), p̂
+            r = ((e2[None, :k] + 2.0 * (Pc @ Ec[:k].T) + Pc.pow(2).sum(-1)[:, None]) / d
+                 + w.cfg.ln_eps).rsqrt()                                           # [m k] 1/σ of W_E[x_i] + W_pos[n]
+            EK = (Ew[:k] @ KqH.permute(1, 0, 2).reshape(d, m * nH)).view(k, m, nH).permute(1, 2, 0)   # [m H k] ê·Kq
+            PK = torch.einsum("md,mdh->mh", Pw, KqH)                               # [m H] p̂·Kq
+            BK = b.ln1_b @ KqH                                                     # [m H] b₁·Kq
+            scores = (EK + PK[:, :, None]) * r[:, None, :] + (BK + bqH)[:, :, None]   # [m H k] content logits
+            log_S = log_SH[:, ns].T.to(scores.dtype)                               # [m H]
+            kernel = posH.reshape(m, G, s, k).mean(2)                              # [m G k] shared kernel per group
+            kernel = kernel.repeat_interleave(s, dim=1)                            # [m H k]
+            a = ((scores - log_S[:, :, None]).exp() if content else torch.ones_like(scores)) * kernel
+            a = a.masked_fill(layer0.hidden(w, ns, k)[:, None, :], 0.0)           # keys n does not see
+            ar = a * r[:, None, :]                                                 # [m H k]
+            a_sum = a.sum(-1)[:, :, None]                                          # [m H 1]
+            u = ((ar.reshape(m * nH, k) @ Ew[:k]).view(m, nH, d) + ar.sum(-1)[:, :, None] * Pw[:, None, :]
+                 + a_sum * b.ln1_b)                                                # [m H d] Σ_i a·x̂_i
+            ps = posH * scale[:k]                                                  # [m H k]
+            t = ps @ rw[:k] - ps.sum(-1, keepdim=True) * Pw[:, None, :]            # [m H d] Σ_i pos·term
+            z = torch.einsum("mhd,hde->mhe", u + t, W_V) + a_sum * b_V             # [m H e]
+            out = torch.einsum("mhe,hed->mhd", z, W_O)                             # [m H d]
+            rows.append(out.reshape(m, G, s, d).sum(2))                            # [m G d]
     out = torch.cat(rows) if rows else torch.empty(0, G, d, dtype=w.W_E.dtype)
     return finite_or_not_applicable(out, "the contextual circuit's prediction")
 

@@ -68,6 +68,7 @@ from jaxtyping import Float, Int
 from .._errors import HeadscopeError, NotApplicable
 from .._html_repr import HtmlRepr
 from .contextual import Circuit, HeadChoice, check_log_weights
+from .topk import BLOCK, _beyond, _block_extremes, _running_topk, _topk_step  # noqa: F401  (the scan's top-k)
 from .variants import (  # noqa: F401  (re-exported: the variants are part of this module's namespace)
     AUTHORS_LN2, DEFAULT_VARIANT, GLITCH_Z, VARIANTS, ContributionVariant, excluded_tokens, glitch_tokens, ln2_divisor,
     parse_variant,
@@ -167,99 +168,6 @@ def _log_token_weights(circuit: Circuit, n: int, chunk: int = CHUNK) -> Tensor:
     V = circuit.weights.cfg.vocab
     return torch.cat([fr.content_logits(circuit.weights, torch.arange(s, min(s + chunk, V)))[circuit.heads]
                       for s in range(0, V, chunk)], dim=1) - log_S[:, None]
-
-
-#: columns per block of :func:`_beyond`'s prefilter
-BLOCK = 64
-
-
-def _beyond(scoreT: Tensor, kth: Tensor, largest: bool, strict: bool) -> tuple[Tensor, Tensor]:
-    """(rows, columns) of the entries of ``scoreT`` [s c] beyond their row's ``kth`` [s 1] (above it
-    if ``largest``, else below; ``strict`` or not; NaN always), row-major (ascending columns per row).
-
-    Blocks of :data:`BLOCK` columns first: only the blocks whose max (min) passes are read again
-    (a reduction instead of a [s c] mask and its nonzero)."""
-    m, c = scoreT.shape
-    cf = c - c % BLOCK
-    red = (lambda x: x.amax(-1)) if largest else (lambda x: x.amin(-1))
-    if largest:
-        passes = (lambda x, t: ~(x <= t)) if strict else (lambda x, t: ~(x < t))
-    else:
-        passes = (lambda x, t: ~(x >= t)) if strict else (lambda x, t: ~(x > t))
-    parts = [red(scoreT[:, :cf].view(m, cf // BLOCK, BLOCK))] if cf else []
-    if cf < c:
-        parts.append(red(scoreT[:, cf:])[:, None])                        # the last, narrower block
-    rb, bb = passes(torch.cat(parts, dim=1) if len(parts) > 1 else parts[0], kth).nonzero(as_tuple=True)   # blocks
-    full = bb < cf // BLOCK
-    r, col = [], []
-    rf, bf, rt = rb[full], bb[full], rb[~full]
-    for rows, cols, vals in ((rf[:, None], bf[:, None] * BLOCK + torch.arange(BLOCK),       # [nb BLOCK]
-                              scoreT[:, :cf].view(m, cf // BLOCK, BLOCK)[rf, bf]),       # whole blocks read
-                             (rt[:, None], torch.arange(cf, c)[None, :], scoreT[rt, cf:])):   # the tail [nt c-cf]
-        rows, cols = rows.expand(len(rows), cols.shape[1]), cols.expand(len(rows), cols.shape[1])
-        keep = passes(vals, kth[rows, 0])
-        r.append(rows[keep])
-        col.append(cols[keep])
-    if not len(r[1]):
-        return r[0], col[0]
-    r, col = torch.cat(r), torch.cat(col)
-    order = torch.argsort(r, stable=True)                                  # the tail after its row's blocks
-    return r[order], col[order]
-
-
-def _topk_step(best: list, scoreT: Tensor, s: int, k: int) -> None:
-    """Merge one chunk's transposed scores [s c] (rows s.. of the vocabulary) into ``best``
-    (``[top, bottom]``, each None or (values, ids) [s k'], k' = min(k, columns seen)): per side,
-    every neuron's top (bottom) k of all the columns seen, sorted, ties by ascending id.
-
-    Only candidates can enter: a score strictly beyond the running k-th (an equal one has a
-    larger id than every kept one, so loses the tie), or, on the first chunk, at least as far
-    as the chunk's own k-th value (:meth:`torch.Tensor.topk`'s values; its tie order is
-    unspecified, hence not used). They are packed per neuron [s w] (in ascending id) behind the
-    kept [s k'] and one stable sort of [s k'+w] merges them: no full top-k over the chunk past
-    the first. NaN is always a candidate and sorts first descending (so the top-1 turns NaN, as
-    :meth:`~torch.Tensor.topk` would make it)."""
-    rows_n, c = scoreT.shape
-    for side, largest in ((0, True), (1, False)):
-        prev = best[side]
-        width = 0 if prev is None else prev[0].shape[1]
-        kk = min(k, width + c)
-        if prev is None:                                                   # the chunk's own k-th value
-            kth = scoreT.topk(min(k, c), dim=1, largest=largest, sorted=False).values
-            kth = kth.amin(1, keepdim=True) if largest else kth.amax(1, keepdim=True)   # [s 1]
-            r, col = _beyond(scoreT, kth, largest, strict=False)
-        elif width < k:                                                    # too few kept: all columns
-            r, col = torch.ones_like(scoreT, dtype=torch.bool).nonzero(as_tuple=True)
-        else:                                                              # strictly beyond the k-th kept
-            r, col = _beyond(scoreT, prev[0][:, -1:], largest, strict=True)
-        cnt = torch.bincount(r, minlength=rows_n)                          # [s]
-        w = int(cnt.max()) if len(r) else 0
-        at = torch.arange(len(r)) - (cnt.cumsum(0) - cnt)[r]               # place within its row
-        V = torch.full((rows_n, w), float("-inf") if largest else float("inf"), dtype=scoreT.dtype)
-        V[r, at] = scoreT[r, col]
-        I = torch.zeros(rows_n, w, dtype=torch.long)
-        I[r, at] = col + s
-        if prev is not None:                                               # kept first: smaller ids
-            V, I = torch.cat([prev[0], V], dim=1), torch.cat([prev[1], I], dim=1)
-        V, pick = V.sort(dim=1, descending=largest, stable=True)
-        best[side] = (V[:, :kk].contiguous(), I.gather(1, pick[:, :kk]))
-
-
-def _running_topk(Y: Tensor, Ms: Tensor, k: int, chunk: int) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:
-    """((top values, ids), (bottom values, ids)), each [k s], of Y @ Ms over the vocabulary,
-    chunk by chunk: [d_vocab s] is never formed.
-
-    Each chunk's scores are copied transposed, so that each neuron's scores are contiguous (a
-    top-k along a row is several times faster than down a column): :func:`_topk_step`."""
-    s_ = Ms.shape[1]
-    best: list[tuple[Tensor, Tensor] | None] = [None, None]
-    for s in range(0, Y.shape[0], chunk):
-        _topk_step(best, (Y[s:s + chunk] @ Ms).T.contiguous(), s, k)     # [s c]
-    if best[0] is None:                                                   # no rows
-        e = (torch.empty(0, s_, dtype=Y.dtype), torch.empty(0, s_, dtype=torch.long))
-        return e, e
-    (tv, ti), (bv, bi) = best
-    return (tv.T.contiguous(), ti.T.contiguous()), (bv.T.contiguous(), bi.T.contiguous())
 
 
 @dataclasses.dataclass
