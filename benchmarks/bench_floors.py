@@ -23,7 +23,9 @@ machine as it is during this run:
   sorting) has no floor: it is what the ratio exposes.
 * every block is processed right after loading, in both passes (the baseline includes the
   processed weights): a stage's ratio is its own work, not the lazy processing of the blocks
-  it happens to touch first (the survey's forward, usually).
+  it happens to touch first (the survey's forward, usually); so is the float64 layer-0 view
+  that kernels, denominators, calibration and neurons share (``layer0.split.view``; the first
+  of them to read it built it: kernels). Both stay in the report's total (the "load" line).
 
 Printed per stage: wall s, CPU s, floor s, ratio wall / floor, the floor's CPU seconds and the
 ratio of CPU seconds (on a machine shared with other work the wall ratio carries its load,
@@ -225,11 +227,23 @@ def replay_leiden(graphs: list) -> dict:
     return {"floor_s": wall, "floor_cpu_s": cpu, "calls": len(graphs)}
 
 
-def _process_blocks(model) -> None:
-    """Process every block now (they are processed lazily, by the first stage that reads each)."""
+def _process_blocks(model) -> float:
+    """Process every block now (they are processed lazily, by the first stage that reads each), and
+    build the float64 layer-0 view that kernels, denominators, calibration and neurons share
+    (``layer0.split.view``: W_E, W_pos and block 0 in float64, kept beside the processed weights;
+    built by whichever of those stages reads it first). Returns the view's wall seconds."""
+    from headscope._errors import NotApplicable
+    from headscope.layer0 import split
+
     W = model.weights()
     for l in range(model.cfg.n_layers):
         W.blocks[l]
+    t0 = time.perf_counter()
+    try:
+        split.view(model)
+    except NotApplicable:       # a model the layer-0 analyses refuse: no view to share
+        pass
+    return time.perf_counter() - t0
 
 
 class _Stage:
@@ -287,8 +301,8 @@ def child(model_id: str, out: str) -> None:
     timed: dict = {}
     t0, c0 = time.perf_counter(), time.process_time()
     model = headscope.load(model_id)
-    _process_blocks(model)
-    load = {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
+    view_s = _process_blocks(model)
+    load = {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0, "layer0_view_s": view_s}
     build_report(model, Path(out) / "timed", ReportOptions(use_cache=False, progress=False),
                  stages=[_Stage(s, timed, False) for s in default_stages()])
     report = {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
@@ -375,7 +389,8 @@ def table(r: dict) -> str:
     gflop = sum(s["gflop"] for s in r["stages"])          # a lower bound: every product at the float32 peak
     lines += [f"  {'all stages':<14} {stage_sum:7.2f} {cpu_sum:7.2f} {floor_sum:8.3f} {stage_sum / floor_sum:7.1f} "
               f"{floor_cpu:9.3f} {cpu_sum / floor_cpu if floor_cpu else math.inf:9.1f}",
-              f"  load {r['load']['wall_s']:.2f} s; render + writes {rep - stage_sum - r['load']['wall_s']:.2f} s",
+              f"  load {r['load']['wall_s']:.2f} s (processed blocks and the shared float64 layer-0 view, "
+              f"{r['load'].get('layer0_view_s', 0):.2f} s, included); render + writes {rep - stage_sum - r['load']['wall_s']:.2f} s",
               f"  report {rep:.1f} s wall ({r['report']['cpu_s']:.1f} s CPU) vs baseline {b:.2f} s "
               f"(load + processed weights + one forward of the samples): {rep / b:.1f}× (target ≤ {REPORT_TARGET:.0f}×); "
               f"CPU {r['report']['cpu_s']:.1f} s vs {r['baseline']['cpu_s']:.2f} s: "
