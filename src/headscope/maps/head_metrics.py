@@ -13,7 +13,7 @@ import torch
 from jaxtyping import Float
 
 from ..lowrank import (small_matrices, sym_eigenvalues, sym_skew_cores, centred_column_factors, factor_cores,
-                       core_eigenvalues)
+                       core_eigenvalues, sym_core)
 
 Tensor = torch.Tensor
 
@@ -38,7 +38,7 @@ def token_forms(q: Float[Tensor, "... n e"], k: Float[Tensor, "... n e"]
     (:func:`headscope.lowrank.centred_column_factors`: [q k]ᵀ[q k] = [q̃ k̃]ᵀ[q̃ k̃] + n c̄ c̄ᵀ)."""
     R_c, R = centred_column_factors(torch.cat([q, k], dim=-1))                     # [... 2e 2e] each
     S, A = factor_cores(R)
-    return S.flatten(-2).norm(dim=-1), A.flatten(-2).norm(dim=-1), core_eigenvalues(factor_cores(R_c)[0])
+    return S.flatten(-2).norm(dim=-1), A.flatten(-2).norm(dim=-1), core_eigenvalues(sym_core(R_c))
 
 
 def symmetry_ratio(sym: float, skew: float) -> float | None:
