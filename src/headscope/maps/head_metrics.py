@@ -144,17 +144,17 @@ def positional_share(content: Float[Tensor, "... q k"], position: Float[Tensor, 
 def _positional_share(content: Tensor, position: Tensor) -> Tensor:
     mask = torch.isfinite(content) & torch.isfinite(position)
     n = mask.sum(-1).clamp_min(1)                                                  # [... q]
+    zero = torch.zeros((), dtype=torch.float64)
+    finite = {k: torch.where(mask, x.double(), zero) for k, x in (("c", content), ("p", position))}  # 0 off the mask
 
     def row_var(x):
-        x = torch.where(mask, x.double(), torch.zeros((), dtype=torch.float64))
         m = x.sum(-1) / n
-        return torch.where(mask, (x - m[..., None]) ** 2, torch.zeros((), dtype=torch.float64)).sum(-1) / n
+        return torch.where(mask, (x - m[..., None]) ** 2, zero).sum(-1) / n
 
-    vp, vc = row_var(position).sum(-1), row_var(content).sum(-1)
+    vp, vc = row_var(finite["p"]).sum(-1), row_var(finite["c"]).sum(-1)
     total = vp + vc
     # both parts constant on every row, up to rounding of their row means: no share
-    scale = sum(torch.where(mask, x.double(), torch.zeros((), dtype=torch.float64)).pow(2).sum((-1, -2))
-                for x in (content, position))
+    scale = sum(finite[k].pow(2).sum((-1, -2)) for k in ("c", "p"))
     live = total > 1e-24 * scale
     return torch.where(live, vp / torch.where(live, total, torch.ones_like(total)), torch.full_like(total, float("nan")))
 
