@@ -103,9 +103,7 @@ def centred_column_factors(C: Float[Tensor, "... n r"]) -> tuple[Tensor, Tensor]
     """
     C = C.double()
     mean = C.mean(-2, keepdim=True)                                                # [... 1 r]
-    # C − 1 c̄ᵀ written column-major, LAPACK's layout: the QR's own copy of it is then a plain one, not a transpose
-    Cc = torch.sub(C, mean, out=C.new_empty(*C.shape[:-2], C.shape[-1], C.shape[-2]).mT)  # [... n r]
-    R_c = column_factor(Cc)                                                        # [... r r]
+    R_c = column_factor(C - mean)                                                  # [... r r]
     n = C.shape[-2]
     return R_c, column_factor(torch.cat([R_c, mean * n ** 0.5], dim=-2))           # [r+1 r] → [... r r]
 
