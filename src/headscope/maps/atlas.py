@@ -447,7 +447,7 @@ def atlas(model: Model, layers: Sequence[int] | None = None, *, n_tokens: int = 
         else:
             if cfg.window(l) not in masks:
                 masks[cfg.window(l)] = cfg.hidden_keys(l, pos[:, None], pos[None, :])     # [P P]
-            share = _positional_share_deep(X, sigma, win, delta, _f64(b.ln1_w), W_Q, b_Q, W_K, s,
+            share = _positional_share_deep(X, sigma, win, delta, _f64(b.ln1_w), cols_Q, b_Q, cols_K, s,
                                            masks[cfg.window(l)])
         for h in range(H):
             n_neg, n_top, frac = negative_fraction(lam[h])
