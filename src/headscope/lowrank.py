@@ -68,11 +68,28 @@ def sym_skew_cores(U: Float[Tensor, "... n e"], V: Float[Tensor, "... n e"]
     return factor_cores(column_factor(torch.cat([U, V], dim=-1)))                  # R [... 2e 2e]
 
 
+def times_pair_form(R: Float[Tensor, "... r 2e"], skew: bool = False) -> Float[Tensor, "... r 2e"]:
+    """R M_S = ½ [R₂ R₁] (or R M_A = ½ [−R₂ R₁] with ``skew``) for R = [R₁ R₂] (e columns each):
+    the product with :func:`pair_forms`' M, without the product.
+
+    The same bits as ``R @ M``: each entry of that product is one term ±½ R_ij (exact) plus terms
+    R_ik · 0 = ±0, which BLAS sums from +0, so an entry that is zero comes out +0 (hence the + 0.0
+    here). Row-major, as the product is."""
+    e = R.shape[-1] // 2
+    R1, R2 = R[..., :e], R[..., e:]
+    return torch.cat([R2.neg() if skew else R2, R1], dim=-1).mul_(0.5).add_(0.0)   # [... r 2e]
+
+
+def sym_core(R: Float[Tensor, "... r 2e"]) -> Float[Tensor, "... r r"]:
+    """R M_S Rᵀ alone: the first of :func:`factor_cores`."""
+    return times_pair_form(R) @ R.transpose(-1, -2)
+
+
 def factor_cores(R: Float[Tensor, "... r 2e"]) -> tuple[Float[Tensor, "... r r"], Float[Tensor, "... r r"]]:
-    """(R M_S Rᵀ, R M_A Rᵀ) for a factor R of [U V] (RᵀR = [U V]ᵀ[U V]): :func:`sym_skew_cores`'s cores."""
-    M_S, M_A = pair_forms(R.shape[-1] // 2)
+    """(R M_S Rᵀ, R M_A Rᵀ) for a factor R of [U V] (RᵀR = [U V]ᵀ[U V]): :func:`sym_skew_cores`'s cores.
+    One product each (R M by :func:`times_pair_form`: a permutation and a halving)."""
     Rt = R.transpose(-1, -2)
-    return R @ M_S @ Rt, R @ M_A @ Rt
+    return times_pair_form(R) @ Rt, times_pair_form(R, skew=True) @ Rt
 
 
 def centred_column_factors(C: Float[Tensor, "... n r"]) -> tuple[Tensor, Tensor]:
@@ -94,7 +111,7 @@ def centred_column_factors(C: Float[Tensor, "... n r"]) -> tuple[Tensor, Tensor]
 def sym_eigenvalues(U: Float[Tensor, "... n e"], V: Float[Tensor, "... n e"]) -> Float[Tensor, "... 2e"]:
     """The (at most 2e) eigenvalues of sym(U Vᵀ) [n n] that can be nonzero, ascending (float64);
     the other n − 2e are exactly zero."""
-    return core_eigenvalues(sym_skew_cores(U, V)[0])
+    return core_eigenvalues(sym_core(column_factor(torch.cat([U, V], dim=-1))))   # R [... 2e 2e]
 
 
 def core_eigenvalues(S: Float[Tensor, "... r r"]) -> Float[Tensor, "... r"]:

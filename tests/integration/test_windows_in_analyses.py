@@ -127,7 +127,8 @@ def test_deep_positional_share_masks_the_local_layer(neo):
     win = torch.randint(0, 40, (P,))
     pos = torch.arange(P)
     hidden = neo.cfg.hidden_keys(1, pos[:, None], pos[None, :])
-    args = (X, sigma, win, W.W_pos.double(), b.ln1_w.double(), b.W_Q.double(), b.b_Q.double(), b.W_K.double(), 1.0)
+    args = (X, sigma, win, HM.position_deviation(W.W_pos.double(), P), b.ln1_w.double(), b.W_Q.double(),
+            b.b_Q.double(), b.W_K.double(), 1.0)
     windowed = _positional_share_deep(*args, hidden)
     full = _positional_share_deep(*args, ~torch.ones(P, P, dtype=torch.bool).tril())
     assert not torch.allclose(windowed, full)

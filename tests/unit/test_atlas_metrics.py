@@ -264,3 +264,9 @@ def test_per_head_products_share_grouped_copies():
     distinct[3] = distinct[2]                                                    # one copy, not a grouping
     assert A._groups(distinct) == 1
     torch.testing.assert_close(A._per_head(X, distinct), torch.einsum("nd,hde->hne", X, distinct))
+    # one layout for many products (the atlas's HeadColumns per layer): each product as a fresh layout gives it
+    cols, other = A.HeadColumns(W), torch.randn(4, 7, dtype=torch.float64, generator=g)
+    assert cols.g == 4 and cols.cols.shape == (7, 3 * 5)
+    for Y in (X, other):
+        assert torch.equal(cols(Y), A._per_head(Y, W)) and torch.equal(A._per_head(Y, cols), cols(Y))
+    assert A.HeadColumns(distinct).g == 1

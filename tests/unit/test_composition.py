@@ -99,3 +99,26 @@ def test_report_stage_leaves_large_models_to_the_command(tiny, monkeypatch):
     assert s.key_options(ReportOptions(stages=None)) != s.key_options(ReportOptions(stages=["composition"]))
     data = s.compute(ctx(["composition"]))
     assert data["edges"] and data == C.composition(tiny).to_dict()
+
+
+def test_shared_inputs_change_no_bit():
+    """What the atlas forms once per model or layer and hands in (the float64 head weights, the direction
+    vocabulary with its norms) gives the bits each function gets converting for itself; vocab_gram's reused
+    chunk buffers the bits of fresh float64 copies (float32 weights, a last chunk shorter than the rest)."""
+    import dataclasses
+
+    W = _random_weights(3, V=31, d=15, h=3)                                          # d_head 5
+    W = dataclasses.replace(W, W_E=W.W_E.float(), W_U=W.W_U.float())
+    fresh = sum(W.W_U[:, i:i + 7].double() @ W.W_E[i:i + 7].double() for i in range(0, 31, 7))
+    assert torch.equal(C.vocab_gram(W, chunk=7), fresh)
+    gram = C.vocab_gram(W)
+    block = C.head_weights(W, 1)
+    assert all(t.dtype == torch.float64 for t in block)
+    assert torch.equal(C.framework_ov_eigenvalues(W, 1, gram, block=block), C.framework_ov_eigenvalues(W, 1, gram))
+    ids = torch.tensor([4, 17, 0, 29, 8, 11, 23, 2])
+    strs = lambda t: [f"t{i}" for i in t]                                             # noqa: E731
+    E, U = W.W_E[ids].double(), W.W_U[:, ids].double()
+    alone = C.head_directions(W, 1, ids, strs, n=3)
+    assert alone == C.head_directions(W, 1, ids, strs, n=3, vocab=(E, U))
+    assert alone == C.head_directions(W, 1, ids, strs, n=3, vocab=C.direction_vocab(E, U), block=block)
+    assert alone[2]["ov_directions"][0]["reads"] != alone[2]["ov_directions"][0]["reads_neg"]

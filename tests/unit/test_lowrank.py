@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from headscope.lowrank import (centred_column_factors, factor_cores, pair_forms, span_basis, sym_eigenvalues,
-                               sym_skew_cores)
+from headscope.lowrank import (centred_column_factors, column_factor, factor_cores, pair_forms, span_basis,
+                               sym_core, sym_eigenvalues, sym_skew_cores, times_pair_form)
 from headscope.semantic.bilinear import bilinear_form
 
 N, E = 11, 3
@@ -79,3 +79,23 @@ def test_centred_column_factors_are_factors_of_the_centred_and_the_plain_columns
         for R_ in centred_column_factors(W):
             S, A = factor_cores(R_)
             assert float(A.norm()) <= 1e-14 * float(S.norm())
+
+
+def test_times_pair_form_is_the_product_with_the_pair_forms_bit_for_bit():
+    """R M_S and R M_A without the product: the same bits as ``R @ M`` (signed zeros included), so the
+    cores too, for a general factor, an exactly symmetric / antisymmetric one and one with zero columns."""
+    U, V = _uv(4)
+    M_S, M_A = pair_forms(E)
+    Z = torch.cat([U, torch.zeros_like(V)], dim=1)                           # [n 2e], key half zero
+    for C in (torch.cat([U, V], 1), torch.cat([U, U], 1), torch.cat([U, -U], 1), Z, -Z):
+        for R in (column_factor(C), column_factor(torch.stack([C, 3 * C])), C[:5]):   # [2e 2e], batched, [5 2e]
+            for M, skew in ((M_S, False), (M_A, True)):
+                got, want = times_pair_form(R, skew), R @ M
+                assert torch.equal(got, want) and torch.equal(got.signbit(), want.signbit())
+            S, A = factor_cores(R)
+            Rt = R.transpose(-1, -2)
+            assert torch.equal(S, R @ M_S @ Rt) and torch.equal(A, R @ M_A @ Rt)
+            assert torch.equal(sym_core(R), S)
+    W = U @ V.T                                                                # sym_core against the n × n form
+    torch.testing.assert_close(torch.linalg.eigvalsh(sym_core(column_factor(torch.cat([U, V], 1)))).abs().sum(),
+                               torch.linalg.eigvalsh((W + W.T) / 2).abs().sum(), rtol=1e-12, atol=0)

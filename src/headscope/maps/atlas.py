@@ -140,7 +140,7 @@ from .head_metrics import (  # noqa: F401  (re-exported: the metrics are part of
     REL_TOL, SILENT, TOP,
     form_norms, token_forms, symmetry_ratio, symmetric_eigenvalues, negative_fraction, self_scores, mean_self_score,
     low_rank_eigenvalues, copying_score, weighted_eigenvalues, negative_mass, positional_share,
-    _sorted_complex, _per_head, _groups, _f64, _float, _positional_share_deep,
+    _sorted_complex, _per_head, _groups, _f64, _float, _positional_share_deep, HeadColumns, position_deviation,
 )
 from .._json import plain
 from ..layer0 import split as layer0
@@ -149,7 +149,6 @@ from .._errors import HeadscopeError
 from .._html_repr import HtmlRepr, render_text
 from ..core.model import Model
 from ..core.tokenizer import to_str_tokens
-from ..core.weights import written_W_O
 from ..core.applicability import branch_norm_caveat, softcap_caveat
 
 Tensor = torch.Tensor
@@ -367,6 +366,7 @@ def atlas(model: Model, layers: Sequence[int] | None = None, *, n_tokens: int = 
     win = torch.from_numpy(rng.integers(0, N, size=P))                               # indices into freq
     W_U = W.W_U[:, ids].to("cpu", torch.float64)                                     # [d N]
     W_E = W.W_E[ids].to("cpu", torch.float64)                                        # [N d]
+    vocab = composition.direction_vocab(W_E, W_U)                                   # with max row norms, every layer
     names: dict[int, str] = {}                                                       # token id → string, every layer
 
     def token_strs(t: list[int]) -> list[str]:
@@ -404,6 +404,11 @@ def atlas(model: Model, layers: Sequence[int] | None = None, *, n_tokens: int = 
             notes.append("positional_share and kernel categories of layer 0 not applicable: "
                          "the seed's split needs fold_ln")
 
+    if not rotary and any(l > 0 for l in layers):
+        delta = position_deviation(_f64(W.W_pos), P)                                 # [P d] c(δ), every layer ≥ 1
+        pos = torch.arange(P)
+    masks: dict = {}                                                                 # by local window: hidden keys [P P]
+
     if progress is not None:
         progress.set_total(len(layers))
     rows: list[HeadRow] = []
@@ -413,36 +418,37 @@ def atlas(model: Model, layers: Sequence[int] | None = None, *, n_tokens: int = 
             continue
         b = W.blocks[l]
         X, sigma = _f64(X), _f64(sigma)                                              # [N d], [N]
-        W_Q, W_K, W_V = _f64(b.W_Q), _f64(b.W_K), _f64(b.W_V)                       # [h d e] ×3
-        W_O = _f64(written_W_O(b, cfg))                                              # [h e d] as the stream gets it
-        b_Q, b_K = _f64(b.b_Q), _f64(b.b_K)                                          # [h e]
+        hw = composition.head_weights(W, l)                                          # float64, once for every reader
+        W_Q, W_K, W_V, W_O, b_Q, b_K = hw                                            # [h d e] ×3, [h e d], [h e] ×2
+        cols_Q, cols_K, cols_V = HeadColumns(W_Q), HeadColumns(W_K), HeadColumns(W_V)  # [d h·e] each
         s = cfg.attn_scale(l)
-        Q, K = _per_head(X, W_Q), _per_head(X, W_K)                                  # [h N e] each
+        Q, K = _per_head(X, cols_Q), _per_head(X, cols_K)                            # [h N e] each
         # [h] ×2 and, token-centred ((X − 1 x̄ᵀ) W = X W − 1 (x̄ᵀ W), the mean row of X W), [h 2e]
         sym, skew, lam_c = token_forms(Q, K)
-        z = self_scores(Q + b_Q[:, None], K + b_K[:, None])                          # [h N]
+        z = self_scores(Q.add_(b_Q[:, None]), K.add_(b_K[:, None]))                  # [h N] (Q, K read no more)
         if centred:                                                                  # P W_Q, P W_K
             lam = symmetric_eigenvalues(W_Q - W_Q.mean(1, keepdim=True), W_K - W_K.mean(1, keepdim=True))
         else:
             lam = symmetric_eigenvalues(W_Q, W_K)
         lam = lam / s                                                                # [h 2e], logit units
         HX = W_U @ X                                                                 # [d d] = W_U[:, T] X̂
-        ov = low_rank_eigenvalues(_per_head(HX, W_V), W_O)                           # [h e]
-        ov_fw = composition.framework_ov_eigenvalues(W, l, gram)                     # [h e]
+        ov = low_rank_eigenvalues(_per_head(HX, cols_V), W_O)                        # [h e]
+        ov_fw = composition.framework_ov_eigenvalues(W, l, gram, block=hw)           # [h e]
         bound = W_O.flatten(1).norm(dim=1) * W_V.flatten(1).norm(dim=1)              # [h] ‖W_O‖‖W_V‖
         bound_eff, bound_fw = (bound * HX.norm()).tolist(), (bound * gram.norm()).tolist()
-        dirs = composition.head_directions(W, l, ids, token_strs, vocab=(W_E, W_U))
+        dirs = composition.head_directions(W, l, ids, token_strs, vocab=vocab, block=hw)
         if pair is not None:
-            dla = _per_head(X, W_V) @ (W_O @ pair[1])[..., None]                     # [h N 1]
+            dla = _per_head(X, cols_V) @ (W_O @ pair[1])[..., None]                  # [h N 1]
             dla = dla[..., 0]                                                        # [h N]
         if rotary:
             share = None
         elif l == 0:
             share = pos_l0
         else:
-            pos = torch.arange(len(win))
-            share = _positional_share_deep(X, sigma, win, _f64(W.W_pos), _f64(b.ln1_w), W_Q, b_Q, W_K, s,
-                                           cfg.hidden_keys(l, pos[:, None], pos[None, :]))
+            if cfg.window(l) not in masks:
+                masks[cfg.window(l)] = cfg.hidden_keys(l, pos[:, None], pos[None, :])     # [P P]
+            share = _positional_share_deep(X, sigma, win, delta, _f64(b.ln1_w), cols_Q, b_Q, cols_K, s,
+                                           masks[cfg.window(l)])
         for h in range(H):
             n_neg, n_top, frac = negative_fraction(lam[h])
             qk_self, n_rows = mean_self_score(z[h])

@@ -30,6 +30,7 @@ model, summed over vocabulary chunks, in float64 (:func:`vocab_gram`).
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import torch
 from jaxtyping import Float
@@ -49,23 +50,53 @@ def _r(F: Float[Tensor, "... d e"]) -> Float[Tensor, "... e e"]:
     return column_factor(F)
 
 
+class HeadWeights(NamedTuple):
+    """A layer's head weights in float64 on the CPU: W_Q, W_K, W_V [h d e], W_O [h e d] as the residual
+    stream gets it (:func:`headscope.core.weights.written_W_O`), b_Q, b_K [h e]."""
+
+    W_Q: Tensor
+    W_K: Tensor
+    W_V: Tensor
+    W_O: Tensor
+    b_Q: Tensor
+    b_K: Tensor
+
+
+def head_weights(weights: Weights, layer: int) -> HeadWeights:
+    """Block `layer`'s :class:`HeadWeights`: each converted once for every reader of the layer."""
+    b = weights.blocks[layer]
+    f64 = lambda t: t.to("cpu", torch.float64)  # noqa: E731
+    return HeadWeights(f64(b.W_Q), f64(b.W_K), f64(b.W_V), f64(written_W_O(b, weights.cfg)), f64(b.b_Q), f64(b.b_K))
+
+
 def vocab_gram(weights: Weights, chunk: int = CHUNK) -> Float[Tensor, "d d"]:
-    """W_U W_E [d_model d_model] in float64, summed over vocabulary chunks (no vocab-sized float64 copy)."""
+    """W_U W_E [d_model d_model] in float64, summed over vocabulary chunks (no vocab-sized float64 copy).
+
+    Each chunk's float64 copies go into two buffers kept for every chunk (a fresh one per chunk is a
+    fresh mapping above malloc's mmap threshold, every page faulted in again), each a contiguous
+    [d c] and [c d], as a fresh copy is."""
     d = weights.cfg.d_model
     G = torch.zeros(d, d, dtype=torch.float64)
     V = weights.cfg.vocab                                                                # tokens: no padding rows
+    c = min(chunk, V)
+    buf_U, buf_E = torch.empty(d * c, dtype=torch.float64), torch.empty(c * d, dtype=torch.float64)
     for i in range(0, V, chunk):
-        G += weights.W_U[:, i:min(i + chunk, V)].double() @ weights.W_E[i:min(i + chunk, V)].double()
+        w = min(i + chunk, V) - i
+        U = buf_U[:d * w].view(d, w).copy_(weights.W_U[:, i:i + w])                     # [d w]
+        E = buf_E[:w * d].view(w, d).copy_(weights.W_E[i:i + w])                        # [w d]
+        G += U @ E
     return G
 
 
-def framework_ov_eigenvalues(weights: Weights, layer: int, gram: Tensor | None = None) -> Tensor:
-    """Eigenvalues [head e] (complex) of W_O[h] (W_U W_E) W_V[h]: the nonzero ones of W_E W_OV[h] W_U."""
+def framework_ov_eigenvalues(weights: Weights, layer: int, gram: Tensor | None = None, *,
+                             block: HeadWeights | None = None) -> Tensor:
+    """Eigenvalues [head e] (complex) of W_O[h] (W_U W_E) W_V[h]: the nonzero ones of W_E W_OV[h] W_U.
+    ``block``: the layer's :func:`head_weights` when the caller holds them."""
     G = vocab_gram(weights) if gram is None else gram
-    b = weights.blocks[layer]
-    GV = torch.einsum("cd,hde->hce", G, b.W_V.double())                                  # [h d e]
+    w = head_weights(weights, layer) if block is None else block
+    GV = torch.einsum("cd,hde->hce", G, w.W_V)                                           # [h d e]
     with small_matrices():
-        return torch.linalg.eigvals(written_W_O(b, weights.cfg).double() @ GV)          # [h e]
+        return torch.linalg.eigvals(w.W_O @ GV)                                          # [h e]
 
 
 def composition_cost(cfg) -> float:
@@ -229,7 +260,8 @@ def _low_rank_svd(L: Float[Tensor, "h d e"], R: Float[Tensor, "h d e"], keep: in
         return lift(aL, tL, Uc[..., :k]), sig, lift(aR, tR, Vhc.transpose(-1, -2)[..., :k])
 
 
-def _direction_ends(T: Float[Tensor, "N d"], D: Float[Tensor, "m d"], n: int, exact) -> tuple[Tensor, Tensor]:
+def _direction_ends(T: Float[Tensor, "N d"], D: Float[Tensor, "m d"], n: int, exact, t_norm: float | None = None
+                    ) -> tuple[Tensor, Tensor]:
     """The `n` highest and lowest tokens (positions [m n] each, ties by position) of each direction's
     scores T D[j], exactly as the stable sort of ``exact(j)`` (one matrix-vector product, [N]) lists them.
 
@@ -237,7 +269,8 @@ def _direction_ends(T: Float[Tensor, "N d"], D: Float[Tensor, "m d"], n: int, ex
     γ = 1.01 d ε ‖t‖ ‖D[j]‖ of the exact value in any summation order, so where every gap between
     the first n + 1 (last n + 1) sorted scores exceeds 2 max_t γ, both products sort them alike.
     The other directions (ties, or scores that are rounding noise: a direction that reads
-    nothing) are recomputed with ``exact(j)``.
+    nothing) are recomputed with ``exact(j)``. ``t_norm``: max_t ‖t‖ when the caller holds it
+    (:func:`_max_row_norm` of `T`).
     """
     N, d = T.shape
     approx = D @ T.T                                                                     # [m N]
@@ -246,7 +279,8 @@ def _direction_ends(T: Float[Tensor, "N d"], D: Float[Tensor, "m d"], n: int, ex
     # are tied, so these are the stable sort's first and last k, whatever order topk breaks ties in
     hi, lo = approx.topk(k, dim=-1), approx.topk(k, dim=-1, largest=False)               # [m k] each
     top, bottom = hi.indices[:, :n].clone(), lo.indices[:, :n].clone()
-    tol = 2 * 1.01 * d * torch.finfo(torch.float64).eps * D.norm(dim=1) * float(T.norm(dim=1).max())   # [m]
+    t_norm = _max_row_norm(T) if t_norm is None else t_norm
+    tol = 2 * 1.01 * d * torch.finfo(torch.float64).eps * D.norm(dim=1) * t_norm                     # [m]
     gaps_top, gaps_bottom = hi.values[:, :-1] - hi.values[:, 1:], lo.values[:, 1:] - lo.values[:, :-1]
     unsure = ((gaps_top <= tol[:, None]).any(1) | (gaps_bottom <= tol[:, None]).any(1)).nonzero()[:, 0]
     for j in unsure.tolist():
@@ -255,8 +289,29 @@ def _direction_ends(T: Float[Tensor, "N d"], D: Float[Tensor, "m d"], n: int, ex
     return top, bottom
 
 
+def _max_row_norm(T: Float[Tensor, "N d"]) -> float:
+    """max_t ‖T[t]‖ (the bound :func:`_direction_ends` scales its tolerance by)."""
+    return float(T.norm(dim=1).max())
+
+
+class DirectionVocab(NamedTuple):
+    """The tokens :func:`head_directions` reads, in float64: E = W_E[ids] [N d], U = W_U[:, ids] [d N] and
+    their largest row norms (:func:`_max_row_norm` of E and Uᵀ), formed once for every layer."""
+
+    E: Tensor
+    U: Tensor
+    E_norm: float
+    U_norm: float
+
+
+def direction_vocab(E: Float[Tensor, "N d"], U: Float[Tensor, "d N"]) -> DirectionVocab:
+    """:class:`DirectionVocab` of W_E[ids] and W_U[:, ids] (float64)."""
+    return DirectionVocab(E, U, _max_row_norm(E), _max_row_norm(U.T))
+
+
 def head_directions(weights: Weights, layer: int, ids: Tensor, tokens, k: int = DIRECTIONS,
-                    n: int = DIRECTION_TOKENS, *, vocab: tuple[Tensor, Tensor] | None = None) -> list[dict]:
+                    n: int = DIRECTION_TOKENS, *, vocab: tuple[Tensor, Tensor] | DirectionVocab | None = None,
+                    block: HeadWeights | None = None) -> list[dict]:
     """Per head of `layer`: the singular values of W_OV = W_V W_O and W_QK = W_Q W_Kᵀ and, for the
     top `k` singular triples (σ, u, v), the tokens of `ids` each side reads or writes.
 
@@ -267,42 +322,48 @@ def head_directions(weights: Weights, layer: int, ids: Tensor, tokens, k: int = 
     W_E[t]·u_i score keys with large W_E[s]·v_i highly. Tokens are the given ids' (e.g. the
     atlas's frequent tokens), read through the processed W_E and W_U. `tokens(ids)` gives
     their strings. Float64, from e × e cores (:func:`_low_rank_svd`). ``vocab``: W_E[ids] [N d] and
-    W_U[:, ids] [d N] in float64 when the caller holds them (one copy for every layer).
+    W_U[:, ids] [d N] in float64, or their :func:`direction_vocab`, when the caller holds them (one
+    copy for every layer); ``block``: the layer's :func:`head_weights`.
     """
-    b = weights.blocks[layer]
-    E, Uu = vocab if vocab is not None else (weights.W_E[ids].double(), weights.W_U[:, ids].double())  # [N d] [d N]
+    if vocab is None:
+        vocab = (weights.W_E[ids].double(), weights.W_U[:, ids].double())                # [N d] [d N]
+    E, Uu, E_norm, U_norm = vocab if isinstance(vocab, DirectionVocab) else direction_vocab(*vocab)
+    w = head_weights(weights, layer) if block is None else block
     kk = min(k, weights.cfg.d_head)
-    ov = _low_rank_svd(b.W_V.double(), written_W_O(b, weights.cfg).double().transpose(-1, -2), kk)
-    qk = _low_rank_svd(b.W_Q.double(), b.W_K.double(), kk)
+    ov = _low_rank_svd(w.W_V, w.W_O.transpose(-1, -2), kk)
+    qk = _low_rank_svd(w.W_Q, w.W_K, kk)
     ids = ids.tolist()
-    names: dict[int, str] = {}                                                     # position → string, as needed
 
     # every direction's scores in one product per side (:func:`_direction_ends`: the lists of one
     # matrix-vector product per direction, which orders ties by its own rounding): [h kk n] each
     H = weights.cfg.n_heads
     sides = (ov[0], qk[0], qk[2])                                                         # [h d e] each
     D = torch.stack(sides)[..., :kk].transpose(-1, -2).reshape(3 * H * kk, -1)          # [3·h·kk d]
-    top, bottom = _direction_ends(E, D, n, lambda j: E @ sides[j // (H * kk)][(j // kk) % H, :, j % kk])
-    reads, queries, keys = zip(top.view(3, H, kk, -1), bottom.view(3, H, kk, -1))
+    top, bottom = _direction_ends(E, D, n, lambda j: E @ sides[j // (H * kk)][(j // kk) % H, :, j % kk], E_norm)
+    reads, queries, keys = zip(top.view(3, H, kk, -1).tolist(), bottom.view(3, H, kk, -1).tolist())
     D = ov[2][..., :kk].transpose(-1, -2).reshape(H * kk, -1)                            # [h·kk d]
-    top, bottom = _direction_ends(Uu.T, D, n, lambda j: ov[2][j // kk, :, j % kk] @ Uu)
-    writes = (top.view(H, kk, -1), bottom.view(H, kk, -1))
+    top, bottom = _direction_ends(Uu.T, D, n, lambda j: ov[2][j // kk, :, j % kk] @ Uu, U_norm)
+    writes = (top.view(H, kk, -1).tolist(), bottom.view(H, kk, -1).tolist())
 
-    def strs(pos: Tensor) -> list[str]:
-        new = [i for i in pos.tolist() if i not in names]
-        names.update(zip(new, tokens([ids[i] for i in new])))
-        return [names[i] for i in pos.tolist()]
+    # the strings of every listed position, in one call, in order of first appearance
+    lists = (reads, writes, queries, keys)
+    seen = dict.fromkeys(p for side in lists for end in side for head in end for row in head for p in row)
+    names = dict(zip(seen, tokens([ids[p] for p in seen])))                               # position → string
 
+    def strs(pos: list[int]) -> list[str]:
+        return [names[p] for p in pos]
+
+    ov_sig, qk_sig = ov[1].tolist(), qk[1].tolist()                                      # [h e] each
     out = []
     for h in range(H):
-        row = {"ov_singular_values": ov[1][h].tolist(), "qk_singular_values": qk[1][h].tolist(),
+        row = {"ov_singular_values": ov_sig[h], "qk_singular_values": qk_sig[h],
                "ov_directions": [], "qk_directions": []}
         for i in range(kk):
-            row["ov_directions"].append({"sigma": float(ov[1][h, i]), "reads": strs(reads[0][h, i]),
-                                         "writes": strs(writes[0][h, i]), "reads_neg": strs(reads[1][h, i]),
-                                         "writes_neg": strs(writes[1][h, i])})
-            row["qk_directions"].append({"sigma": float(qk[1][h, i]), "queries": strs(queries[0][h, i]),
-                                         "keys": strs(keys[0][h, i]), "queries_neg": strs(queries[1][h, i]),
-                                         "keys_neg": strs(keys[1][h, i])})
+            row["ov_directions"].append({"sigma": ov_sig[h][i], "reads": strs(reads[0][h][i]),
+                                         "writes": strs(writes[0][h][i]), "reads_neg": strs(reads[1][h][i]),
+                                         "writes_neg": strs(writes[1][h][i])})
+            row["qk_directions"].append({"sigma": qk_sig[h][i], "queries": strs(queries[0][h][i]),
+                                         "keys": strs(keys[0][h][i]), "queries_neg": strs(queries[1][h][i]),
+                                         "keys_neg": strs(keys[1][h][i])})
         out.append(row)
     return out

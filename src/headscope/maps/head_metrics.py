@@ -13,7 +13,7 @@ import torch
 from jaxtyping import Float
 
 from ..lowrank import (small_matrices, sym_eigenvalues, sym_skew_cores, centred_column_factors, factor_cores,
-                       core_eigenvalues)
+                       core_eigenvalues, sym_core)
 
 Tensor = torch.Tensor
 
@@ -38,7 +38,7 @@ def token_forms(q: Float[Tensor, "... n e"], k: Float[Tensor, "... n e"]
     (:func:`headscope.lowrank.centred_column_factors`: [q k]ᵀ[q k] = [q̃ k̃]ᵀ[q̃ k̃] + n c̄ c̄ᵀ)."""
     R_c, R = centred_column_factors(torch.cat([q, k], dim=-1))                     # [... 2e 2e] each
     S, A = factor_cores(R)
-    return S.flatten(-2).norm(dim=-1), A.flatten(-2).norm(dim=-1), core_eigenvalues(factor_cores(R_c)[0])
+    return S.flatten(-2).norm(dim=-1), A.flatten(-2).norm(dim=-1), core_eigenvalues(sym_core(R_c))
 
 
 def symmetry_ratio(sym: float, skew: float) -> float | None:
@@ -75,12 +75,14 @@ def self_scores(q: Float[Tensor, "... n e"], k: Float[Tensor, "... n e"], silent
     """z_t = (s_tt − mean_s s_ts) / std_s s_ts for s_ts = q_t·k_s, from e × e moments (NaN on silent rows)."""
     q, k = q.double(), k.double()
     n = k.shape[-2]
-    diag = (q * k).sum(-1)                                                         # [... n]
+    prod = q * k                                                                   # [... n e], reused below
+    diag = prod.sum(-1)                                                            # [... n]
     k_mean = k.mean(-2)                                                            # [... e]
     kc = k - k_mean[..., None, :]
     cov = kc.transpose(-1, -2) @ kc / n                                            # [... e e]
-    mean = (q * k_mean[..., None, :]).sum(-1)
-    std = ((q @ cov) * q).sum(-1).clamp_min(0).sqrt()                              # [... n]
+    del kc
+    mean = torch.mul(q, k_mean[..., None, :], out=prod).sum(-1)
+    std = (q @ cov).mul_(q).sum(-1).clamp_min(0).sqrt()                            # [... n]
     live = std > silent * std.amax(-1, keepdim=True)
     return torch.where(live, (diag - mean) / torch.where(live, std, torch.ones_like(std)),
                        torch.full_like(std, float("nan")))
@@ -142,17 +144,17 @@ def positional_share(content: Float[Tensor, "... q k"], position: Float[Tensor, 
 def _positional_share(content: Tensor, position: Tensor) -> Tensor:
     mask = torch.isfinite(content) & torch.isfinite(position)
     n = mask.sum(-1).clamp_min(1)                                                  # [... q]
+    zero = torch.zeros((), dtype=torch.float64)
+    finite = {k: torch.where(mask, x.double(), zero) for k, x in (("c", content), ("p", position))}  # 0 off the mask
 
     def row_var(x):
-        x = torch.where(mask, x.double(), torch.zeros((), dtype=torch.float64))
         m = x.sum(-1) / n
-        return torch.where(mask, (x - m[..., None]) ** 2, torch.zeros((), dtype=torch.float64)).sum(-1) / n
+        return torch.where(mask, (x - m[..., None]) ** 2, zero).sum(-1) / n
 
-    vp, vc = row_var(position).sum(-1), row_var(content).sum(-1)
+    vp, vc = row_var(finite["p"]).sum(-1), row_var(finite["c"]).sum(-1)
     total = vp + vc
     # both parts constant on every row, up to rounding of their row means: no share
-    scale = sum(torch.where(mask, x.double(), torch.zeros((), dtype=torch.float64)).pow(2).sum((-1, -2))
-                for x in (content, position))
+    scale = sum(finite[k].pow(2).sum((-1, -2)) for k in ("c", "p"))
     live = total > 1e-24 * scale
     return torch.where(live, vp / torch.where(live, total, torch.ones_like(total)), torch.full_like(total, float("nan")))
 
@@ -163,15 +165,29 @@ def _sorted_complex(lam: Tensor, n: int) -> list[list[float]]:
     return [[-re, -im] for _, re, im in items[:n]]
 
 
-def _per_head(X: Float[Tensor, "n d"], W: Float[Tensor, "h d e"]) -> Float[Tensor, "h n e"]:
+class HeadColumns:
+    """W [h d e] laid out once for any number of products X @ W[h] (:func:`_per_head`): the distinct
+    heads' matrices side by side [d h'·e] (heads whose W[h] are copies of one matrix — grouped-query
+    attention's keys and values, expanded per query head — stored once: h' = h / g)."""
+
+    def __init__(self, W: Float[Tensor, "h d e"]):
+        h, d, e = W.shape
+        self.h, self.g = h, 1
+        while (g := _groups(W)) > 1:                        # as one product per group (g is the largest: once)
+            W, self.g = W[::g], self.g * g
+        self.cols = W.permute(1, 0, 2).reshape(d, -1)                                   # [d h'·e]
+        self.e = e
+
+    def __call__(self, X: Float[Tensor, "n d"]) -> Float[Tensor, "h n e"]:
+        out = (X @ self.cols).view(-1, self.h // self.g, self.e).permute(1, 0, 2)     # [h' n e]
+        return out.repeat_interleave(self.g, dim=0) if self.g > 1 else out             # [h n e]
+
+
+def _per_head(X: Float[Tensor, "n d"], W: "Float[Tensor, 'h d e'] | HeadColumns") -> Float[Tensor, "h n e"]:
     """X @ W[h] for every head as one [n d] @ [d h·e] product; heads whose W[h] are copies of one
-    matrix (grouped-query attention's keys and values, expanded per query head) share one product."""
-    h, d, e = W.shape
-    g = _groups(W)
-    if g > 1:
-        return _per_head(X, W[::g]).repeat_interleave(g, dim=0)                      # [h n e]
-    out = X @ W.permute(1, 0, 2).reshape(d, h * e)                                  # [n h·e]
-    return out.view(-1, h, e).permute(1, 0, 2)                                       # [h n e]
+    matrix (grouped-query attention's keys and values, expanded per query head) share one product.
+    `W` laid out by :class:`HeadColumns` already when it is read more than once."""
+    return (W if isinstance(W, HeadColumns) else HeadColumns(W))(X)
 
 
 def _groups(W: Float[Tensor, "h d e"]) -> int:
@@ -194,17 +210,22 @@ def _float(x) -> float | None:
     return x if np.isfinite(x) else None
 
 
-def _positional_share_deep(X: Tensor, sigma: Tensor, win: Tensor, W_pos: Tensor, ln1_w: Tensor, W_Q: Tensor,
-                           b_Q: Tensor, W_K: Tensor, s: float, hidden: Tensor) -> Tensor:
-    """positional_share of every head of a layer ≥ 1 (module docstring): first order in δ_i. [h]
-    `hidden` [P P]: the layer's mask (:meth:`Config.hidden_keys`: causal, and its local window)."""
-    P = len(win)
+def position_deviation(W_pos: Float[Tensor, "n_ctx d"], P: int) -> Float[Tensor, "P d"]:
+    """c(δ_i) for i < P: the position's deviation δ_i = W_pos[i] − mean W_pos, centred across d (LN1's
+    centring; the deep positional share's position part before LN1's scale and weight)."""
     delta = W_pos[:P] - W_pos.mean(0)                                                # [P d]
-    delta = delta - delta.mean(-1, keepdim=True)                                     # c(δ)
+    return delta - delta.mean(-1, keepdim=True)                                      # c(δ)
+
+
+def _positional_share_deep(X: Tensor, sigma: Tensor, win: Tensor, delta: Tensor, ln1_w: Tensor, W_Q, b_Q: Tensor,
+                           W_K, s: float, hidden: Tensor) -> Tensor:
+    """positional_share of every head of a layer ≥ 1 (module docstring): first order in δ_i. [h]
+    `delta` [P d]: :func:`position_deviation`; W_Q, W_K [h d e] or their :class:`HeadColumns`;
+    `hidden` [P P]: the layer's mask (:meth:`Config.hidden_keys`: causal, and its local window)."""
     p_hat = ln1_w * delta / sigma[win][:, None]                                      # [P d]
     x = X[win]                                                                       # [P d]
-    q = _per_head(x + p_hat, W_Q) + b_Q[:, None]                                     # [h P e]
+    q = _per_head(x + p_hat, W_Q).add_(b_Q[:, None])                                 # [h P e]
     kc, kp = _per_head(x, W_K), _per_head(p_hat, W_K)
-    content = (q @ kc.transpose(1, 2) / s).masked_fill(hidden, float("-inf"))       # [h P P]
-    position = (q @ kp.transpose(1, 2) / s).masked_fill(hidden, float("-inf"))
+    content = (q @ kc.transpose(1, 2)).div_(s).masked_fill_(hidden, float("-inf"))   # [h P P]
+    position = (q @ kp.transpose(1, 2)).div_(s).masked_fill_(hidden, float("-inf"))
     return positional_share(content, position)

@@ -202,8 +202,9 @@ def effective_embeddings_by_layer(
         if l == upto:
             return
         for a in range(0, len(ids), chunk):
-            xa = x[a:a + chunk] + attn_means[l]
-            x[a:a + chunk] = xa + mlp(block, xa, cfg)[0]
+            xa = x[a:a + chunk]                                                         # a view: updated in place
+            xa += attn_means[l]
+            xa += mlp(block, xa, cfg)[0]
 
 
 @torch.no_grad()
