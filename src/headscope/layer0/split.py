@@ -72,7 +72,7 @@ from ..core.tokenizer import word_ids
 from ..core.weights import Block, Weights
 from ..lowrank import small_matrices
 from .split_windows import (  # noqa: F401  (the window-level split: its names re-exported here)
-    _centred, approx_pattern, approx_tv, check_split, crude_pattern, hidden, ln1, queries, split_scores,
+    _centred, approx_pattern, approx_tv, check_split, crude_pattern, hidden, ln1, queries, query_rows, split_scores,
     text_content_factors, text_positional_kernels, true_pattern, true_pattern_rows, true_qk, tv_distance,
 )
 
@@ -384,7 +384,7 @@ def fixed_queries(w: Weights, token: int, p: int) -> Float[Tensor, "p head e"]:
     :func:`fixed_query_scores` scores the keys with, the same for every text)."""
     b0 = w.blocks[0]
     x = ln1(w, w.W_E[token] + w.W_pos[:p])                                        # [p d]
-    return torch.einsum("pd,hde->phe", x, b0.W_Q) + b0.b_Q                        # [p head e]
+    return query_rows(b0, x)                                                      # [p head e]
 
 
 def _fixed_queries_of_length(w: Weights, token: int, p: int, queries: dict[int, Tensor] | None) -> Tensor:
