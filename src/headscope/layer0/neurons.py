@@ -263,8 +263,10 @@ def scan_neurons(
     hi = torch.full((m,), float("-inf"), dtype=dtype)
     lo = torch.full((m,), float("inf"), dtype=dtype)
     best: list | None = None          # one pass: every neuron's running top / bottom k (see below)
+    buf = torch.empty(m * min(chunk, Y.shape[0]), dtype=dtype)          # every chunk's scores (nothing kept in it)
     for s in range(0, Y.shape[0], chunk):                                 # pass 1: running max / min
-        scoreT = torch.empty(m, min(chunk, Y.shape[0] - s), dtype=dtype)
+        c = min(chunk, Y.shape[0] - s)
+        scoreT = buf[:m * c].view(m, c)                                   # [m c], contiguous
         torch.mm(Y[s:s + chunk], M, out=scoreT.T)                         # [m c]: (Y M)ᵀ written transposed
         if best is not None:
             _topk_step(best, scoreT, s, k)
