@@ -156,7 +156,7 @@ def test_running_topk_is_a_stable_sort_of_each_neuron_scores(k):
     S[9, 1], S[240, 1], S[11, 2] = float("inf"), float("inf"), float("-inf")
     Y2 = torch.cat([Y, torch.zeros(1, 5)])
     kk = min(k, S.shape[0])
-    for chunk in (1, 17, 150, 1000):                                             # blocks of 64 and tails
+    for chunk in (1, 17, 64, 128, 150, 1000):                          # blocks of 64 (whole rows of them) and tails
         best = [None, None]
         for s in range(0, S.shape[0], chunk):
             _topk_step(best, S[s:s + chunk].T.contiguous(), s, k)

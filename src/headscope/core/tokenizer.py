@@ -237,9 +237,12 @@ def to_str_tokens(tokenizer, ids: Sequence[int]) -> list[str]:
     """Decode each id on its own, as TransformerLens' ``to_str_tokens`` does.
 
     The result is raw text (``' colour'``, ``'<script'``): escape it with
-    :func:`escape_token` before putting it in HTML.
+    :func:`escape_token` before putting it in HTML. Each distinct id is decoded once (a text repeats
+    its tokens; decoding one id is a pure function of it).
     """
-    return [tokenizer.decode([int(i)]) for i in ids]
+    ids = [int(i) for i in ids]
+    text = {i: tokenizer.decode([i]) for i in dict.fromkeys(ids)}
+    return [text[i] for i in ids]
 
 
 def escape_token(s: str) -> str:

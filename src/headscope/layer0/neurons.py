@@ -137,19 +137,26 @@ def token_values(circuit: Circuit, n: int, dtype=torch.float32, chunk: int = CHU
     bq, bV = fr.bq[circuit.heads].to(dtype), b.b_V[circuit.heads].reshape(H * e).to(dtype)
     wpos = w.W_pos[n].to(dtype)
     ln_w, ln_b = b.ln1_w.to(dtype), b.ln1_b.to(dtype)
-    Y = torch.empty(w.cfg.vocab, H * e, dtype=dtype)                                 # tokens: no padding rows
-    for s in range(0, w.cfg.vocab, chunk):
-        x = w.W_E[s:min(s + chunk, w.cfg.vocab)].to(dtype) + wpos                    # [c d] (a chunk cast at a time)
+    V = w.cfg.vocab
+    Y = torch.empty(V, H * e, dtype=dtype)                                           # tokens: no padding rows
+    rows = min(chunk, V)
+    xb, sq = torch.empty(rows, w.cfg.d_model, dtype=dtype), torch.empty(rows, w.cfg.d_model, dtype=dtype)
+    ob = torch.empty(rows, Wcat.shape[1], dtype=dtype)          # one set of [chunk ·] buffers for every chunk
+    for s in range(0, V, chunk):
+        c = min(s + chunk, V) - s
+        x, out = xb[:c], ob[:c]
+        x.copy_(w.W_E[s:s + c]).add_(wpos)                                           # [c d] = W_E[t].to(dtype) + wpos
         x.sub_(x.mean(-1, keepdim=True))
-        sigma = (x.pow(2).mean(-1, keepdim=True) + w.cfg.ln_eps).sqrt()              # [c 1]
+        sigma = (torch.pow(x, 2, out=sq[:c]).mean(-1, keepdim=True) + w.cfg.ln_eps).sqrt()   # [c 1]
         x.div_(sigma).mul_(ln_w).add_(ln_b)                                          # in place: the same values
-        out = x @ Wcat                                                               # [c H + H*e]
+        torch.mm(x, Wcat, out=out)                                                   # [c H + H*e]
         a = (out[:, :H] + bq - log_S).exp()                                          # [c H] content/S̄
         val = out[:, H:]
         if not position_part:                                                        # drop w₁ ⊙ c(W_pos[n])/σ_t
             pc = (wpos - wpos.mean()) * ln_w                                         # [d]
             val = val - (pc @ Wcat[:, H:])[None, :] / sigma
-        torch.mul((val + bV).view(-1, H, e), a[:, :, None], out=Y[s:s + chunk].view(-1, H, e))   # into Y: no copy
+        val.add_(bV)                                                                 # val + bV, in its buffer
+        torch.mul(val.view(-1, H, e), a[:, :, None], out=Y[s:s + c].view(-1, H, e))  # into Y: no copy
     return Y
 
 
@@ -256,8 +263,10 @@ def scan_neurons(
     hi = torch.full((m,), float("-inf"), dtype=dtype)
     lo = torch.full((m,), float("inf"), dtype=dtype)
     best: list | None = None          # one pass: every neuron's running top / bottom k (see below)
+    buf = torch.empty(m * min(chunk, Y.shape[0]), dtype=dtype)          # every chunk's scores (nothing kept in it)
     for s in range(0, Y.shape[0], chunk):                                 # pass 1: running max / min
-        scoreT = torch.empty(m, min(chunk, Y.shape[0] - s), dtype=dtype)
+        c = min(chunk, Y.shape[0] - s)
+        scoreT = buf[:m * c].view(m, c)                                   # [m c], contiguous
         torch.mm(Y[s:s + chunk], M, out=scoreT.T)                         # [m c]: (Y M)ᵀ written transposed
         if best is not None:
             _topk_step(best, scoreT, s, k)

@@ -72,7 +72,7 @@ from ..core.tokenizer import word_ids
 from ..core.weights import Block, Weights
 from ..lowrank import small_matrices
 from .split_windows import (  # noqa: F401  (the window-level split: its names re-exported here)
-    _centred, approx_pattern, approx_tv, check_split, crude_pattern, hidden, ln1, queries, split_scores,
+    _centred, approx_pattern, approx_tv, check_split, crude_pattern, hidden, ln1, queries, query_rows, split_scores,
     text_content_factors, text_positional_kernels, true_pattern, true_pattern_rows, true_qk, tv_distance,
 )
 
@@ -270,8 +270,14 @@ class Frame:
 
     def content_logits(self, w: Weights, tokens: Int[Tensor, "t"] | slice) -> Float[Tensor, "head t"]:
         """log content_h[n, t] = q_h·E_h[n, t]/s for the given tokens (ids, or a slice of the vocabulary)."""
+        return self.content_readouts(w, tokens).T + self.bq[:, None]           # [head t]
+
+    def content_readouts(self, w: Weights, tokens: Int[Tensor, "t"] | slice, out: Tensor | None = None
+                         ) -> Float[Tensor, "t head"]:
+        """LN(W_E[t] + W_pos[n]) @ Kq [t head]: :meth:`content_logits` before its b_K·q/s, written into
+        `out` [t head] (contiguous) when given."""
         x = ln1(w, w.W_E[tokens] + w.W_pos[self.n])                             # [t d]
-        return (x @ self.Kq).T + self.bq[:, None]                              # [head t]
+        return torch.mm(x, self.Kq, out=out)                                   # [t head]
 
 
 def _check_frame(w: Weights, tokens: Sequence[int], n: int) -> None:
@@ -346,12 +352,13 @@ def log_content_factors(w: Weights, query_token: int, n: int, tokens: Int[Tensor
         return _rs().log_content_factors(w, query_token, n, tokens)
     fr = frame(w, query_token, n, c=1.0)                                          # c does not enter content
     with small_matrices():
-        if tokens is None:                  # the whole vocabulary: row slices of W_E, no gathered copy
-            V = w.cfg.vocab
-            parts = [fr.content_logits(w, slice(a, min(a + CONTENT_CHUNK, V))) for a in range(0, V, CONTENT_CHUNK)]
-        else:
-            parts = [fr.content_logits(w, ids) for ids in tokens.split(CONTENT_CHUNK)]
-        return torch.cat(parts, dim=1).double()
+        V = w.cfg.vocab if tokens is None else len(tokens)
+        R = torch.empty(V, fr.Kq.shape[1], dtype=torch.promote_types(w.W_E.dtype, fr.Kq.dtype))   # [t head]
+        for a in range(0, V, CONTENT_CHUNK):   # the whole vocabulary: row slices of W_E, no gathered copy
+            rows = slice(a, min(a + CONTENT_CHUNK, V)) if tokens is None else tokens[a:a + CONTENT_CHUNK]
+            fr.content_readouts(w, rows, out=R[a:a + CONTENT_CHUNK])           # each chunk's product in place
+        # content_logits' b_K·q/s, once over [head t] (contiguous, as the chunks' concatenation was)
+        return torch.add(R.T, fr.bq[:, None], out=torch.empty(R.shape[1], V, dtype=R.dtype)).double()
 
 
 def seed_log_denominator(log_denom: Float[Tensor, "... head"], fr: Frame) -> Float[Tensor, "... head"]:
@@ -384,7 +391,7 @@ def fixed_queries(w: Weights, token: int, p: int) -> Float[Tensor, "p head e"]:
     :func:`fixed_query_scores` scores the keys with, the same for every text)."""
     b0 = w.blocks[0]
     x = ln1(w, w.W_E[token] + w.W_pos[:p])                                        # [p d]
-    return torch.einsum("pd,hde->phe", x, b0.W_Q) + b0.b_Q                        # [p head e]
+    return query_rows(b0, x)                                                      # [p head e]
 
 
 def _fixed_queries_of_length(w: Weights, token: int, p: int, queries: dict[int, Tensor] | None) -> Tensor:

@@ -64,8 +64,15 @@ def queries(weights: Weights, tokens: Int[Tensor, "p"], positions: Int[Tensor, "
     b = weights.blocks[0]
     learned_positions(weights.cfg, "queries LN(W_E[t] + W_pos[n])")
     positions = torch.arange(len(tokens)) if positions is None else positions
-    x = ln1(weights, weights.W_E[tokens] + weights.W_pos[positions])             # [p d]
-    return torch.einsum("pd,hde->phe", x, b.W_Q) + b.b_Q                          # [p h e]
+    return query_rows(b, ln1(weights, weights.W_E[tokens] + weights.W_pos[positions]))   # [p h e]
+
+
+def query_rows(b, x: Float[Tensor, "p d"]) -> Float[Tensor, "p h e"]:
+    """x W_Q[h] + b_Q[h] for every head of block `b` and each row of x (the queries of LN1 outputs x):
+    one [p d] @ [d h·e] product with W_Q laid out by columns once (:func:`_by_columns`), the values of
+    ``einsum("pd,hde->phe", x, W_Q) + b_Q`` bit for bit without its copy of W_Q at every call."""
+    h, _, e = b.W_Q.shape
+    return (x @ _by_columns(b)[0]).view(x.shape[0], h, e).add_(b.b_Q)             # [p d] @ [d h·e] → [p h e]
 
 
 def hidden(w: Weights, ns: Int[Tensor, "m"], k: int) -> Tensor:
@@ -175,8 +182,7 @@ def _by_columns(b) -> tuple[Tensor, Tensor]:
     memo = b.__dict__.get("_by_columns")
     if memo is not None and memo[0] == key:
         return memo[1]
-    h, d, e = b.W_Q.shape
-    out = tuple(W.permute(1, 0, 2).reshape(d, h * e) for W in parts)             # [h d e] → [d h·e]
+    out = tuple(W.permute(1, 0, 2).reshape(W.shape[1], -1) for W in parts)      # [h d e] → [d h·e]
     b.__dict__["_by_columns"] = (key, out, parts)      # `parts` keeps the ids alive (no reuse)
     return out
 
@@ -187,9 +193,9 @@ def _approx_tv(weights: Weights, tokens: Tensor, c: float, true: Tensor | None, 
     d, P_len = cfg.d_model, len(tokens)
     s, root_d, floor = cfg.attn_scale(0), math.sqrt(d), d * cfg.ln_eps
     h, e = cfg.n_heads, cfg.d_head
-    W_Q, W_K = _by_columns(b)                                                     # [d h·e] each
+    W_K = _by_columns(b)[1]                                                       # [d h·e]
     x = ln1(weights, weights.W_E[tokens] + weights.W_pos[torch.arange(P_len)])    # [q d]
-    Qh = (x @ W_Q).view(P_len, h, e).add_(b.b_Q).transpose(0, 1)                   # [h q e] (queries())
+    Qh = query_rows(b, x).transpose(0, 1)                                         # [h q e] (queries())
     e_x = _centred(weights.W_E[tokens])                                           # [k d]
     p = _centred(weights.W_pos[:P_len])                                           # [p d]
     eK = (e_x @ W_K).view(P_len, h, e).transpose(0, 1)                            # [h k e]

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from .._threads import one_thread
+
 Tensor = torch.Tensor
 
 
@@ -51,8 +53,12 @@ def _beyond(scoreT: Tensor, kth: Tensor, largest: bool, strict: bool, blocks: Te
     full = bb < nf
     tail = cf < c and not bool(full.all())
     rf, bf = (rb[full], bb[full]) if tail else (rb, bb)
-    j, o = passes(scoreT[:, :cf].view(m, nf, BLOCK)[rf, bf], kth[rf]).nonzero(as_tuple=True)   # [nb BLOCK] read
-    r, col = rf[j], bf[j] * BLOCK + o
+    if cf == c and scoreT.is_contiguous():       # whole rows of the [s·nb BLOCK] view: index_select copies rows
+        read = scoreT.view(m * nf, BLOCK).index_select(0, rf * nf + bf)              # [nb BLOCK]
+    else:
+        read = scoreT[:, :cf].view(m, nf, BLOCK)[rf, bf]                             # [nb BLOCK]
+    j, o = passes(read, kth.view(-1).index_select(0, rf)[:, None]).nonzero(as_tuple=True)
+    r, col = rf.index_select(0, j), bf.index_select(0, j) * BLOCK + o
     if not tail:
         return r, col
     rt = rb[~full]
@@ -76,32 +82,39 @@ def _topk_step(best: list, scoreT: Tensor, s: int, k: int) -> None:
     best; they are packed per neuron [s w] (in ascending id) behind the
     kept [s k'] and one stable sort of [s k'+w] merges them: no full top-k over any chunk. NaN is always a candidate and sorts first descending (so the top-1 turns NaN, as
     :meth:`~torch.Tensor.topk` would make it)."""
+    with one_thread():   # exact operations (comparisons, gathers, sorts): the same result on any thread count
+        for side, largest in ((0, True), (1, False)):
+            _topk_side(best, side, largest, scoreT, s, k)
+
+
+def _topk_side(best: list, side: int, largest: bool, scoreT: Tensor, s: int, k: int) -> None:
+    """:func:`_topk_step` for one side (``best[side]``: top if ``largest``, else bottom)."""
     rows_n, c = scoreT.shape
-    for side, largest in ((0, True), (1, False)):
-        prev = best[side]
-        width = 0 if prev is None else prev[0].shape[1]
-        kk = min(k, width + c)
-        if prev is None:                                                   # a bound on the chunk's k-th value
-            blocks = _block_extremes(scoreT, largest)                      # [s nb]
-            src = blocks if blocks.shape[1] >= k else scoreT
-            kth = src.topk(min(k, src.shape[1]), dim=1, largest=largest, sorted=False).values
-            kth = kth.amin(1, keepdim=True) if largest else kth.amax(1, keepdim=True)   # [s 1]
-            r, col = _beyond(scoreT, kth, largest, strict=False, blocks=blocks)
-        elif width < k:                                                    # too few kept: all columns
-            r, col = torch.ones_like(scoreT, dtype=torch.bool).nonzero(as_tuple=True)
-        else:                                                              # strictly beyond the k-th kept
-            r, col = _beyond(scoreT, prev[0][:, -1:], largest, strict=True)
-        cnt = torch.bincount(r, minlength=rows_n)                          # [s]
-        w = int(cnt.max()) if len(r) else 0
-        at = torch.arange(len(r)) - (cnt.cumsum(0) - cnt)[r]               # place within its row
-        V = torch.full((rows_n, w), float("-inf") if largest else float("inf"), dtype=scoreT.dtype)
-        V[r, at] = scoreT[r, col]
-        I = torch.zeros(rows_n, w, dtype=torch.long)
-        I[r, at] = col + s
-        if prev is not None:                                               # kept first: smaller ids
-            V, I = torch.cat([prev[0], V], dim=1), torch.cat([prev[1], I], dim=1)
-        V, pick = V.sort(dim=1, descending=largest, stable=True)
-        best[side] = (V[:, :kk].contiguous(), I.gather(1, pick[:, :kk]))
+    prev = best[side]
+    width = 0 if prev is None else prev[0].shape[1]
+    kk = min(k, width + c)
+    if prev is None:                                                   # a bound on the chunk's k-th value
+        blocks = _block_extremes(scoreT, largest)                      # [s nb]
+        src = blocks if blocks.shape[1] >= k else scoreT
+        kth = src.topk(min(k, src.shape[1]), dim=1, largest=largest, sorted=False).values
+        kth = kth.amin(1, keepdim=True) if largest else kth.amax(1, keepdim=True)   # [s 1]
+        r, col = _beyond(scoreT, kth, largest, strict=False, blocks=blocks)
+    elif width < k:                                                    # too few kept: all columns
+        r, col = torch.ones_like(scoreT, dtype=torch.bool).nonzero(as_tuple=True)
+    else:                                                              # strictly beyond the k-th kept
+        r, col = _beyond(scoreT, prev[0][:, -1:], largest, strict=True)
+    cnt = torch.bincount(r, minlength=rows_n)                          # [s]
+    w = int(cnt.max()) if len(r) else 0
+    at = torch.arange(len(r)) - (cnt.cumsum(0) - cnt).index_select(0, r)   # place within its row
+    flat = r * w + at                                                  # (row, place) in [s w], flattened
+    V = torch.full((rows_n, w), float("-inf") if largest else float("inf"), dtype=scoreT.dtype)
+    V.view(-1).index_copy_(0, flat, scoreT.reshape(-1).index_select(0, r * c + col))   # V[r, at] = scoreT[r, col]
+    I = torch.zeros(rows_n, w, dtype=torch.long)
+    I.view(-1).index_copy_(0, flat, col + s)                           # I[r, at] = col + s
+    if prev is not None:                                               # kept first: smaller ids
+        V, I = torch.cat([prev[0], V], dim=1), torch.cat([prev[1], I], dim=1)
+    V, pick = V.sort(dim=1, descending=largest, stable=True)
+    best[side] = (V[:, :kk].contiguous(), I.gather(1, pick[:, :kk]))
 
 
 def _running_topk(Y: Tensor, Ms: Tensor, k: int, chunk: int) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:

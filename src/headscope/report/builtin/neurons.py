@@ -51,8 +51,8 @@ class NeuronsStage(Stage):
                          "predicted": [[None] + row["predicted"][1:] for row in tr.texts]}
                         for nr, tr in zip(shown, traces)]
         d["max_hist"] = V.max_hist(scan.max_all)
-        d["samples"] = [{"name": t.name, "tokens": model.to_str_tokens(x.tolist())}
-                        for t, x in zip(ctx.inputs.samples, toks)]
+        d["samples"] = [{"name": t.name, "tokens": traces[0].texts[i]["tokens"] if traces    # decoded once
+                         else model.to_str_tokens(x.tolist())} for i, (t, x) in enumerate(zip(ctx.inputs.samples, toks))]
         return d
 
     def render(self, data: dict, ctx) -> Rendered:
