@@ -129,7 +129,9 @@ def composition_costs(cfg) -> dict[str, float]:
       e multiply-adds an entry) and one inner product of them per pair and mode, over the
       n = :func:`_block_entries` (≈ d²/2 · (1 + 1/ROW_BLOCKS)) entries each: (L − 1)·4·h·e·n + P·n.
 
-    The small QR factors (O(d·e²) each, 4 a head) are not counted."""
+    The small QR factors (O(d·e²) each, 4 a head) and the e × e norm products (2·L·h·e³) are not
+    counted, nor the Gram path's cores under its noise floor (3·h·e²·d a writer head and reader layer;
+    data-dependent: none on GPT-2 small's random checkpoint, 36 of the 1296 pairs on the planted one)."""
     L, H, e, d = cfg.n_layers, cfg.n_heads, cfg.d_head, cfg.d_model
     pairs = 3.0 * L * (L - 1) / 2 * H * H
     factors = 4.0 * max(L - 1, 0) * H * d * e * e
@@ -207,9 +209,11 @@ def composition_scores(weights: Weights, max_elements: int = 1 << 24, path: str 
       rows and one product [writers_below, n] @ [n, 3·heads] (n entries; d²/2 per pair and mode
       instead of e²·d). Float64: each squared score is within about (d² + 2e)·ε of the exact one
       (γ_n ‖x‖‖y‖ for a dot product of n terms, here n ≤ d² over unit-norm Grams, ‖G‖_F ≤ 1, plus
-      the Grams' own e-term entries), so a score is exact to ≈ d·√ε absolute where it is 0 (ε of
-      the cores path) and to (d² + 2e)·ε/(2 score²) relative; rounding can make a squared score of
-      orthogonal heads slightly negative: clamped to 0 before the square root (never NaN).
+      the Grams' own e-term entries), so a score s is exact to (d² + 2e)·ε/(2s²) relative (1.5e-15
+      measured at GPT-2 small's widths) but only to ≈ d·√ε absolute near 0, where the cores path
+      resolves ε. Hence pairs with s² ≤ τ² = 1.01·(d² + 2e)·ε (τ ≈ 1.2e-5 at d = 768; rounding can
+      make s² of orthogonal heads negative: clamped to 0 first, never NaN) get their e × e core
+      formed as on the cores path (:func:`_gram_scores`): every score keeps the cores' accuracy.
     """
     from ..core.applicability import weight_circuits
     weight_circuits(weights.cfg, "composition scores")             # OLMo 2 (QK-norm, no pre-norms): refused
@@ -224,13 +228,14 @@ def composition_scores(weights: Weights, max_elements: int = 1 << 24, path: str 
     left = torch.empty(max(L - 1, 0) * H, e, d, dtype=torch.float64)                      # [(L−1)·h e d]
     if path == "gram":
         right = torch.empty(max(L - 1, 0), len(MODES) * H, d, e, dtype=torch.float64)     # [L−1 3·h d e]
+        n_left = torch.zeros(max(L - 1, 0) * H, dtype=torch.float64)                        # [(L−1)·h]
+        n_right = torch.zeros(max(L - 1, 0), len(MODES) * H, dtype=torch.float64)           # [L−1 3·h]
         for l, (n_ov, n_qk, P, F) in enumerate(_layer_factors(weights)):
             if P is not None:
-                left[l * H:(l + 1) * H] = P / torch.where(n_ov > 0, n_ov, 1.0)[:, None, None]
+                left[l * H:(l + 1) * H], n_left[l * H:(l + 1) * H] = P, n_ov
             if F is not None:
-                n = torch.stack([n_qk, n_qk, n_ov])                                           # [3 h]
-                right[l - 1] = (F / torch.where(n > 0, n, 1.0)[..., None, None]).flatten(0, 1)
-        _gram_scores(left, right, out)
+                right[l - 1], n_right[l - 1] = F.flatten(0, 1), torch.cat([n_qk, n_qk, n_ov])
+        _gram_scores(left, n_left, right, n_right, out)
         return out
     he = H * e
     step = max(1, max_elements // (he * len(MODES) * he))                                # writer layers per product
@@ -257,26 +262,44 @@ def composition_scores(weights: Weights, max_elements: int = 1 << 24, path: str 
     return out
 
 
-def _gram_scores(left: Float[Tensor, "W e d"], right: Float[Tensor, "Lm1 R d e"], out: dict) -> None:
-    """The Gram path of :func:`composition_scores`: `left` the W = (L−1)·h writers' unit-norm
-    factors, `right` the L − 1 reader layers' unit-norm factors (3·h each, modes Q, K, V);
-    writes √max(⟨G_A, H_B⟩, 0) into `out`."""
+def _gram_scores(left: Float[Tensor, "W e d"], n_left: Float[Tensor, "W"], right: Float[Tensor, "Lm1 R d e"],
+                 n_right: Float[Tensor, "Lm1 R"], out: dict) -> None:
+    """The Gram path of :func:`composition_scores`: `left` the W = (L−1)·h writers' factors P_A and
+    their norms, `right` the L − 1 reader layers' factors F_B (3·h each, modes Q, K, V) and theirs;
+    writes √max(⟨G_A, H_B⟩, 0) of the unit-norm Grams into `out` — except below the noise floor
+    score² ≤ τ² = 1.01·(d² + 2e)·ε (the docstring's bound: there the Gram value may be all
+    rounding), where the writer's cores with the reader layer are formed as on the cores path, one
+    row block [e 3·h·e] of its product (3·h·e²·d a writer head and reader layer; none on GPT-2
+    small's random checkpoint, the exactly or nearly orthogonal planted pairs), so that no score
+    loses more than its last digits."""
     W, e, d = left.shape
     Lm1, R = right.shape[0], right.shape[1]
     H = R // len(MODES)
+    inv_l = torch.where(n_left > 0, 1 / n_left.square(), 0.0)                            # [W] 1/‖W_OV‖²
+    inv_r = torch.where(n_right > 0, 1 / n_right.square(), 0.0)                          # [L−1 3·h] 1/‖M‖²
     sq = torch.zeros(Lm1, W, R, dtype=torch.float64)                   # [reader layer, writers, 3·h]
     B = _block_rows(d)
     for i0 in range(0, d, B):
         i1 = min(d, i0 + B)
         G = left[:, :, i0:i1].transpose(-1, -2) @ left[:, :, i0:]                        # [W b d−i0]
         G[:, :, i1 - i0:] *= 2                                                           # G_ij and G_ji, i < j
-        G = G.view(W, -1)                                                                # [W b·(d−i0)]
+        G = G.mul_(inv_l[:, None, None]).view(W, -1)                                     # [W b·(d−i0)], unit norm
         for lb in range(1, Lm1 + 1):
             F = right[lb - 1]                                                            # [3·h d e]
             Hs = (F[:, i0:i1] @ F[:, i0:].transpose(-1, -2)).view(R, -1)                 # [3·h b·(d−i0)]
-            sq[lb - 1, :lb * H] += G[:lb * H] @ Hs.T                                     # [lb·h 3·h]
+            sq[lb - 1, :lb * H] += G[:lb * H] @ Hs.mul_(inv_r[lb - 1, :, None]).T       # [lb·h 3·h]
         del G
-    s = sq.clamp_(min=0).sqrt_().view(Lm1, Lm1, H, len(MODES), H)                       # [lb−1 la hA 3 hB]
+    below = sq <= 1.01 * (d * d + 2 * e) * torch.finfo(torch.float64).eps               # [L−1 W 3·h]
+    below &= torch.arange(W)[None, :, None] < H * torch.arange(1, Lm1 + 1)[:, None, None]   # writers below
+    s = sq.clamp_(min=0).sqrt_()
+    for lb1 in below.any(2).any(1).nonzero()[:, 0].tolist():                             # the cores path's
+        Rb = right[lb1].transpose(0, 1).reshape(d, R * e)                                # [d 3·h·e], its layout
+        for w in below[lb1].any(1).nonzero()[:, 0].tolist():                             # products, row by row
+            num = (left[w] @ Rb).square_().view(1, 1, e, len(MODES), H, e).sum((2, 5)).sqrt_().view(R)
+            den = n_left[w] * n_right[lb1]                                               # [3·h]
+            r = below[lb1, w]
+            s[lb1, w, r] = torch.where(den > 0, num / torch.where(den > 0, den, 1.0), 0.0)[r]
+    s = s.view(Lm1, Lm1, H, len(MODES), H)                                               # [lb−1 la hA 3 hB]
     for lb in range(1, Lm1 + 1):
         for i, m in enumerate(MODES):
             out[m][:lb, :, lb, :] = s[lb - 1, :lb, :, i]
