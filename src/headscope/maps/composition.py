@@ -39,6 +39,7 @@ import torch
 from jaxtyping import Float
 
 from .._html_repr import HtmlRepr, render_text
+from .._threads import one_thread
 from ..lowrank import column_factor, small_matrices
 from ..core.weights import Weights, written_W_O
 
@@ -279,15 +280,28 @@ def _gram_scores(left: Float[Tensor, "W e d"], n_left: Float[Tensor, "W"], right
     inv_r = torch.where(n_right > 0, 1 / n_right.square(), 0.0)                          # [L−1 3·h] 1/‖M‖²
     sq = torch.zeros(Lm1, W, R, dtype=torch.float64)                   # [reader layer, writers, 3·h]
     B = _block_rows(d)
+    # the row blocks' Grams in two buffers reused block after block (a fresh tensor of this size a
+    # block costs its page faults: twice the CPU of the product, measured)
+    G_buf = torch.empty(W * B * d, dtype=torch.float64)
+    H_buf = torch.empty(R * B * d, dtype=torch.float64)
     for i0 in range(0, d, B):
         i1 = min(d, i0 + B)
-        G = left[:, :, i0:i1].transpose(-1, -2) @ left[:, :, i0:]                        # [W b d−i0]
-        G[:, :, i1 - i0:] *= 2                                                           # G_ij and G_ji, i < j
-        G = G.mul_(inv_l[:, None, None]).view(W, -1)                                     # [W b·(d−i0)], unit norm
-        for lb in range(1, Lm1 + 1):
-            F = right[lb - 1]                                                            # [3·h d e]
-            Hs = (F[:, i0:i1] @ F[:, i0:].transpose(-1, -2)).view(R, -1)                 # [3·h b·(d−i0)]
-            sq[lb - 1, :lb * H] += G[:lb * H] @ Hs.mul_(inv_r[lb - 1, :, None]).T       # [lb·h 3·h]
+        b, w = i1 - i0, d - i0
+        # rows i0:i1 of 2·G_A/‖W_OV^A‖², columns i0: (the scale on the small left operand [W e b]), then
+        # the diagonal block halved: G_ij and G_ji (i < j) both counted, each entry of the triangle once
+        A = left[:, :, i0:i1].transpose(-1, -2) * (2 * inv_l)[:, None, None]             # [W b e]
+        G = torch.bmm(A, left[:, :, i0:], out=G_buf[:W * b * w].view(W, b, w))           # [W b d−i0]
+        G[:, :, :b] *= 0.5
+        G = G.view(W, b * w)                                                             # [W b·(d−i0)], unit norm
+        # per reader layer one thin product [lb·h b·w] @ [b·w 3·h]: memory-bound, on one thread
+        # (two threads spent 3× the CPU on 2 busy cores, measured)
+        with one_thread():
+            for lb in range(1, Lm1 + 1):
+                F = right[lb - 1]                                                        # [3·h d e]
+                Fb = F[:, i0:i1] * inv_r[lb - 1, :, None, None]                          # [3·h b e], 1/‖M‖²
+                Hs = torch.bmm(Fb, F[:, i0:].transpose(-1, -2), out=H_buf[:R * b * w].view(R, b, w))
+                Hs = Hs.view(R, b * w)                                                   # [3·h b·(d−i0)]
+                sq[lb - 1, :lb * H] += G[:lb * H] @ Hs.T                                 # [lb·h 3·h]
         del G
     below = sq <= 1.01 * (d * d + 2 * e) * torch.finfo(torch.float64).eps               # [L−1 W 3·h]
     below &= torch.arange(W)[None, :, None] < H * torch.arange(1, Lm1 + 1)[:, None, None]   # writers below
