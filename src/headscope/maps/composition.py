@@ -153,7 +153,8 @@ def composition_bytes(cfg) -> dict[str, float]:
 
 def composition_path(cfg, max_bytes: float = MAX_BYTES) -> str:
     """The path :func:`composition_scores` takes: ``"gram"`` where it has fewer multiply-adds
-    (:func:`composition_costs`; roughly where d·(1 + 4/L·…) < 2e²) and holds at most `max_bytes`
+    (:func:`composition_costs`; with n ≈ d²/2, where d/(2e²) < 1/(1 + 8e/(3·L·h)): GPT-2 small
+    0.09 < 0.46) and holds at most `max_bytes`
     (:func:`composition_bytes`), else ``"cores"`` (GPT-2 small and medium: gram; large and XL,
     whose Gram path would hold 2.4 and 5.4 GB: cores)."""
     cost = composition_costs(cfg)
