@@ -290,13 +290,14 @@ def _gram_scores(left: Float[Tensor, "W e d"], n_left: Float[Tensor, "W"], right
         b, w = i1 - i0, d - i0
         # rows i0:i1 of 2·G_A/‖W_OV^A‖², columns i0: (the scale on the small left operand [W e b]), then
         # the diagonal block halved: G_ij and G_ji (i < j) both counted, each entry of the triangle once
-        A = left[:, :, i0:i1].transpose(-1, -2) * (2 * inv_l)[:, None, None]             # [W b e]
-        G = torch.bmm(A, left[:, :, i0:], out=G_buf[:W * b * w].view(W, b, w))           # [W b d−i0]
-        G[:, :, :b] *= 0.5
-        G = G.view(W, b * w)                                                             # [W b·(d−i0)], unit norm
-        # per reader layer one thin product [lb·h b·w] @ [b·w 3·h]: memory-bound, on one thread
-        # (two threads spent 3× the CPU on 2 busy cores, measured)
         with one_thread():
+            A = left[:, :, i0:i1].transpose(-1, -2) * (2 * inv_l)[:, None, None]         # [W b e]
+        G = torch.bmm(A, left[:, :, i0:], out=G_buf[:W * b * w].view(W, b, w))           # [W b d−i0]
+        # the rest on one thread: elementwise passes and thin products [lb·h b·w] @ [b·w 3·h] are
+        # memory-bound (two threads spent 3× the CPU on 2 busy cores, measured)
+        with one_thread():
+            G[:, :, :b] *= 0.5
+            G = G.view(W, b * w)                                                         # [W b·(d−i0)], unit norm
             for lb in range(1, Lm1 + 1):
                 F = right[lb - 1]                                                        # [3·h d e]
                 Fb = F[:, i0:i1] * inv_r[lb - 1, :, None, None]                          # [3·h b e], 1/‖M‖²
@@ -304,6 +305,15 @@ def _gram_scores(left: Float[Tensor, "W e d"], n_left: Float[Tensor, "W"], right
                 Hs = Hs.view(R, b * w)                                                   # [3·h b·(d−i0)]
                 sq[lb - 1, :lb * H] += G[:lb * H] @ Hs.T                                 # [lb·h 3·h]
         del G
+    with one_thread():
+        _floor_cores(sq, left, n_left, right, n_right, out)
+
+
+def _floor_cores(sq, left, n_left, right, n_right, out) -> None:
+    """:func:`_gram_scores`' square roots, with the cores path's products under the noise floor."""
+    W, e, d = left.shape
+    Lm1, R = right.shape[0], right.shape[1]
+    H = R // len(MODES)
     below = sq <= 1.01 * (d * d + 2 * e) * torch.finfo(torch.float64).eps               # [L−1 W 3·h]
     below &= torch.arange(W)[None, :, None] < H * torch.arange(1, Lm1 + 1)[:, None, None]   # writers below
     s = sq.clamp_(min=0).sqrt_()
