@@ -171,14 +171,10 @@ def _layer_factors(weights: Weights):
     P = R_V W_O [h e d] (None at the last layer), the reader's right factors [3 h d e] of modes
     Q, K, V: W_Q R_Kᵀ, W_K R_Qᵀ, W_V R_Oᵀ (None at layer 0)), float64
     (:func:`composition_scores`)."""
-    cfg = weights.cfg
-    L = cfg.n_layers
+    L = weights.cfg.n_layers
     T = lambda x: x.transpose(-1, -2)  # noqa: E731
     for l in range(L):
-        b = weights.blocks[l]
-        W_Q, W_K, W_V = b.W_Q.double(), b.W_K.double(), b.W_V.double()                  # [h d e] ×3
-        W_O = written_W_O(b, cfg).double()                                               # [h e d] as written
-        del b
+        W_Q, W_K, W_V, W_O = head_weights(weights, l)[:4]                                # [h d e] ×3, [h e d] written
         R = {"Q": _r(W_Q), "K": _r(W_K), "V": _r(W_V), "O": _r(W_O.transpose(-1, -2))}  # [h e e]
         n_ov = (R["V"] @ T(R["O"])).flatten(-2).norm(dim=-1)                              # [h] ‖W_V W_O‖_F
         n_qk = (R["Q"] @ T(R["K"])).flatten(-2).norm(dim=-1)                              # [h] ‖W_Q W_Kᵀ‖_F
