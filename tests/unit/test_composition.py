@@ -47,8 +47,9 @@ def test_composition_scores_equal_the_d_by_d_definition():
                             assert got == pytest.approx(_direct(W, mode, la, ha, lb, hb), rel=1e-10)
     # Q and K differ (the reader's two sides), so a swap of conventions is caught
     assert not torch.allclose(s["Q"], s["K"])
-    chunked = C.composition_scores(W, max_elements=1)                                # one writer layer per product
-    assert all(torch.equal(chunked[m], s[m]) for m in C.MODES)
+    cores = C.composition_scores(W, path="cores")
+    chunked = C.composition_scores(W, max_elements=1, path="cores")                  # one writer layer per product
+    assert all(torch.equal(chunked[m], cores[m]) for m in C.MODES)
 
 
 def test_a_planted_k_composition_is_the_strongest_edge_and_random_pairs_sit_at_one_over_root_d():
@@ -76,12 +77,18 @@ def test_framework_copying_eigenvalues_are_those_of_the_vocab_by_vocab_ov_circui
 
 
 def test_composition_cost_counts_the_products_it_forms():
-    """The cost formula equals the multiply-adds of the writer × reader products, counted pair by pair."""
+    """Each path's cost formula equals its multiply-adds counted pair by pair and head by head."""
     for L, h, d in ((3, 3, 42), (4, 2, 30), (12, 12, 768)):
         cfg = Config(n_layers=L, d_model=d, n_heads=h, d_mlp=4 * d, d_vocab=50, n_ctx=8)
         e = cfg.d_head
-        counted = sum(3 * (h * e) * d * (h * e) for lb in range(L) for la in range(lb))
-        assert C.composition_cost(cfg) == counted
+        factors = sum(h * e * e * d + 3 * h * d * e * e for _ in range(L - 1))          # R_V W_O; W_Q R_Kᵀ…
+        cores = sum(3 * (h * e) * d * (h * e) for lb in range(L) for la in range(lb))
+        B = math.ceil(d / C.ROW_BLOCKS)
+        n = sum((i1 - i0) * (d - i0) for i0 in range(0, d, B) for i1 in [min(d, i0 + B)])
+        assert n >= d * (d + 1) // 2
+        gram = sum(4 * h * e * n for _ in range(L - 1)) + sum(3 * h * h * n for lb in range(L) for la in range(lb))
+        assert C.composition_costs(cfg) == {"cores": factors + cores, "gram": factors + gram}
+        assert C.composition_cost(cfg) == C.composition_costs(cfg)[C.composition_path(cfg)]
 
 
 def test_report_stage_leaves_large_models_to_the_command(tiny, monkeypatch):

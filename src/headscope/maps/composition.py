@@ -10,11 +10,14 @@ layer l_B > l_A reading it::
 with M_B = W_Q^B W_K^Bᵀ (Q-composition: A's output feeds B's query), W_K^B W_Q^Bᵀ
 (K-composition: A's output feeds B's key) or W_V^B W_O^B (V-composition). Pairs with
 l_B ≤ l_A score 0 (as TransformerLens masks them). Every matrix is a product of two
-rank-e factors (e = d_head), so no d × d product is formed: for a factor F [d e],
+rank-e factors (e = d_head), so no d × d circuit is formed: for a factor F [d e],
 ‖F X‖_F = ‖R_F X‖_F with R_F [e e] the triangular factor of F = Q R (Q orthonormal
 columns), and likewise on the right. Hence, e.g. for K-composition,
 ‖W_V^A W_O^A W_K^B W_Q^Bᵀ‖_F = ‖R_V^A (W_O^A W_K^B) R_Q^Bᵀ‖_F — an e × e matrix per
-pair, W_O^A W_K^B [e e] costing e²·d. All in float64. The weights are read as given:
+pair, W_O^A W_K^B [e e] costing e²·d. Or, with fewer multiply-adds where d < 2e² (GPT-2: d 768,
+e 64), the squared numerator is the inner product ⟨G_A, H_B⟩ of two symmetric d × d Grams
+(W_OV^Aᵀ W_OV^A and M_B M_Bᵀ), d²/2 a pair after the Grams' d²·e/2 a head
+(:func:`composition_scores`, :func:`composition_path`). All in float64. The weights are read as given:
 ``model.weights()`` (the default processing, equal to TransformerLens's) gives
 TransformerLens's figures.
 
@@ -36,6 +39,7 @@ import torch
 from jaxtyping import Float
 
 from .._html_repr import HtmlRepr, render_text
+from .._threads import one_thread
 from ..lowrank import column_factor, small_matrices
 from ..core.weights import Weights, written_W_O
 
@@ -99,66 +103,227 @@ def framework_ov_eigenvalues(weights: Weights, layer: int, gram: Tensor | None =
         return torch.linalg.eigvals(w.W_O @ GV)                                          # [h e]
 
 
+ROW_BLOCKS = 16     #: row blocks of the d × d Grams on the Gram path (its block triangle exceeds the triangle by ≤ 1/16)
+MAX_BYTES = 1 << 31  #: memory the Gram path may hold (its factors and one row block of the writers' Grams)
+
+
+def _block_rows(d: int) -> int:
+    """Rows per row block of the d × d Grams: ⌈d / ROW_BLOCKS⌉."""
+    return -(-d // ROW_BLOCKS)
+
+
+def _block_entries(d: int) -> int:
+    """Entries of the d × d block upper triangle the Gram path reads: Σ over row blocks [i0, i1) of
+    (i1 − i0)·(d − i0) (the triangle d(d+1)/2 and the diagonal blocks' lower halves)."""
+    B = _block_rows(d)
+    return sum(min(B, d - i0) * (d - i0) for i0 in range(0, d, B))
+
+
+def composition_costs(cfg) -> dict[str, float]:
+    """Multiply-adds of each path of :func:`composition_scores` on a model of shape `cfg` (L layers,
+    h heads, e = d_head, d = d_model; the L − 1 writer and L − 1 reader layers, the pairs
+    P = 3 · L(L−1)/2 · h² of (writer, reader, mode)). Both form the factors: h·e²·d a writer head
+    (R_V W_O) and 3·h·d·e² a reader head (its three modes), (L − 1)·4·h·d·e² in all; then
+
+    - ``"cores"``: an e × e core per pair and mode, e²·d each: P · e² · d;
+    - ``"gram"``: the row blocks of every writer's and reader mode's Gram ((L − 1)·4·h of them,
+      e multiply-adds an entry) and one inner product of them per pair and mode, over the
+      n = :func:`_block_entries` (≈ d²/2 · (1 + 1/ROW_BLOCKS)) entries each: (L − 1)·4·h·e·n + P·n.
+
+    The small QR factors (O(d·e²) each, 4 a head) and the e × e norm products (2·L·h·e³) are not
+    counted, nor the Gram path's cores under its noise floor (3·h·e²·d a writer head and reader layer;
+    data-dependent: none on GPT-2 small's random checkpoint, 36 of the 1296 pairs on the planted one)."""
+    L, H, e, d = cfg.n_layers, cfg.n_heads, cfg.d_head, cfg.d_model
+    pairs = 3.0 * L * (L - 1) / 2 * H * H
+    factors = 4.0 * max(L - 1, 0) * H * d * e * e
+    n = _block_entries(d)
+    return {"cores": factors + pairs * e * e * d, "gram": factors + 4.0 * max(L - 1, 0) * H * e * n + pairs * n}
+
+
+def composition_bytes(cfg) -> dict[str, float]:
+    """Float64 bytes each path holds at its peak, beyond the weights (the cores path also holds one
+    product of at most `max_elements`, 2²⁷ bytes by default): ``"cores"`` the writers' left
+    factors ((L − 1)·h·e·d); ``"gram"`` every writer's and reader mode's factor
+    ((L − 1)·4·h·e·d), one row block of every writer's Gram ((L − 1)·h·B·d) and of one reader
+    layer's three modes (3·h·B·d), B = :func:`_block_rows`."""
+    L, H, e, d = cfg.n_layers, cfg.n_heads, cfg.d_head, cfg.d_model
+    B, W = _block_rows(d), max(L - 1, 0) * H
+    return {"cores": 8.0 * W * e * d, "gram": 8.0 * (4 * W * e * d + W * B * d + 3 * H * B * d)}
+
+
+def composition_path(cfg, max_bytes: float = MAX_BYTES) -> str:
+    """The path :func:`composition_scores` takes: ``"gram"`` where it has fewer multiply-adds
+    (:func:`composition_costs`; with n ≈ d²/2, where d/(2e²) < 1/(1 + 8e/(3·L·h)): GPT-2 small
+    0.09 < 0.46) and holds at most `max_bytes`
+    (:func:`composition_bytes`), else ``"cores"`` (GPT-2 small and medium: gram; large and XL,
+    whose Gram path would hold 2.4 and 5.4 GB: cores)."""
+    cost = composition_costs(cfg)
+    return "gram" if cost["gram"] < cost["cores"] and composition_bytes(cfg)["gram"] <= max_bytes else "cores"
+
+
 def composition_cost(cfg) -> float:
-    """Multiply-adds of :func:`composition_scores` on a model of shape `cfg`: for each of the
-    3 modes, every reader layer l meets the l·h·e writer rows below it, d_model deep, in its
-    h·e columns — 3 · Σ_l l·(h·e)²·d = 3 · L(L−1)/2 · (h·e)² · d (GPT-2 small 0.2·10¹²,
-    medium 0.9·10¹², large 4.0·10¹², XL 14·10¹²)."""
-    he = cfg.n_heads * cfg.d_head
-    return 3.0 * cfg.n_layers * (cfg.n_layers - 1) / 2 * he * he * cfg.d_model
+    """Multiply-adds of :func:`composition_scores` on a model of shape `cfg`, on the path it takes
+    (:func:`composition_path`, :func:`composition_costs`)."""
+    return composition_costs(cfg)[composition_path(cfg)]
+
+def _layer_factors(weights: Weights):
+    """Per layer l, each block read once: (‖W_OV‖_F [h], ‖W_QK‖_F [h], the writer's left factor
+    P = R_V W_O [h e d] (None at the last layer), the reader's right factors [3 h d e] of modes
+    Q, K, V: W_Q R_Kᵀ, W_K R_Qᵀ, W_V R_Oᵀ (None at layer 0)), float64
+    (:func:`composition_scores`)."""
+    L = weights.cfg.n_layers
+    T = lambda x: x.transpose(-1, -2)  # noqa: E731
+    for l in range(L):
+        W_Q, W_K, W_V, W_O = head_weights(weights, l)[:4]                                # [h d e] ×3, [h e d] written
+        R = {"Q": _r(W_Q), "K": _r(W_K), "V": _r(W_V), "O": _r(W_O.transpose(-1, -2))}  # [h e e]
+        n_ov = (R["V"] @ T(R["O"])).flatten(-2).norm(dim=-1)                              # [h] ‖W_V W_O‖_F
+        n_qk = (R["Q"] @ T(R["K"])).flatten(-2).norm(dim=-1)                              # [h] ‖W_Q W_Kᵀ‖_F
+        left = R["V"] @ W_O if l < L - 1 else None                                       # [h e d]
+        right = torch.stack([W_Q @ T(R["K"]), W_K @ T(R["Q"]), W_V @ T(R["O"])]) if l else None  # [3 h d e]
+        yield n_ov, n_qk, left, right
+        del W_Q, W_K, W_V, W_O, R, left, right
 
 
-def composition_scores(weights: Weights, max_elements: int = 1 << 24) -> dict[str, Float[Tensor, "L h L h"]]:
+def composition_scores(weights: Weights, max_elements: int = 1 << 24, path: str | None = None
+                       ) -> dict[str, Float[Tensor, "L h L h"]]:
     """{mode: scores [layer_A head_A layer_B head_B]} for modes Q, K, V (module docstring); 0 where l_B ≤ l_A.
 
     With R_X the e × e factor of W_X (and R_O that of W_Oᵀ): the writer's left factor
-    P_A = R_V^A W_O^A [e d]; the reader's right factor W_Q R_Kᵀ (Q), W_K R_Qᵀ (K) or
-    W_V R_Oᵀ (V) [d e]; the numerator is ‖P_A · right_B‖_F. Every pair's e × e core P_A right_B
-    is needed (e²·d multiply-adds a pair and mode: the minimal product of this factorisation), and
-    all of them for a reader layer are one matrix product: the writers of the layers below, stacked
-    ([writers·e d]), times the layer's three modes side by side ([d 3·heads·e]), chunked to at most
-    `max_elements` entries. (Each entry is the same dot product as with one product per mode.)
+    P_A = R_V^A W_O^A [e d]; the reader's right factor F_B = W_Q R_Kᵀ (Q), W_K R_Qᵀ (K) or
+    W_V R_Oᵀ (V) [d e]; the numerator is ‖P_A F_B‖_F, and ‖P_A‖_F = ‖W_OV^A‖_F, ‖F_B‖_F = ‖M_B‖_F.
+    Two exact ways to it (`path`; default :func:`composition_path`, the one with fewer
+    multiply-adds within :data:`MAX_BYTES`):
+
+    - ``"cores"``: every pair's e × e core P_A F_B (e²·d multiply-adds a pair and mode); all of
+      them for a reader layer are one matrix product: the writers of the layers below, stacked
+      ([writers·e d]), times the layer's three modes side by side ([d 3·heads·e]), chunked to at
+      most `max_elements` entries (each entry the same dot product as with one product per mode).
+    - ``"gram"``: ‖P_A F_B‖²_F = tr(F_Bᵀ P_Aᵀ P_A F_B) = ⟨G_A, H_B⟩_F with the symmetric d × d Grams
+      G_A = P_Aᵀ P_A = W_OVᵀ W_OV and H_B = F_B F_Bᵀ = M_B M_Bᵀ, of the factors scaled to unit
+      norm (P_A/‖P_A‖_F, F_B/‖F_B‖_F), so ⟨G_A, H_B⟩ is the squared score itself. Symmetry halves
+      it: ⟨G, H⟩ = Σ_i G_ii H_ii + 2 Σ_{i<j} G_ij H_ij, read in row blocks [i0, i1) of
+      :func:`_block_rows` rows, columns i0… (the diagonal block whole, the rest doubled — exactly).
+      For each row block: every writer's Gram rows once, then per reader layer its three modes'
+      rows and one product [writers_below, n] @ [n, 3·heads] (n entries; d²/2 per pair and mode
+      instead of e²·d). Float64: each squared score is within about (d² + 2e)·ε of the exact one
+      (γ_n ‖x‖‖y‖ for a dot product of n terms, here n ≤ d² over unit-norm Grams, ‖G‖_F ≤ 1, plus
+      the Grams' own e-term entries), so a score s is exact to (d² + 2e)·ε/(2s²) relative (1.5e-15
+      measured at GPT-2 small's widths) but only to ≈ d·√ε absolute near 0, where the cores path
+      resolves ε. Hence pairs with s² ≤ τ² = 1.01·(d² + 2e)·ε (τ ≈ 1.2e-5 at d = 768; rounding can
+      make s² of orthogonal heads negative: clamped to 0 first, never NaN) get their e × e core
+      formed as on the cores path (:func:`_gram_scores`): every score keeps the cores' accuracy.
     """
     from ..core.applicability import weight_circuits
     weight_circuits(weights.cfg, "composition scores")             # OLMo 2 (QK-norm, no pre-norms): refused
     cfg = weights.cfg
+    path = composition_path(cfg) if path is None else path
+    if path not in ("cores", "gram"):
+        raise ValueError(f"path must be 'cores' or 'gram', not {path!r}")
     L, H, e, d = cfg.n_layers, cfg.n_heads, cfg.d_head, cfg.d_model
-    he = H * e
-    T = lambda x: x.transpose(-1, -2)  # noqa: E731
     out = {m: torch.zeros(L, H, L, H, dtype=torch.float64) for m in MODES}
+    # one pass over the layers, each block read once (a model that holds only some of its blocks
+    # rebuilds none): the writers' left factors kept from below, in one buffer
+    left = torch.empty(max(L - 1, 0) * H, e, d, dtype=torch.float64)                      # [(L−1)·h e d]
+    if path == "gram":
+        right = torch.empty(max(L - 1, 0), len(MODES) * H, d, e, dtype=torch.float64)     # [L−1 3·h d e]
+        n_left = torch.zeros(max(L - 1, 0) * H, dtype=torch.float64)                        # [(L−1)·h]
+        n_right = torch.zeros(max(L - 1, 0), len(MODES) * H, dtype=torch.float64)           # [L−1 3·h]
+        for l, (n_ov, n_qk, P, F) in enumerate(_layer_factors(weights)):
+            if P is not None:
+                left[l * H:(l + 1) * H], n_left[l * H:(l + 1) * H] = P, n_ov
+            if F is not None:
+                right[l - 1], n_right[l - 1] = F.flatten(0, 1), torch.cat([n_qk, n_qk, n_ov])
+        _gram_scores(left, n_left, right, n_right, out)
+        return out
+    he = H * e
     step = max(1, max_elements // (he * len(MODES) * he))                                # writer layers per product
-    # one pass over the layers, each block read once (a model that holds only some of its
-    # blocks rebuilds none): reader layer lb meets the writers' left factors kept from below it,
-    # in one buffer (a chunk of writer layers is a view, not a copy)
-    left = torch.empty(max(L - 1, 0) * he, d, dtype=torch.float64)                       # [(L−1)·h·e d]
-    n_ov: list[Tensor] = []                                                              # [h] per layer
-    for lb in range(L):
-        b = weights.blocks[lb]
-        W_Q, W_K, W_V = b.W_Q.double(), b.W_K.double(), b.W_V.double()                  # [h d e] ×3
-        W_O = written_W_O(b, cfg).double()                                               # [h e d] as written
-        del b
-        R = {"Q": _r(W_Q), "K": _r(W_K), "V": _r(W_V), "O": _r(W_O.transpose(-1, -2))}  # [h e e]
-        n_ov.append((R["V"] @ T(R["O"])).flatten(-2).norm(dim=-1))                       # [h] ‖W_V W_O‖_F
-        n_qk = (R["Q"] @ T(R["K"])).flatten(-2).norm(dim=-1)                              # [h] ‖W_Q W_Kᵀ‖_F
-        if lb:
-            norm_b = torch.stack([n_qk, n_qk, n_ov[lb]])                                 # [3 hB], modes Q K V
-            Rb = torch.stack([W_Q @ T(R["K"]), W_K @ T(R["Q"]), W_V @ T(R["O"])])          # [3 hB d e]
-            Rb = Rb.permute(2, 0, 1, 3).reshape(d, len(MODES) * he)                       # [d 3·hB·e]
+    left = left.view(-1, d)                                                              # [(L−1)·h·e d]
+    n_ovs: list[Tensor] = []                                                             # [h] per layer
+    for lb, (n_ov, n_qk, P, F) in enumerate(_layer_factors(weights)):
+        n_ovs.append(n_ov)
+        if F is not None:
+            norm_b = torch.stack([n_qk, n_qk, n_ov])                                     # [3 hB], modes Q K V
+            Rb = F.permute(2, 0, 1, 3).reshape(d, len(MODES) * he)                        # [3 hB d e] → [d 3·hB·e]
             for la0 in range(0, lb, step):
                 la1 = min(lb, la0 + step)
                 n = la1 - la0
                 C = left[la0 * he:la1 * he] @ Rb                                         # [n·hA·e 3·hB·e]
                 num = C.square_().view(n, H, e, len(MODES), H, e).sum((2, 5)).sqrt_()   # [n hA 3 hB]
-                den = torch.stack(n_ov[la0:la1])[:, :, None, None] * norm_b[None, None]  # [n hA 3 hB]
+                den = torch.stack(n_ovs[la0:la1])[:, :, None, None] * norm_b[None, None]  # [n hA 3 hB]
                 s = torch.where(den > 0, num / torch.where(den > 0, den, 1.0), 0.0)
                 for i, m in enumerate(MODES):
                     out[m][la0:la1, :, lb, :] = s[:, :, i]
                 del C, num, den, s
             del Rb
-        if lb < L - 1:
-            left[lb * he:(lb + 1) * he] = (R["V"] @ W_O).reshape(he, d)                   # [h e d] → [h·e d]
-        del W_Q, W_K, W_V, W_O, R
+        if P is not None:
+            left[lb * he:(lb + 1) * he] = P.reshape(he, d)                               # [h e d] → [h·e d]
     return out
+
+
+def _gram_scores(left: Float[Tensor, "W e d"], n_left: Float[Tensor, "W"], right: Float[Tensor, "Lm1 R d e"],
+                 n_right: Float[Tensor, "Lm1 R"], out: dict) -> None:
+    """The Gram path of :func:`composition_scores`: `left` the W = (L−1)·h writers' factors P_A and
+    their norms, `right` the L − 1 reader layers' factors F_B (3·h each, modes Q, K, V) and theirs;
+    writes √max(⟨G_A, H_B⟩, 0) of the unit-norm Grams into `out` — except below the noise floor
+    score² ≤ τ² = 1.01·(d² + 2e)·ε (the docstring's bound: there the Gram value may be all
+    rounding), where the writer's cores with the reader layer are formed as on the cores path, one
+    row block [e 3·h·e] of its product (3·h·e²·d a writer head and reader layer; none on GPT-2
+    small's random checkpoint, the exactly or nearly orthogonal planted pairs), so that no score
+    loses more than its last digits."""
+    W, e, d = left.shape
+    Lm1, R = right.shape[0], right.shape[1]
+    H = R // len(MODES)
+    inv_l = torch.where(n_left > 0, 1 / n_left.square(), 0.0)                            # [W] 1/‖W_OV‖²
+    inv_r = torch.where(n_right > 0, 1 / n_right.square(), 0.0)                          # [L−1 3·h] 1/‖M‖²
+    sq = torch.zeros(Lm1, W, R, dtype=torch.float64)                   # [reader layer, writers, 3·h]
+    B = _block_rows(d)
+    # the row blocks' Grams in two buffers reused block after block (a fresh tensor of this size a
+    # block costs its page faults: twice the CPU of the product, measured)
+    G_buf = torch.empty(W * B * d, dtype=torch.float64)
+    H_buf = torch.empty(R * B * d, dtype=torch.float64)
+    for i0 in range(0, d, B):
+        i1 = min(d, i0 + B)
+        b, w = i1 - i0, d - i0
+        # rows i0:i1 of 2·G_A/‖W_OV^A‖², columns i0: (the scale on the small left operand [W e b]), then
+        # the diagonal block halved: G_ij and G_ji (i < j) both counted, each entry of the triangle once
+        with one_thread():
+            A = left[:, :, i0:i1].transpose(-1, -2) * (2 * inv_l)[:, None, None]         # [W b e]
+        G = torch.bmm(A, left[:, :, i0:], out=G_buf[:W * b * w].view(W, b, w))           # [W b d−i0]
+        # the rest on one thread: elementwise passes and thin products [lb·h b·w] @ [b·w 3·h] are
+        # memory-bound (two threads spent 3× the CPU on 2 busy cores, measured)
+        with one_thread():
+            G[:, :, :b] *= 0.5
+            G = G.view(W, b * w)                                                         # [W b·(d−i0)], unit norm
+            for lb in range(1, Lm1 + 1):
+                F = right[lb - 1]                                                        # [3·h d e]
+                Fb = F[:, i0:i1] * inv_r[lb - 1, :, None, None]                          # [3·h b e], 1/‖M‖²
+                Hs = torch.bmm(Fb, F[:, i0:].transpose(-1, -2), out=H_buf[:R * b * w].view(R, b, w))
+                Hs = Hs.view(R, b * w)                                                   # [3·h b·(d−i0)]
+                sq[lb - 1, :lb * H] += G[:lb * H] @ Hs.T                                 # [lb·h 3·h]
+        del G
+    with one_thread():
+        _floor_cores(sq, left, n_left, right, n_right, out)
+
+
+def _floor_cores(sq, left, n_left, right, n_right, out) -> None:
+    """:func:`_gram_scores`' square roots, with the cores path's products under the noise floor."""
+    W, e, d = left.shape
+    Lm1, R = right.shape[0], right.shape[1]
+    H = R // len(MODES)
+    below = sq <= 1.01 * (d * d + 2 * e) * torch.finfo(torch.float64).eps               # [L−1 W 3·h]
+    below &= torch.arange(W)[None, :, None] < H * torch.arange(1, Lm1 + 1)[:, None, None]   # writers below
+    s = sq.clamp_(min=0).sqrt_()
+    for lb1 in below.any(2).any(1).nonzero()[:, 0].tolist():                             # the cores path's
+        Rb = right[lb1].transpose(0, 1).reshape(d, R * e)                                # [d 3·h·e], its layout
+        for w in below[lb1].any(1).nonzero()[:, 0].tolist():                             # products, row by row
+            num = (left[w] @ Rb).square_().view(1, 1, e, len(MODES), H, e).sum((2, 5)).sqrt_().view(R)
+            den = n_left[w] * n_right[lb1]                                               # [3·h]
+            r = below[lb1, w]
+            s[lb1, w, r] = torch.where(den > 0, num / torch.where(den > 0, den, 1.0), 0.0)[r]
+    s = s.view(Lm1, Lm1, H, len(MODES), H)                                               # [lb−1 la hA 3 hB]
+    for lb in range(1, Lm1 + 1):
+        for i, m in enumerate(MODES):
+            out[m][:lb, :, lb, :] = s[lb - 1, :lb, :, i]
 
 
 @dataclasses.dataclass

@@ -12,10 +12,11 @@ from ...maps.composition import EDGES, composition, composition_cost
 from ..stages import Context, Rendered, Stage, register_stage
 from ..views.composition import CompositionView
 
-#: multiply-adds the report spends on composition unless asked (``--stages composition``):
-#: GPT-2 small and Pythia-160m fit (0.2·10¹², about 10 s on 2 cores); medium (0.9·10¹²: 92 s
-#: and a 4.9 GB peak, measured 2026-12-04), large and XL (4 and 14·10¹²) are left to
-#: ``headscope composition MODEL``
+#: multiply-adds the report spends on composition unless asked (``--stages composition``), as
+#: :func:`~headscope.maps.composition.composition_cost` counts them on the path that runs: GPT-2
+#: small and Pythia-160m (Gram path, 0.02·10¹²: 3.1 CPU s, 7 s wall on 2 busy cores) and medium
+#: (Gram path, 0.18·10¹²: 16 CPU s, 1 GB held; the cores path's 0.9·10¹² took 47 CPU s, measured
+#: 2026-12-05) fit; large and XL (cores path, 4 and 14·10¹²) are left to ``headscope composition MODEL``
 REPORT_BUDGET = 5e11
 
 
