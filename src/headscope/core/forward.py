@@ -207,6 +207,37 @@ def _fused_qkv(block: Block) -> tuple[Tensor, Tensor]:
     return W_qkv, b_qkv
 
 
+#: bytes of the largest [b h p p] scores buffer a Weights keeps for its next forward pass, where the
+#: scores and pattern are not kept (consumed by the values within the block): a fresh 100 MB buffer
+#: (a 1024-token float64 window, 12 heads: the calibration's) costs ~45 ms of page faults, about
+#: half its product; a kept one, none. The values are the same either way.
+SCORES_SCRATCH_BYTES = 128 * 2**20
+
+
+def _take_scratch(w: Weights, shape, dtype, device) -> tuple[Tensor | None, Tensor | None]:
+    """(buffer, a [shape] view of it) from `w`'s kept scores buffer, or (None, None) when it has none
+    that fits. Taken out of `w` while in use (dict.pop: another thread then allocates its own)."""
+    buf = w.__dict__.pop("_scores_scratch", None)
+    n = 1
+    for size in shape:
+        n *= size
+    if buf is None or buf.dtype != dtype or buf.device != device or buf.numel() < n:
+        if buf is not None:
+            w.__dict__.setdefault("_scores_scratch", buf)
+        return None, None
+    return buf, buf[:n].view(shape)
+
+
+def _give_scratch(w: Weights, buf: Tensor) -> None:
+    """Keep `buf` (1-D) on `w` for the next pass, when it is within :data:`SCORES_SCRATCH_BYTES` and no
+    smaller than the buffer kept."""
+    if buf.numel() * buf.element_size() > SCORES_SCRATCH_BYTES:
+        return
+    cur = w.__dict__.get("_scores_scratch")
+    if cur is None or cur.numel() < buf.numel():
+        w.__dict__["_scores_scratch"] = buf
+
+
 #: what block l's attention keeps after its q, k and v, when nothing after the pattern is asked for
 _SCORE_NAMES = ("attn.hook_attn_scores", "attn.hook_denom", "attn.hook_pattern")
 _QKV_NAMES = ("attn.hook_q", "attn.hook_k", "attn.hook_v")
@@ -259,7 +290,10 @@ def _attention(block: Block, x: Tensor, l: int, w: Weights, k: _Keeper) -> Tenso
     k.put(pre + "attn.hook_v", v)
     if not k.pending():                                      # q, k or v was all that was left
         return None
-    scores = masked_scores(q, key, l, cfg)                                                                  # [b h q k]
+    # scores and pattern consumed here (none of them kept): into `w`'s kept buffer, no fresh pages
+    scratch = not any(k.wants(pre + n) for n in _SCORE_NAMES) and q.dtype == v.dtype
+    buf, out = _take_scratch(w, (b_, h, p, p), q.dtype, q.device) if scratch else (None, None)
+    scores = masked_scores(q, key, l, cfg, out=out)                                                         # [b h q k]
     k.put(pre + "attn.hook_attn_scores", scores)
     if k.wants(pre + "attn.hook_attn_scores") or k.wants(pre + "attn.hook_denom"):
         pattern = torch.softmax(scores, dim=-1)
@@ -274,6 +308,9 @@ def _attention(block: Block, x: Tensor, l: int, w: Weights, k: _Keeper) -> Tenso
     if not k.pending():                                      # the pattern was all that was left
         return None
     z = torch.matmul(pattern, v.transpose(1, 2)).transpose(1, 2)                                             # [b q h e]
+    if scratch:
+        _give_scratch(w, buf if buf is not None else scores.view(-1))
+    del scores, pattern
     k.put(pre + "attn.hook_z", z)
     if k.wants(pre + "attn.hook_result"):
         # per-head outputs first; their sum over heads is then the attention output (no second matmul)
@@ -285,7 +322,7 @@ def _attention(block: Block, x: Tensor, l: int, w: Weights, k: _Keeper) -> Tenso
 
 
 def masked_scores(q: Float[Tensor, "b p h e"], key: Float[Tensor, "b p h e"], l: int, cfg, a: int = 0,
-                  z: int | None = None) -> Float[Tensor, "b h m k"]:
+                  z: int | None = None, out: Tensor | None = None) -> Float[Tensor, "b h m k"]:
     """Block l's scores q·k / attn_scale(l) of the queries at positions a..z−1 against the keys
     0..z−1 (default: every position), soft-capped with ``cfg.attn_softcap`` (Gemma 2), −inf at
     the keys a query does not see (:meth:`Config.hidden_keys`: causal, local window); float32 for
@@ -294,11 +331,15 @@ def masked_scores(q: Float[Tensor, "b p h e"], key: Float[Tensor, "b p h e"], l:
     The forward's own (``hook_attn_scores``, a = 0 and z = p). A causal block of rows needs keys
     0..z−1 only: the keys after z − 1 are −inf in every row. Its entries equal the full square's
     up to the last bit of the product (BLAS blocks columns by the matrix's width: on this
-    machine's MKL a column of a narrower product can differ by an ulp of the score)."""
+    machine's MKL a column of a narrower product can differ by an ulp of the score). `out`: a
+    [b h m k] buffer of q's dtype to write the scores into (:func:`_take_scratch`)."""
     z = q.shape[1] if z is None else z
     if cfg.reorder_and_upcast_attn and q.dtype in (torch.float16, torch.bfloat16):
         q, key = q.float(), key.float()  # HF's upcast: scores and softmax in float32, pattern back in v's dtype
-    scores = torch.matmul(q[:, a:z].transpose(1, 2), key[:, :z].permute(0, 2, 3, 1)).div_(cfg.attn_scale(l))  # [b h m k]
+    if out is not None and q.dtype == out.dtype:               # into the caller's buffer [b h m k] (same values)
+        scores = torch.matmul(q[:, a:z].transpose(1, 2), key[:, :z].permute(0, 2, 3, 1), out=out).div_(cfg.attn_scale(l))
+    else:
+        scores = torch.matmul(q[:, a:z].transpose(1, 2), key[:, :z].permute(0, 2, 3, 1)).div_(cfg.attn_scale(l))  # [b h m k]
     pos = torch.arange(z, device=q.device)
     above = cfg.hidden_keys(l, pos[a:, None], pos[None, :])    # [m k] causal; local layer: i − window < j ≤ i
     if cfg.attn_softcap is not None:                           # Gemma 2: c·tanh(s/c) before the mask

@@ -383,7 +383,7 @@ def log_Z_at(w: Weights, token: int, ns: Int[Tensor, "m"], c: float) -> Float[Te
     _check_frame(w, [token], int(ns.max()))
     q = queries(w, torch.full_like(ns, token), ns)                                 # [m h e]
     L = _positional_logits(w, q, ns, int(ns.max()) + 1, c)                         # [m h k]: −inf where hidden
-    return torch.logsumexp(L, dim=-1).T                                            # [h m]
+    return logsumexp_(L).T                                                         # [h m] (L consumed)
 
 
 def fixed_queries(w: Weights, token: int, p: int) -> Float[Tensor, "p head e"]:
@@ -424,6 +424,15 @@ def fixed_query_scores(w: Weights, k: Float[Tensor, "b p head e"], token: int,
 QUERY_BLOCK = 256
 
 
+def logsumexp_(s: Tensor) -> Tensor:
+    """``torch.logsumexp(s, -1)`` in `s`'s own memory (`s` is consumed): the same operations in the same
+    order — m = max, its ±inf set to 0, log Σ exp(s − m) + m — hence the same values, without the
+    [... k] copy that ``s − m`` allocates."""
+    m = s.amax(-1, keepdim=True)                                                  # [... 1]
+    m.masked_fill_(m.abs() == math.inf, 0)
+    return s.sub_(m).exp_().sum(-1).log_().add_(m.squeeze(-1))
+
+
 def fixed_query_log_denominators(w: Weights, k: Float[Tensor, "b p head e"], token: int,
                                  queries: dict[int, Tensor] | None = None, block: int = QUERY_BLOCK
                                  ) -> Float[Tensor, "b head p"]:
@@ -432,17 +441,30 @@ def fixed_query_log_denominators(w: Weights, k: Float[Tensor, "b p head e"], tok
 
     Query positions [a, a + block) read keys [0, a + block) only (causal): about half the
     products, exponentials and sums of ``logsumexp(fixed_query_scores(...), -1)``, the same
-    values (the keys left out are the −inf entries, which add exp(−∞) = 0)."""
+    values (the keys left out are the −inf entries, which add exp(−∞) = 0; a row's sum depends on
+    its length, so the block's rows keep theirs). Each block of scores is masked where a query
+    does not see a key (causal: its diagonal block only), and its logsumexp taken in place
+    (:func:`logsumexp_`); with s a power of two the queries are divided by s instead of each
+    block of scores ((q/s)·k = (q·k)/s bit for bit: every product and sum scales exactly).
+    Two [b head m z] passes fewer than ``div_``, a full mask and ``torch.logsumexp``'s copy."""
     if _rotary(w.cfg):
         return torch.logsumexp(_rs().fixed_query_scores(w, k, token), -1)
     p = k.shape[1]
+    s = w.cfg.attn_scale(0)
+    exact_s = math.frexp(s)[0] == 0.5
     q = _fixed_queries_of_length(w, token, p, queries)
-    qh = q.permute(1, 0, 2)                                                       # [head q e]
+    qh = (q / s if exact_s else q).permute(1, 0, 2)                               # [head q e]
     kh = k.permute(0, 2, 3, 1).contiguous()                                       # [b head e k]
     out = torch.empty(k.shape[0], k.shape[2], p, dtype=torch.promote_types(q.dtype, k.dtype), device=k.device)
     for a in range(0, p, block):
         z = min(a + block, p)
-        s = torch.matmul(qh[:, a:z], kh[..., :z]).div_(w.cfg.attn_scale(0))      # [b head m z]
-        s.masked_fill_(hidden(w, torch.arange(a, z, device=k.device), z), float("-inf"))
-        out[..., a:z] = torch.logsumexp(s, -1)
+        S = torch.matmul(qh[:, a:z], kh[..., :z])                                 # [b head m z]
+        if not exact_s:
+            S.div_(s)
+        mask = hidden(w, torch.arange(a, z, device=k.device), z)                  # [m z]
+        if a and not bool(mask[:, :a].any()):   # keys before a visible to every query of the block (causal):
+            S[..., a:].masked_fill_(mask[:, a:], float("-inf"))                  # the diagonal block only
+        else:
+            S.masked_fill_(mask, float("-inf"))
+        out[..., a:z] = logsumexp_(S)
     return out
