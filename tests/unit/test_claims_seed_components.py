@@ -40,6 +40,9 @@ def test_rows_on_gpt2_small_components_the_model_lacks_have_no_verdict(small_gpt
         assert "reproduce --find" in lacking[rid].note
     assert "head index 5 out of range" in lacking["survey_top"].note
     assert "layer-0 heads [6, 8, 9, 10] out of range" in lacking["circuit_fidelity"].note
+    # the translation row names the positions it compared: n_ctx 40 caps 64, 128, 255 at the reference n = 39
+    rows = {r.id: r for r in res.rows}
+    assert "kernels at n = 32, 39:" in rows["translation_equivariance"].note, rows["translation_equivariance"].note
 
 
 def test_work_refuses_each_missing_seed_component(small_gpt2):
