@@ -71,3 +71,27 @@ def test_check_layer0_heads():
     assert seed_component(seed, check_layer0_heads, [1], 3) == [1]
     with pytest.raises(NotApplicable, match=r"layer-0 heads \[3\] out of range"):
         seed_component(seed, check_layer0_heads, [1, 3], 3)
+
+
+def test_find_without_any_candidate_leaves_the_rows_without_a_verdict(small_gpt2):
+    """--find on a model whose search does not apply (OLMo 2's QK-norm: no QK form, so no semantic head, not even
+    a best candidate): GPT-2 Small's L1H5 and neuron 704 stay in the reference as placeholders only, and the rows
+    on them have no verdict with the search's reason (they failed "not measured: head index 5 out of range")."""
+    from headscope.claims.find import Component, Found
+    from headscope.claims.reference import FOUND_REFERENCE
+
+    why = "not found: the QK bilinear form of the semantic head needs fixed QK and OV circuits"
+    comps = {"semantic_head": Component(kind="semantic_head", label="not found", found=False, why=why),
+             "dialect_neuron": Component(kind="dialect_neuron", label="not found", found=False, why="not found: x")}
+    found = Found(components=comps, source="m", fingerprint="f")
+    ref = dataclasses.replace(reference_for(small_gpt2), name=FOUND_REFERENCE, found=found, contextual_heads=[0, 1])
+    w = Work(small_gpt2, ref)
+    with pytest.raises(NotApplicable, match="semantic head not found: the QK bilinear form") as e:
+        w._check_head()
+    assert "\n" not in str(e.value)
+    with pytest.raises(NotApplicable, match="dialect neuron not found: x"):
+        w._check_neuron(ref.neuron)
+    assert w._check_neuron(7) == 7                                         # another neuron: the model's own
+    # a best candidate (found=False but a head) is measured, as before: the annotation then fails the row
+    comps["semantic_head"] = dataclasses.replace(comps["semantic_head"], head=[1, 2], label="1.2 (best candidate)")
+    assert Work(small_gpt2, dataclasses.replace(ref, semantic_head=(1, 2)))._check_head() == (1, 2)

@@ -80,12 +80,26 @@ class Work:
         return _memo(self, name, deps, compute)
 
     def _check_head(self) -> tuple[int, int]:
-        """The semantic head (layer, head); not applicable where it is GPT-2 Small's and the model lacks it."""
+        """The semantic head (layer, head); not applicable where it is GPT-2 Small's and the model lacks it,
+        or where --find found no candidate at all (:meth:`_no_candidate`)."""
+        self._no_candidate("semantic_head", "head")
         return seed_component(self.ref, self.model.cfg.check_head, *self.head)
 
     def _check_neuron(self, j: int) -> int:
-        """MLP0 neuron j; not applicable where it is the seed's (704) and the model lacks it."""
+        """MLP0 neuron j; not applicable where it is the seed's (704) and the model lacks it, or where it
+        stands in for a dialect neuron --find found no candidate for."""
+        if j == self.ref.neuron:
+            self._no_candidate("dialect_neuron", "neurons")
         return seed_component(self.ref, self.model.cfg.check_neuron, j)
+
+    def _no_candidate(self, kind: str, field: str) -> None:
+        """--find (claims.find): a component with not even a best candidate (its search does not apply to
+        this model, e.g. no QK form under OLMo 2's QK-norm) leaves the reference GPT-2 Small's index as a
+        placeholder only; the rows on it have no verdict, with the search's reason (they used to be
+        measured on that placeholder, or fail "head index 5 out of range")."""
+        c = (getattr(self.ref.found, "components", None) or {}).get(kind)
+        if c is not None and not c.found and not getattr(c, field):
+            raise NotApplicable(f"{kind.replace('_', ' ')} {c.why}")
 
     @shared()
     def kernels(self):
