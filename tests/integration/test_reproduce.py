@@ -209,19 +209,23 @@ def test_without_manifest_the_seed_figures_are_the_reference(anon_json):
     assert "GPT-2 Small" in " ".join(res["notes"]) and "n_layers 2" in " ".join(res["notes"])
 
 
-def test_tiny_model_reports_unmeasurable_claims(tiny_hf_dir, capsys):
+def test_tiny_model_leaves_gpt2_smalls_missing_components_without_a_verdict(tiny_hf_dir, capsys):
+    """L1H5, neuron 704 and the published heads 6, 8, 9, 10 are not in a 3-head, 20-neuron model: the rows
+    on them have no verdict and say which component is missing (they used to FAIL, "not measured")."""
     code, out = run(capsys, "reproduce", tiny_hf_dir, "--json")
     res = json.loads(out)
-    assert code == 1
+    assert code in (0, 1)
     rows = {r["id"]: r for r in res["rows"]}
     assert list(rows) == CLAIM_IDS
+    assert not [r["id"] for r in res["rows"] if r["note"].startswith("not measured")]
     for rid in ("survey_top", "survey_outlier", "negative_eigenvalues", "sym_vs_skew", "steer_restores_self",
                 "steer_alpha_sweep", "position_independence"):
-        assert rows[rid]["passed"] is False and rows[rid]["measured"] is None
-        assert "head index 5 out of range" in rows[rid]["note"], rows[rid]
-    assert "neuron 704 out of range" in rows["neuron_704_top"]["note"]
-    assert "neuron 704 out of range" in rows["neuron_704_texts"]["note"]
+        assert rows[rid]["passed"] is None and rows[rid]["measured"] is None and rows[rid]["verdict"] == "no verdict"
+        assert "head index 5 out of range" in rows[rid]["note"] and "reproduce --find" in rows[rid]["note"], rows[rid]
     assert "error" in res["details"]["steering_sweep"]
-    # the published heads 6, 8, 9, 10 do not exist in a 3-head layer 0
-    for rid in ("contextual_heads", "denominator_worst_heads", "circuit_fidelity", "n_contextual_neurons"):
-        assert rows[rid]["passed"] is False and rows[rid]["measured"] is None, rows[rid]
+    assert "neuron 704 out of range" in res["details"]["neuron"]["error"]
+    # the published heads 6, 8, 9, 10 do not exist in a 3-head layer 0 (the neuron rows run on their circuit)
+    for rid in ("contextual_heads", "denominator_worst_heads", "circuit_fidelity", "n_contextual_neurons",
+                "neuron_704_top", "neuron_704_texts"):
+        assert rows[rid]["passed"] is None and rows[rid]["measured"] is None, rows[rid]
+        assert "layer-0 heads [6, 8, 9, 10] out of range" in rows[rid]["note"], rows[rid]

@@ -150,8 +150,8 @@ def test_neuron_count_rejects_another_unit():
 
 def head_kernels(**per_head):
     n = len(next(iter(per_head.values())))
-    return types.SimpleNamespace(heads=[types.SimpleNamespace(head=h, **{k: v[h] for k, v in per_head.items()})
-                                        for h in range(n)])
+    return types.SimpleNamespace(n_ref=255, heads=[types.SimpleNamespace(head=h, **{k: v[h] for k, v in per_head.items()})
+                                                   for h in range(n)])        # n_ref: GPT-2's reference position
 
 
 def test_categories_exactly_three_and_contextual_heads_together():

@@ -92,3 +92,67 @@ def test_a_vocabulary_without_frequent_tokens_says_what_is_needed_and_found():
                             "in this vocabulary of 100 tokens — give a corpus (--corpus FILE) to count the tokens of a "
                             "text instead")
     assert wordfreq_tokens(tok, 2, bos_first=False) == [tok.convert_tokens_to_ids("the"), tok.convert_tokens_to_ids("of")]
+
+
+@pytest.fixture(scope="module")
+def small_bpe(tmp_path_factory):
+    """A 1024-token byte-level BPE (the vocabulary of every family's test checkpoint)."""
+    path = tmp_path_factory.mktemp("bpe") / "tokenizer.json"
+    build_tokenizer("gpt_neox", 1024).save(str(path))
+    return _family_tokenizer(str(path))
+
+
+def _listing(monkeypatch, clustering):
+    """wordfreq.top_n_list recording the sizes asked for, and word_ids counting its calls."""
+    import wordfreq
+
+    sizes, calls, top_n_list, ids = [], [0], wordfreq.top_n_list, clustering.word_ids
+
+    def listed(lang, n, *a, **k):
+        sizes.append(n)
+        assert n <= 32768, f"the word list grows past 32768 words: {sizes}"       # fail fast, not in minutes
+        return top_n_list(lang, n, *a, **k)
+
+    monkeypatch.setattr(wordfreq, "top_n_list", listed)
+
+    def counted(tok, word):
+        calls[0] += 1
+        return ids(tok, word)
+
+    monkeypatch.setattr(clustering, "word_ids", counted)
+    return sizes, calls
+
+
+def test_wordfreq_tokens_of_a_small_vocabulary_stop_at_max_words(small_bpe, monkeypatch):
+    """Fewer word-initial tokens than the 2999 nodes of the semantic clusters: the word list doubles up to
+    MAX_WORDS and stops (it used to double on to wordfreq's whole list, ~320 k words and two tokenizer calls
+    each: minutes each time `reproduce --find` built the nodes), each word encoded at most twice in all."""
+    from headscope.semantic import clustering
+
+    sizes, calls = _listing(monkeypatch, clustering)
+    got = clustering.wordfreq_tokens(small_bpe, 3000, bos_first=False)
+    assert sizes == [12000, 24000, clustering.MAX_WORDS] and clustering.MAX_WORDS == 32768
+    assert clustering.MAX_WORDS <= calls[0] <= 2 * clustering.MAX_WORDS
+    assert 200 < len(got) < 1024 and len(set(got)) == len(got)
+
+
+def test_wordfreq_tokens_counted_as_the_list_grows_equal_one_count_of_the_longest(small_bpe, monkeypatch):
+    """The counts kept across doublings (each list extends the last) give the tokens of one naive count of
+    the longest list read: every word's frequency added to its token, ties by id."""
+    import wordfreq
+
+    from headscope.core.tokenizer import word_ids
+    from headscope.semantic import clustering
+
+    monkeypatch.setattr(clustering, "MAX_WORDS", 7000)
+    sizes, _ = _listing(monkeypatch, clustering)
+    got = clustering.wordfreq_tokens(small_bpe, 600, bos_first=False)
+    assert sizes == [2400, 4800, 7000]
+    counts = {}
+    for word in wordfreq.top_n_list("en", 7000):
+        ids = word_ids(small_bpe, word)
+        if len(ids) > 1 and len(cap := word_ids(small_bpe, word[:1].upper() + word[1:])) == 1:
+            ids = cap
+        if ids and ids[0] != small_bpe.unk_token_id:
+            counts[ids[0]] = counts.get(ids[0], 0.0) + wordfreq.word_frequency(word, "en")
+    assert got == sorted(counts, key=lambda t: (-counts[t], t))[:600] and len(got) < 600

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from ..core.model import Model
+from ..core.tokenizer import word_ids
 
 OWN_CATEGORIES = 8      #: the head's own clusters the survey rows read (the authors listed 8 categories)
 OWN_SIZE = (3, 32)      #: a cluster of 3..32 words is a category (the authors' lists: 7–24 words)
@@ -25,14 +26,16 @@ class ClusterNodes:
 
         W = model.weights()
         freq = clustering.wordfreq_tokens(model.tokenizer, N_NODES, bos_first=True)
-        words = model.to_str_tokens(freq)
-        enc = model.tokenizer.encode
-        keep = [i for i, (t, s) in enumerate(zip(freq, words))         # words a prompt can hold: " w" is one token
-                if s.startswith(" ") and len(s.strip()) > 1 and s.strip().isalpha() and enc(s) == [t]]
+        words = [s.strip() for s in model.to_str_tokens(freq)]
+        # words a prompt can hold: w after a space is the one token t (core.tokenizer.word_ids: " w" in a
+        # byte-level BPE, "▁w" in a SentencePiece-style vocabulary, whose decoded token has no space)
+        keep = [i for i, (t, s) in enumerate(zip(freq, words))
+                if len(s) > 1 and s.isalpha() and word_ids(model.tokenizer, s) == [t]]
         self.ids = [freq[i] for i in keep]
-        self.words = [words[i] for i in keep]
-        self.X = bilinear.effective_embeddings(W, layer, torch.tensor(self.ids), variant="full",
-                                               attn_means=bilinear.attn_means_for(W, layer, "authors")).double()
+        self.words = [" " + words[i] for i in keep]
+        self.X = bilinear.effective_embeddings(W, layer, torch.tensor(self.ids, dtype=torch.long), variant="full",
+                                               attn_means=bilinear.attn_means_for(W, layer, "authors")).double() \
+            if self.ids else torch.zeros(0, W.cfg.d_model, dtype=torch.float64)                     # [n d]
         self.layer = layer
 
 
@@ -44,6 +47,8 @@ def head_clusters(nodes: ClusterNodes, U: torch.Tensor, V: torch.Tensor, n: int 
     from ..semantic import clustering
     from .seed002_clusters import K, MAX_COMM
 
+    if len(nodes.ids) <= K:                            # too few words for the top-K graph: no clusters of its own
+        return {}
     Q, Kk = nodes.X @ U.double(), nodes.X @ V.double()                                 # [n e]
     member = clustering.leiden_modularity(clustering.authors_graph(Kk, Q, K), max_comm_size=MAX_COMM, seed=0)
     groups = {}

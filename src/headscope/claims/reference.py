@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from .._errors import HeadscopeError
+from .._errors import HeadscopeError, NotApplicable
 from ..core.model import Model
 from ..layer0.contextual import HEAD_SETS
 from ..planted.build import MANIFEST, read_manifest
@@ -77,6 +77,31 @@ def planted_reference(manifest: dict) -> Reference:
         raise HeadscopeError(f"planted.json: malformed manifest ({type(e).__name__}: {e})") from None
 
 
+def seed_component(ref: Reference, check, *index):
+    """``check(*index)`` (:meth:`Config.check_head`, :meth:`Config.check_neuron`, :func:`check_layer0_heads`):
+    the index itself when the model has it. GPT-2 Small's own component (the seed reference's L1H5, neuron 704,
+    published layer-0 heads) that this model lacks leaves the row without a verdict: :class:`NotApplicable`,
+    one line, pointing at ``--find`` (a row does not fail because another model is smaller). Any other
+    reference's index out of range (a planted manifest's, a found component's) stays a :class:`HeadscopeError`."""
+    try:
+        return check(*index)
+    except NotApplicable:
+        raise
+    except HeadscopeError as e:
+        if ref.name != SEED_REFERENCE:
+            raise
+        raise NotApplicable(f"GPT-2 Small's component is not in this model: {e}; reproduce --find locates "
+                            "the model's own") from None
+
+
+def check_layer0_heads(heads: list[int], n_heads: int) -> list[int]:
+    """`heads` if every one is a head of layer 0, else a one-line :class:`HeadscopeError`."""
+    bad = [h for h in heads if not 0 <= h < n_heads]
+    if bad:
+        raise HeadscopeError(f"layer-0 heads {bad} out of range (the model has {n_heads} heads per layer)")
+    return list(heads)
+
+
 def gpt2_only(ref: Reference, what: str) -> None:
     """Refuse a verdict on a figure that describes only GPT-2 Small's own component (neuron 704's token
     lists, σ 1.86 / 1.34) when the row runs on components --find located: no verdict, one line why."""
@@ -100,7 +125,7 @@ def resolve_heads(spec, ref: Reference, n_heads: int) -> list[int] | None:
     """The head set of ``heads=``: "published" (default), "auto" (None: automatic), "seed",
     "code", a comma-separated string or a list of indices."""
     if spec is None or spec == "published":
-        return list(ref.contextual_heads)
+        return seed_component(ref, check_layer0_heads, list(ref.contextual_heads), n_heads)
     if spec == "auto":
         return None
     if isinstance(spec, str) and spec in HEAD_SETS:

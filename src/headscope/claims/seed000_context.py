@@ -39,10 +39,11 @@ import statistics
 
 import torch
 
-from .._errors import HeadscopeError, NotApplicable
+from .._errors import NotApplicable
 from ..core.forward import run_with_cache
 from ..corpus import windows
 from .null import READOUT_DRAWS, compare, generator, random_readouts
+from .reference import check_layer0_heads, seed_component
 from .table import claim, margin_of, share_of
 
 KEYWORD_NATS = 1.0        #: a keyword's content factor over the typical token's: e-fold (1 nat)
@@ -120,8 +121,7 @@ def _keyword_density(c, ref, w):
     H = w.model.cfg.n_heads
     if not heads:
         raise NotApplicable("no worst denominator heads to test")
-    if any(not 0 <= h < H for h in heads):
-        raise HeadscopeError(f"head index {max(heads)} out of range (n_heads {H})")
+    seed_component(ref, check_layer0_heads, heads, H)
     stab = w.denominators
     from .. import layer0
 

@@ -10,6 +10,7 @@ import statistics
 import torch
 
 from .._errors import HeadscopeError, NotApplicable
+from ..layer0.kernels import translation_positions
 from ..stats import correlation, sign_flip_means, spearman
 from .null import compare, generator, share_null
 from .reference import FOUND_REFERENCE
@@ -278,7 +279,8 @@ def _relative_null(c, w, key: str, what: str):
 @claim("translation_equivariance")
 def _translation(c, ref, w):
     vals = {hk.head: hk.translation_tv for hk in w.kernels.heads}
-    return (*_share(c, ref, w, vals, lambda v: v <= c["max_tv"], "max TV between a head's kernels at n = 32, 64, 128, 255"),
+    at = ", ".join(map(str, translation_positions(w.kernels.n_ref)))          # GPT-2: 32, 64, 128, 255
+    return (*_share(c, ref, w, vals, lambda v: v <= c["max_tv"], f"max TV between a head's kernels at n = {at}"),
             _relative_null(c, w, "translation_tv", "the translation TV"))
 
 

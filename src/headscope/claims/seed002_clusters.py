@@ -126,12 +126,16 @@ def _semantic_clusters(c, ref, w):
 # -- explained scores -------------------------------------------------------------------------------
 
 
-def explained_r(scores: torch.Tensor, pred: torch.Tensor) -> float:
+def explained_r(scores: torch.Tensor, pred: torch.Tensor, hidden: torch.Tensor | None = None) -> float:
     """Pearson r between true scores and predictions [b q k] after centring each query's row over
-    its keys 1..q, pooled over the queries q ≥ 2 (module docstring)."""
+    its keys 1..q, pooled over the queries q ≥ 2 (module docstring). ``hidden`` [q k]: the keys the
+    layer hides (:meth:`Config.hidden_keys`; a local layer's window): left out with the causal ones
+    (their scores are −inf; counted, they made r NaN, reported as 0)."""
     b, p, _ = scores.shape
     q = torch.arange(p)
     keep = (q[None, :] <= q[:, None]) & (q[None, :] >= 1) & (q[:, None] >= 2)              # [q k]
+    if hidden is not None:
+        keep = keep & ~hidden
     m = keep.double()
     n = m.sum(-1).clamp_min(1)                                                             # [q]
 
@@ -161,9 +165,13 @@ def _explain_score(c, ref, w):
     scale = w.model.cfg.attn_scale(l)
     name = f"blocks.{l}.attn.hook_attn_scores"
 
+    pos = torch.arange(tokens.shape[1])
+    hidden = w.model.cfg.hidden_keys(l, pos[:, None], pos[None, :])                      # [q k] causal, window
+
     def rs(W, heads):
         S = run_with_cache(W, tokens, names=[name], stop_at_layer=l + 1)[name]             # [b H q k]
-        return [explained_r(S[:, k], predicted_scores(X, *bilinear.qk_factors(W, l, k), scale)) for k in heads]
+        return [explained_r(S[:, k], predicted_scores(X, *bilinear.qk_factors(W, l, k), scale), hidden)
+                for k in heads]
 
     r, draws = w.memo("explain_score", ("head", "categories"), lambda: (
         rs(inp.W, [h])[0], [x for m in w.semantic_null for x in rs(m.weights(), range(m.cfg.n_heads))]))

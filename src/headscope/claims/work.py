@@ -27,7 +27,7 @@ from ..semantic.steering import authors_steer, steer
 from ..semantic.survey import position_independence, position_independence_heads, survey
 from .memo import _INPUTS, _MEMO, _memo, _model_key, clear_memo, shared, shared_method  # noqa: F401  (tests read _MEMO, _model_key)
 from .null import form_null, generator, null_head_models, null_heads_packed, null_layer, pairing_null, random_readouts, readout_null
-from .reference import Reference, resolve_heads
+from .reference import Reference, resolve_heads, seed_component
 
 KERNEL_WINDOWS = 16          #: windows of the shipped texts for the TV claim (as the report)
 TOP = 50                     #: token lists compared for neuron claims
@@ -80,7 +80,26 @@ class Work:
         return _memo(self, name, deps, compute)
 
     def _check_head(self) -> tuple[int, int]:
-        return self.model.cfg.check_head(*self.head)
+        """The semantic head (layer, head); not applicable where it is GPT-2 Small's and the model lacks it,
+        or where --find found no candidate at all (:meth:`_no_candidate`)."""
+        self._no_candidate("semantic_head", "head")
+        return seed_component(self.ref, self.model.cfg.check_head, *self.head)
+
+    def _check_neuron(self, j: int) -> int:
+        """MLP0 neuron j; not applicable where it is the seed's (704) and the model lacks it, or where it
+        stands in for a dialect neuron --find found no candidate for."""
+        if j == self.ref.neuron:
+            self._no_candidate("dialect_neuron", "neurons")
+        return seed_component(self.ref, self.model.cfg.check_neuron, j)
+
+    def _no_candidate(self, kind: str, field: str) -> None:
+        """--find (claims.find): a component with not even a best candidate (its search does not apply to
+        this model, e.g. no QK form under OLMo 2's QK-norm) leaves the reference GPT-2 Small's index as a
+        placeholder only; the rows on it have no verdict, with the search's reason (they used to be
+        measured on that placeholder, or fail "head index 5 out of range")."""
+        c = (getattr(self.ref.found, "components", None) or {}).get(kind)
+        if c is not None and not c.found and not getattr(c, field):
+            raise NotApplicable(f"{kind.replace('_', ' ')} {c.why}")
 
     @shared()
     def kernels(self):
@@ -193,7 +212,7 @@ class Work:
 
     def neuron_tokens(self, j: int) -> dict:
         """Top and bottom `TOP` tokens of neuron j through the circuit (decoded strings)."""
-        self.model.cfg.check_neuron(j)
+        self._check_neuron(j)
         hit = next((n for n in self.scan.neurons if n["neuron"] == j), None)
         if hit is not None:                                                         # the scan has its lists
             return {"top": hit["top_tokens"], "bottom": hit["bottom_tokens"],
@@ -317,7 +336,7 @@ class Work:
     def text_readout_null(self, j: int, texts: list[str]) -> tuple[float, list[float]]:
         """(difference of neuron j's mean true pre-activation between texts[0] and texts[1] over
         positions ≥ 1, the same difference for random readouts of W_in[:, j]'s norm: claims.null.readout_null)."""
-        self.model.cfg.check_neuron(j)
+        self._check_neuron(j)
         return self.memo(("text_readout_null", j, tuple(texts)), ("heads",), lambda: self._text_readout_null(j, texts))
 
     def _text_readout_null(self, j: int, texts: list[str]) -> tuple[float, list[float]]:
@@ -345,7 +364,7 @@ class Work:
     def sample_readout_null(self, j: int, name: str) -> tuple[float, list[float]]:
         """(neuron j's mean pre-activation on sample `name` minus its mean over the other samples, the
         same for READOUT_DRAWS random readouts of W_in[:, j]'s norm: claims.null.readout_null)."""
-        self.model.cfg.check_neuron(j)
+        self._check_neuron(j)
         means = self.sample_means
         dx = means[name] - torch.stack([v for k, v in means.items() if k != name]).mean(0)
         Wc = self.circuit[0].weights
@@ -479,7 +498,7 @@ class Work:
         """score[t, j] of every token t through the circuit ([d_vocab]; variant and position of the scan)."""
         from ..layer0.neurons import ln2_divisor, readout, token_values
 
-        self.model.cfg.check_neuron(j)
+        self._check_neuron(j)
         circuit, choice = self.circuit
         v = self.variant
         n = choice.position if v.position is None else v.position
@@ -543,7 +562,7 @@ class Work:
         every FIDELITY_STRIDE-th position, tokens)."""
         from ..layer0.neurons import readout_vectors
 
-        self.model.cfg.check_neuron(j)
+        self._check_neuron(j)
         circuit, _ = self.circuit
         tokens = windows(self.model, [text], n_ctx=circuit.calibration.n_positions)[0]
         cache = run_with_cache(circuit.weights, tokens[None], names=["blocks.0.mlp.hook_pre"], stop_at_layer=1)

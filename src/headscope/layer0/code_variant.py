@@ -56,6 +56,7 @@ from jaxtyping import Float
 
 from .._errors import HeadscopeError
 from ..core.weights import Weights
+from .split_windows import centred as centred_rows
 
 Tensor = torch.Tensor
 
@@ -69,20 +70,16 @@ def centred(W: Tensor) -> Tensor:
     return W - W.mean(0, keepdim=True)
 
 
-def _c(x: Tensor) -> Tensor:
-    return x - x.mean(-1, keepdim=True)
-
-
 def token_inputs(w: Weights, n: int) -> Float[Tensor, "v d"]:
     """Ẽ_n[t] = √d c(W_E[t]) / √(|c(W_pos[n])|² + |c(W_E[t])|²) for every token (step 1)."""
-    E, p = _c(w.W_E.double()), _c(w.W_pos[n].double())
+    E, p = centred_rows(w.W_E.double()), centred_rows(w.W_pos[n].double())
     d = E.shape[-1]
     return math.sqrt(d) * E / (p.pow(2).sum() + E.pow(2).sum(-1, keepdim=True)).sqrt()
 
 
 def position_input(w: Weights, n: int, norm_token: int = NORM_TOKEN) -> Float[Tensor, "d"]:
     """P̃[n] = √d c(W_pos[n]) / √(|c(W_pos[n])|² + |c(W_E[11])|²) (step 2)."""
-    p, e = _c(w.W_pos[n].double()), _c(w.W_E[norm_token].double())
+    p, e = centred_rows(w.W_pos[n].double()), centred_rows(w.W_E[norm_token].double())
     return math.sqrt(p.shape[-1]) * p / (p.pow(2).sum() + e.pow(2).sum()).sqrt()
 
 

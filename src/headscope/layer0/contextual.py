@@ -52,7 +52,7 @@ from .._errors import HeadscopeError, NotApplicable
 from .._json import finite_or_none
 from .calibration import Calibration
 from ..core.forward import run_with_cache
-from .split import Frame, _centred
+from .split import Frame, centred
 from ..core.model import Model
 from ..stats import LOG_FLOAT64_MAX, correlation, fraction_unexplained, median
 from ..core.weights import Weights
@@ -310,7 +310,7 @@ def grouped_predict(w: Weights, token: int, c: float, log_seed_denom: Float[Tens
     s, nH = sizes.pop(), len(H)
     d = w.cfg.d_model
     K = max(positions, default=-1) + 1                                             # keys of the last block
-    Ec = _centred(w.W_E[tokens[:K]])                                               # [K d] c(W_E[x_i])
+    Ec = centred(w.W_E[tokens[:K]])                                                # [K d] c(W_E[x_i])
     Ew, e2 = Ec * b.ln1_w, Ec.pow(2).sum(-1)                                       # [K d], [K]
     W_V, W_O, b_V, log_SH = b.W_V[H], b.W_O[H], b.b_V[H], log_seed_denom[H]       # gathered once
     rw, scale = layer0.positional_basis(w, K, c)                                   # [n_ctx d] w₁ ⊙ c(W_pos), [K]
@@ -323,7 +323,7 @@ def grouped_predict(w: Weights, token: int, c: float, log_seed_denom: Float[Tens
             ns = torch.tensor(positions[a0:a1])                                    # [m]
             k, m = int(ns.max()) + 1, len(ns)
             KqH, bqH, posH = Kq[a0 - f0:a1 - f0], bq[a0 - f0:a1 - f0], pos[a0 - f0:a1 - f0, :, :k]   # [m d H] [m H] [m H k]
-            Pc, Pw = _centred(w.W_pos[ns]), rw[ns]                                 # [m d] c(W_pos[n]), p̂
+            Pc, Pw = centred(w.W_pos[ns]), rw[ns]                                  # [m d] c(W_pos[n]), p̂
             r = ((e2[None, :k] + 2.0 * (Pc @ Ec[:k].T) + Pc.pow(2).sum(-1)[:, None]) / d
                  + w.cfg.ln_eps).rsqrt()                                           # [m k] 1/σ of W_E[x_i] + W_pos[n]
             EK = (Ew[:k] @ KqH.permute(1, 0, 2).reshape(d, m * nH)).view(k, m, nH).permute(1, 2, 0)   # [m H k] ê·Kq

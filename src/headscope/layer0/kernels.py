@@ -239,6 +239,12 @@ def translation_tv(kernels: dict[int, Float[Tensor, "h i"]], *, logits: bool = F
     return worst
 
 
+def translation_positions(n: int) -> list[int]:
+    """The query positions whose kernels translation_tv compares: TRANSLATION_POSITIONS capped at the
+    reference position n, and n (GPT-2: 32, 64, 128, 255; n_ctx 37: 32, 36)."""
+    return sorted({min(m, n) for m in TRANSLATION_POSITIONS} | {n})
+
+
 def kernel_tvs(weights: Weights, q_id: int, c: float, n: int, kern: Tensor | None = None
                ) -> tuple[Float[Tensor, "h"], Float[Tensor, "h"]]:
     """(translation_tv, query_tv) of every head of the layer-0 view `weights` (module docstring):
@@ -246,7 +252,7 @@ def kernel_tvs(weights: Weights, q_id: int, c: float, n: int, kern: Tensor | Non
     `kern` may pass the kernels at n [h n+1] if already computed."""
     kern = layer0.positional_kernel(weights, q_id, n, c) if kern is None else kern       # [h n+1]
     trans = translation_tv({m: layer0.positional_logits(weights, [q_id], m, c)[0].double()
-                            for m in sorted({min(m, n) for m in TRANSLATION_POSITIONS} | {n})}, logits=True)
+                            for m in translation_positions(n)}, logits=True)
     g = torch.Generator().manual_seed(QUERY_SAMPLE_SEED)
     others = torch.randint(0, weights.cfg.vocab, (QUERY_SAMPLE,), generator=g).tolist()
     qtv = (0.5 * (layer0.positional_kernels(weights, others, n, c) - kern).abs().sum(-1)).mean(0)  # [h]

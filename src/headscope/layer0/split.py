@@ -72,7 +72,7 @@ from ..core.tokenizer import word_ids
 from ..core.weights import Block, Weights
 from ..lowrank import small_matrices
 from .split_windows import (  # noqa: F401  (the window-level split: its names re-exported here)
-    _centred, approx_pattern, approx_tv, check_split, crude_pattern, hidden, ln1, queries, query_rows, split_scores,
+    approx_pattern, approx_tv, centred, check_split, crude_pattern, hidden, ln1, queries, query_rows, split_scores,
     text_content_factors, text_positional_kernels, true_pattern, true_pattern_rows, true_qk, tv_distance,
 )
 
@@ -158,7 +158,7 @@ def measure_c(weights: Weights) -> float:
     # small's vocabulary in float64: 0.09 CPU s on one thread, 0.25–0.33 on two; each row's norm the same bits)
     with small_matrices():
         for a in range(0, W_E.shape[0], chunk):  # row by row the same values; no [V d] centred copy
-            torch.linalg.vector_norm(_centred(W_E[a:a + chunk]), dim=-1, out=norms[a:a + chunk])
+            torch.linalg.vector_norm(centred(W_E[a:a + chunk]), dim=-1, out=norms[a:a + chunk])
     c = float(norms.median())
     weights.__dict__["_measured_c"] = (key, c, weights.W_E)   # W_E kept alive: its id is not reused
     return c
@@ -200,7 +200,7 @@ def _positional_parts(w: Weights) -> tuple[Tensor, Tensor, Tensor]:
     memo = b.__dict__.get("_positional_parts")
     if memo is not None and memo[0] == key:
         return memo[1]
-    P = _centred(w.W_pos)                                                         # [n_ctx d]
+    P = centred(w.W_pos)                                                          # [n_ctx d]
     out = (P, P.pow(2).sum(-1), torch.einsum("id,hde->hie", P * b.ln1_w, b.W_K))    # [n_ctx], [h n_ctx e]
     b.__dict__["_positional_parts"] = (key, out, parts)  # `parts` keeps the ids alive (no reuse)
     return out

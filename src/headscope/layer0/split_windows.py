@@ -4,7 +4,8 @@ Notation and maths: :mod:`.split` (whose names these are too: it re-exports ever
 split is vectorised over the query positions of one window ``x`` (each query n with the text's own
 query q_n and token x_n), with what it is built from:
 
-- :func:`queries` (q_n = LN(W_E[x_n] + W_pos[n]) W_Q + b_Q), :func:`ln1`, :func:`hidden` (the layer's
+- :func:`centred` (c(t) = t − mean_d t, LayerNorm's centring), :func:`queries`
+  (q_n = LN(W_E[x_n] + W_pos[n]) W_Q + b_Q), :func:`ln1`, :func:`hidden` (the layer's
   mask, :meth:`Config.hidden_keys`), :func:`check_split` (what the vectorised split assumes);
 - :func:`split_scores` (content and position parts of q_n·(E[n, x_i] + P[n, i])/s), the patterns
   :func:`approx_pattern`, :func:`crude_pattern`, :func:`text_positional_kernels`,
@@ -48,7 +49,9 @@ def check_split(weights: Weights, layer: int = 0) -> None:
                              "which holds for layer 0 only; expected --layer 0")
 
 
-def _centred(t: Tensor) -> Tensor:
+def centred(t: Float[Tensor, "... d"]) -> Float[Tensor, "... d"]:
+    """c(t) = t − mean_d(t): each row less its mean over d_model (the last axis), as LayerNorm centres
+    its input; c(W_E[x]) and c(W_pos[n]) are the centred embeddings the key split adds (c is linear)."""
     return t - t.mean(-1, keepdim=True)
 
 
@@ -98,8 +101,8 @@ def split_scores(weights: Weights, tokens: Int[Tensor, "p"], c: float
     d, P_len = cfg.d_model, len(tokens)
     s = cfg.attn_scale(0)
     Q = queries(weights, tokens)                                                  # [q h e]
-    e_x = _centred(weights.W_E[tokens])                                           # [k d]
-    p = _centred(weights.W_pos[:P_len])                                           # [p d]
+    e_x = centred(weights.W_E[tokens])                                            # [k d]
+    p = centred(weights.W_pos[:P_len])                                            # [p d]
     eK = torch.einsum("kd,hde->hke", e_x, b.W_K)                                  # [h k e]
     pK = torch.einsum("pd,hde->hpe", p, b.W_K)                                    # [h p e]
     Qh = Q.transpose(0, 1)                                                        # [h q e]
@@ -125,8 +128,8 @@ def crude_pattern(weights: Weights, tokens: Int[Tensor, "p"], c: float) -> Float
     cfg, b = weights.cfg, weights.blocks[0]
     d, P_len = cfg.d_model, len(tokens)
     Q = queries(weights, tokens).transpose(0, 1)                                  # [h q e]
-    x = _centred(weights.W_E[tokens]) + _centred(weights.W_pos[:P_len])           # [k d]
-    norm = (_centred(weights.W_pos[:P_len]).pow(2).sum(-1) + c ** 2).clamp_min(d * cfg.ln_eps).sqrt()   # [k]
+    x = centred(weights.W_E[tokens]) + centred(weights.W_pos[:P_len])             # [k d]
+    norm = (centred(weights.W_pos[:P_len]).pow(2).sum(-1) + c ** 2).clamp_min(d * cfg.ln_eps).sqrt()    # [k]
     keys = math.sqrt(d) * torch.einsum("kd,hde->hke", x, b.W_K) / norm[None, :, None] + b.b_K[:, None, :]
     scores = Q @ keys.transpose(1, 2) / cfg.attn_scale(0)                         # [h q k]
     return torch.softmax(scores.masked_fill(hidden(weights, torch.arange(P_len), P_len), -math.inf), dim=-1)
@@ -196,8 +199,8 @@ def _approx_tv(weights: Weights, tokens: Tensor, c: float, true: Tensor | None, 
     W_K = _by_columns(b)[1]                                                       # [d h·e]
     x = ln1(weights, weights.W_E[tokens] + weights.W_pos[torch.arange(P_len)])    # [q d]
     Qh = query_rows(b, x).transpose(0, 1)                                         # [h q e] (queries())
-    e_x = _centred(weights.W_E[tokens])                                           # [k d]
-    p = _centred(weights.W_pos[:P_len])                                           # [p d]
+    e_x = centred(weights.W_E[tokens])                                            # [k d]
+    p = centred(weights.W_pos[:P_len])                                            # [p d]
     eK = (e_x @ W_K).view(P_len, h, e).transpose(0, 1)                            # [h k e]
     pK = (p @ W_K).view(P_len, h, e).transpose(0, 1)                              # [h p e]
     q_bK = torch.einsum("hqe,he->hq", Qh, b.b_K)                                  # [h q]

@@ -76,6 +76,11 @@ def frequent_tokens(tokenizer, n: int, corpus: str | Path | None = None) -> list
     return out
 
 
+#: the longest wordfreq list :func:`wordfreq_tokens` grows to (frequency ≈ 8e-7 at rank 32 768; its first
+#: list, max(4n, 2000) words, is always read whole)
+MAX_WORDS = 1 << 15
+
+
 def wordfreq_tokens(tokenizer, n: int, *, lang: str = "en", bos_first: bool = True) -> list[int]:
     """The `n` most frequent tokens by ``wordfreq``'s word frequencies (BOS first by default).
 
@@ -88,6 +93,13 @@ def wordfreq_tokens(tokenizer, n: int, *, lang: str = "en", bos_first: bool = Tr
     (wordfreq has no punctuation and folds case), unlike a token count of a corpus (the
     authors': WikiText-103, ``token_freq.py``). The authors' list also starts with
     ``<|endoftext|>`` (hand-added, ``bos_first``).
+
+    The word list starts at max(4n, 2000) words and doubles until it reaches `n` tokens, up to
+    :data:`MAX_WORDS` words (or the first list, if longer): a vocabulary with fewer word-initial
+    tokens than `n` (a 1 000-token tokenizer) gets the tokens those words reach, rather than
+    encoding wordfreq's whole list (about 320 k words, frequencies down to 1e-8: minutes of
+    tokenizer calls, each time the nodes are built). Each word is encoded once however often
+    the list doubles (the longer list extends the shorter one: same counts, same order).
     """
     if n < 1:
         raise HeadscopeError(f"number of tokens: expected ≥ 1, got {n}")
@@ -99,19 +111,24 @@ def wordfreq_tokens(tokenizer, n: int, *, lang: str = "en", bos_first: bool = Tr
     unk = unknown_id(tokenizer)
     want = n - (1 if bos_first and bos is not None else 0)
     size = max(4 * n, 2000)
+    limit = max(size, MAX_WORDS)
+    counts: dict[int, float] = {}
+    done: list[str] = []                                            # the words counted so far (a prefix)
     while True:
-        counts: dict[int, float] = {}
         words = wordfreq.top_n_list(lang, size)
-        for word in words:
+        if words[:len(done)] != done:                              # not an extension: count afresh
+            counts, done = {}, []
+        for word in words[len(done):]:
             ids = word_ids(tokenizer, word)
             if len(ids) > 1:
                 cap = word_ids(tokenizer, word[:1].upper() + word[1:])
                 ids = cap if len(cap) == 1 else ids
             if ids and ids[0] != bos and ids[0] != unk:            # a word outside the vocabulary counts for none
                 counts[ids[0]] = counts.get(ids[0], 0.0) + wordfreq.word_frequency(word, lang)
-        if len(counts) >= want or len(words) < size:
+        done = words
+        if len(counts) >= want or len(words) < size or size >= limit:
             break
-        size *= 2
+        size = min(2 * size, limit)
     order = [t for t, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))][:want]
     return ([bos] if bos_first and bos is not None else []) + order
 
