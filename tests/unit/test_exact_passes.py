@@ -21,8 +21,8 @@ def _approx_tv_reference(weights, tokens, c, true, rows):
     d, P_len = cfg.d_model, len(tokens)
     s, root_d, floor = cfg.attn_scale(0), math.sqrt(d), d * cfg.ln_eps
     Qh = L0.queries(weights, tokens).transpose(0, 1)
-    e_x = L0._centred(weights.W_E[tokens])
-    p = L0._centred(weights.W_pos[:P_len])
+    e_x = L0.centred(weights.W_E[tokens])
+    p = L0.centred(weights.W_pos[:P_len])
     eK = torch.einsum("kd,hde->hke", e_x, b.W_K)
     pK = torch.einsum("pd,hde->hpe", p, b.W_K)
     q_bK = torch.einsum("hqe,he->hq", Qh, b.b_K)
