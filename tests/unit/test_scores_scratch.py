@@ -15,6 +15,7 @@ def _tokens(n_vocab: int, b: int, p: int, seed: int = 0) -> torch.Tensor:
 
 def test_scratch_values_equal_fresh_scores(tiny):
     for W in (tiny.weights(), split.view(tiny)):                                  # float32, float64 layer-0 view
+        W.__dict__.pop("_scores_scratch", None)       # the session's `tiny` may hold a larger one from earlier tests
         consumed = ["blocks.0.attn.hook_k", "blocks.0.ln2.hook_scale"]
         stop = 1 if W.cfg.n_layers == 1 else None
         for b, p in ((2, 17), (1, 9), (3, 17), (1, 23)):
