@@ -35,7 +35,7 @@ def test_rows_on_gpt2_small_components_the_model_lacks_have_no_verdict(small_gpt
     lacking = {r.id: r for r in res.rows if "GPT-2 Small's component is not in this model" in r.note}
     # L1H5's rows and the rows on the published layer-0 heads (the neuron rows run on those heads' circuit)
     for rid in ("survey_top", "negative_eigenvalues", "steer_restores_self", "semantic_clusters", "explain_score",
-                "contextual_heads", "circuit_fidelity", "neuron_704_texts", "keyword_density"):
+                "contextual_heads", "circuit_fidelity", "neuron_704_texts", "keyword_density", "tv_contextual"):
         assert rid in lacking and lacking[rid].verdict == "no verdict" and lacking[rid].passed is None, rid
         assert "reproduce --find" in lacking[rid].note
     assert "head index 5 out of range" in lacking["survey_top"].note

@@ -13,7 +13,7 @@ from .._errors import HeadscopeError, NotApplicable
 from ..layer0.kernels import translation_positions
 from ..stats import correlation, sign_flip_means, spearman
 from .null import compare, generator, share_null
-from .reference import FOUND_REFERENCE
+from .reference import FOUND_REFERENCE, check_layer0_heads, seed_component
 from .table import claim, margin_of, share_of
 
 
@@ -31,7 +31,9 @@ def _tv_null(c, w, heads, med):
 @claim("tv_contextual")
 def _tv(c, ref, w):
     rep = w.kernels
-    heads = [h for h in ref.contextual_heads if h < len(rep.heads)]
+    # every named head, or no verdict (GPT-2 Small's heads on a smaller model) / an error (a manifest's): never a
+    # silent subset, whose median would be another statistic than the seed's
+    heads = seed_component(ref, check_layer0_heads, list(ref.contextual_heads), len(rep.heads))
     if not heads:
         raise HeadscopeError(f"no contextual head {ref.contextual_heads} exists in layer 0")
     med = statistics.median(rep.heads[h].tv_median for h in heads)
