@@ -43,6 +43,7 @@ logits                           [b p v]         soft-capped when cfg.final_soft
 from __future__ import annotations
 
 import fnmatch
+import math
 import weakref
 from typing import Iterable, Iterator, Sequence
 
@@ -218,9 +219,7 @@ def _take_scratch(w: Weights, shape, dtype, device) -> tuple[Tensor | None, Tens
     """(buffer, a [shape] view of it) from `w`'s kept scores buffer, or (None, None) when it has none
     that fits. Taken out of `w` while in use (dict.pop: another thread then allocates its own)."""
     buf = w.__dict__.pop("_scores_scratch", None)
-    n = 1
-    for size in shape:
-        n *= size
+    n = math.prod(shape)
     if buf is None or buf.dtype != dtype or buf.device != device or buf.numel() < n:
         if buf is not None:
             w.__dict__.setdefault("_scores_scratch", buf)

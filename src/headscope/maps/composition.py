@@ -166,6 +166,7 @@ def composition_cost(cfg) -> float:
     (:func:`composition_path`, :func:`composition_costs`)."""
     return composition_costs(cfg)[composition_path(cfg)]
 
+
 def _layer_factors(weights: Weights):
     """Per layer l, each block read once: (‖W_OV‖_F [h], ‖W_QK‖_F [h], the writer's left factor
     P = R_V W_O [h e d] (None at the last layer), the reader's right factors [3 h d e] of modes
@@ -247,17 +248,27 @@ def composition_scores(weights: Weights, max_elements: int = 1 << 24, path: str 
             for la0 in range(0, lb, step):
                 la1 = min(lb, la0 + step)
                 n = la1 - la0
-                C = left[la0 * he:la1 * he] @ Rb                                         # [n·hA·e 3·hB·e]
-                num = C.square_().view(n, H, e, len(MODES), H, e).sum((2, 5)).sqrt_()   # [n hA 3 hB]
-                den = torch.stack(n_ovs[la0:la1])[:, :, None, None] * norm_b[None, None]  # [n hA 3 hB]
-                s = torch.where(den > 0, num / torch.where(den > 0, den, 1.0), 0.0)
+                s = _core_scores(left[la0 * he:la1 * he], Rb, torch.cat(n_ovs[la0:la1]), norm_b.flatten())
+                s = s.view(n, H, len(MODES), H)                                          # [n·hA 3·hB] → [n hA 3 hB]
                 for i, m in enumerate(MODES):
                     out[m][la0:la1, :, lb, :] = s[:, :, i]
-                del C, num, den, s
+                del s
             del Rb
         if P is not None:
             left[lb * he:(lb + 1) * he] = P.reshape(he, d)                               # [h e d] → [h·e d]
     return out
+
+
+def _core_scores(rows: Float[Tensor, "n_e d"], Rb: Float[Tensor, "d R_e"], n_rows: Float[Tensor, "n"],
+                 n_cols: Float[Tensor, "R"]) -> Float[Tensor, "n R"]:
+    """The cores path's scores ‖P_A F_B‖_F / (‖P_A‖_F ‖F_B‖_F) of n writer heads against R reader
+    modes: `rows` their left factors stacked [n·e d], `Rb` the right factors side by side [d R·e],
+    `n_rows`, `n_cols` their norms; every e × e core in one product, 0 where a norm is 0."""
+    n, R = n_rows.numel(), n_cols.numel()
+    e = rows.shape[0] // n
+    num = (rows @ Rb).square_().view(n, e, R, e).sum((1, 3)).sqrt_()                    # [n R] ‖core‖_F
+    den = n_rows[:, None] * n_cols[None]                                                 # [n R]
+    return torch.where(den > 0, num / torch.where(den > 0, den, 1.0), 0.0)
 
 
 def _gram_scores(left: Float[Tensor, "W e d"], n_left: Float[Tensor, "W"], right: Float[Tensor, "Lm1 R d e"],
@@ -316,10 +327,8 @@ def _floor_cores(sq, left, n_left, right, n_right, out) -> None:
     for lb1 in below.any(2).any(1).nonzero()[:, 0].tolist():                             # the cores path's
         Rb = right[lb1].transpose(0, 1).reshape(d, R * e)                                # [d 3·h·e], its layout
         for w in below[lb1].any(1).nonzero()[:, 0].tolist():                             # products, row by row
-            num = (left[w] @ Rb).square_().view(1, 1, e, len(MODES), H, e).sum((2, 5)).sqrt_().view(R)
-            den = n_left[w] * n_right[lb1]                                               # [3·h]
             r = below[lb1, w]
-            s[lb1, w, r] = torch.where(den > 0, num / torch.where(den > 0, den, 1.0), 0.0)[r]
+            s[lb1, w, r] = _core_scores(left[w], Rb, n_left[w:w + 1], n_right[lb1])[0, r]
     s = s.view(Lm1, Lm1, H, len(MODES), H)                                               # [lb−1 la hA 3 hB]
     for lb in range(1, Lm1 + 1):
         for i, m in enumerate(MODES):
