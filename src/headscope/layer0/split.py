@@ -72,7 +72,7 @@ from ..core.tokenizer import word_ids
 from ..core.weights import Block, Weights
 from ..lowrank import small_matrices
 from .split_windows import (  # noqa: F401  (the window-level split: its names re-exported here)
-    approx_pattern, approx_tv, centred, check_split, crude_pattern, hidden, ln1, queries, query_rows, split_scores,
+    approx_pattern, approx_tv, centred, check_split, crude_pattern, hidden, ln1, mask_block_, queries, query_rows, split_scores,
     text_content_factors, text_positional_kernels, true_pattern, true_pattern_rows, true_qk, tv_distance,
 )
 
@@ -461,10 +461,5 @@ def fixed_query_log_denominators(w: Weights, k: Float[Tensor, "b p head e"], tok
         S = torch.matmul(qh[:, a:z], kh[..., :z])                                 # [b head m z]
         if not exact_s:
             S.div_(s)
-        mask = hidden(w, torch.arange(a, z, device=k.device), z)                  # [m z]
-        if a and not bool(mask[:, :a].any()):   # keys before a visible to every query of the block (causal):
-            S[..., a:].masked_fill_(mask[:, a:], float("-inf"))                  # the diagonal block only
-        else:
-            S.masked_fill_(mask, float("-inf"))
-        out[..., a:z] = logsumexp_(S)
+        out[..., a:z] = logsumexp_(mask_block_(w, S, a))                         # −inf where hidden
     return out

@@ -84,6 +84,19 @@ def hidden(w: Weights, ns: Int[Tensor, "m"], k: int) -> Tensor:
     return w.cfg.hidden_keys(0, ns[:, None], torch.arange(k, device=ns.device)[None, :])
 
 
+def mask_block_(w: Weights, scores: Float[Tensor, "... m z"], a: int) -> Tensor:
+    """`scores` of the queries at positions a..a+m−1 against keys 0..z−1, −inf in place where
+    :func:`hidden`; when every query sees every key before a (causal), only the diagonal block
+    [a, z) is filled (the keys before a are visible: nothing to write there)."""
+    m, z = scores.shape[-2], scores.shape[-1]
+    mask = hidden(w, torch.arange(a, a + m, device=scores.device), z)                  # [m z]
+    if a and not bool(mask[:, :a].any()):
+        scores[..., a:].masked_fill_(mask[:, a:], -math.inf)
+    else:
+        scores.masked_fill_(mask, -math.inf)
+    return scores
+
+
 # -- the split over a whole window (vectorised over query positions) --------------------------
 
 
@@ -227,11 +240,7 @@ def _approx_tv(weights: Weights, tokens: Tensor, c: float, true: Tensor | None, 
             scores = torch.addcdiv(content, q_pK, pos_norm[None, None, :z], value=root_d, out=content).div_(s)
         else:
             scores = content.div_(s).add_(q_pK.mul_(root_d).div_(pos_norm[None, None, :z]).div_(s))
-        mask = hidden(weights, torch.arange(a, z), z)                             # [r z]
-        if a and not bool(mask[:, :a].any()):   # keys before the block visible to all its queries (causal):
-            scores[:, :, a:].masked_fill_(mask[:, a:], -math.inf)                # fill the diagonal block only
-        else:
-            scores.masked_fill_(mask, -math.inf)
+        mask_block_(weights, scores, a)                                           # [h r z], −inf where hidden
         approx = torch._softmax(scores, -1, False, out=scores)                    # in place: the same values
         # |approx − true| = |true − approx| exactly (IEEE subtraction is antisymmetric): in approx's own
         # buffer, one pass instead of a float64 copy of true's block and a second pass
