@@ -228,7 +228,7 @@ def measure(shape: str, cache: Path, dtype: str = "float32", layers: int | None 
             "layers": layers, "disk_dtype": DISK_DTYPE.get(shape, "float32"), "dtype": dtype,
             "cache_write_s": written, "loadavg_before": load_before, "loadavg_after": bench_sizes._loadavg(),
             "matmul_gflops": bench_sizes.matmul_gflops(),
-            "baseline": base, "report": rep, "report_wall_s": rep["process_wall_s"], "report_peak_mb": peak,
+            "baseline": base, "report": rep, "report_wall_s": bench_sizes.report_wall(rep), "report_peak_mb": peak,
             "target_s": t_target, "target_mb": m_target * 1024}
 
 
