@@ -286,6 +286,7 @@ def child(model_id: str, out: str) -> None:
     import headscope
     from bench_sizes import matmul_gflops
     from headscope.core.forward import run_with_cache
+    from headscope.core.loading import load_checkpoint
     from headscope.report import ReportOptions, build_report, default_stages
     from headscope.report.inputs import load_inputs
 
@@ -300,7 +301,7 @@ def child(model_id: str, out: str) -> None:
 
     timed: dict = {}
     t0, c0 = time.perf_counter(), time.process_time()
-    model = headscope.load(model_id)
+    model = load_checkpoint(model_id, prefetch_fingerprint=True)   # as headscope report loads (commands/args.py)
     view_s = _process_blocks(model)
     load = {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0, "layer0_view_s": view_s}
     build_report(model, Path(out) / "timed", ReportOptions(use_cache=False, progress=False),

@@ -12,7 +12,6 @@ import torch
 
 from .._errors import HeadscopeError
 from .._json import dumps
-from ..core.entry import load
 from ..core.loading import check_dtype, load_checkpoint
 from ..core.model import Model
 
@@ -38,12 +37,11 @@ def load_model(args, check=None) -> Model:
 
     `check(cfg)` checks the command's index arguments (layers, heads, neurons, positions) against
     config.json's sizes before any weight is read: a bad index is refused in a moment, not after
-    the weights' load and finiteness check."""
-    if check is None:
-        return load(args.model, device=args.device, dtype=DTYPES[args.dtype], revision=getattr(args, "revision", None))
+    the weights' load and finiteness check. The weight files' hash, which every command's output
+    names, starts in the background at once (:meth:`Checkpoint.prefetch_fingerprint`)."""
     check_dtype(DTYPES[args.dtype])
     return load_checkpoint(args.model, device=args.device, dtype=DTYPES[args.dtype],
-                           revision=getattr(args, "revision", None), check_config=check)
+                           revision=getattr(args, "revision", None), check_config=check, prefetch_fingerprint=True)
 
 
 def emit(args, result, text: str | None = None) -> None:

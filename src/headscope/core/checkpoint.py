@@ -186,10 +186,36 @@ class Checkpoint:
 
     def fingerprint(self) -> str:
         """sha256 of the weight file; for shards, of their ``sha256sum`` lines in name order
-        (computed once: every :meth:`Model.bound` copy shares this checkpoint)."""
+        (computed once: every :meth:`Model.bound` copy shares this checkpoint). Waits for
+        :meth:`prefetch_fingerprint`'s thread if one runs, and raises what it raised."""
+        thread = getattr(self, "_fingerprint_thread", None)
+        if thread is not None:
+            thread.join()
+            if self._fingerprint_error is not None:
+                raise self._fingerprint_error
         if getattr(self, "_fingerprint", None) is None:
             self._fingerprint = self._hash_files()
         return self._fingerprint
+
+    def prefetch_fingerprint(self) -> None:
+        """Start hashing the weight files in a background thread (reading and sha256 release the
+        GIL: the hash runs on a core the caller leaves idle, e.g. while the tokenizer's import holds
+        the GIL); :meth:`fingerprint` waits for it. Nothing is started when the fingerprint is known,
+        already being computed, or the weights are held in memory (no files)."""
+        if getattr(self, "_fingerprint", None) is not None or getattr(self, "_fingerprint_thread", None) is not None:
+            return
+        if not self.source.files:
+            return
+        self._fingerprint_error = None
+
+        def run():
+            try:
+                self._fingerprint = self._hash_files()
+            except BaseException as e:    # re-raised by fingerprint() in the caller's thread
+                self._fingerprint_error = e
+
+        self._fingerprint_thread = threading.Thread(target=run, name="headscope-fingerprint", daemon=True)
+        self._fingerprint_thread.start()
 
     def _hash_files(self) -> str:
         files = self.source.files

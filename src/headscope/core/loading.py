@@ -32,11 +32,14 @@ def load_checkpoint(
     dtype: torch.dtype = torch.float32,
     revision: str | None = None,
     check_config: Callable | None = None,
+    prefetch_fingerprint: bool = False,
 ) -> Model:
     """Load a checkpoint by hub id (at `revision`) or directory (``headscope.load`` for paths).
 
     `check_config(cfg)`, if given, runs on the :class:`Config` read from config.json, before the
     tokenizer is read and before any weight is (the CLI's index arguments: refused in a moment).
+    `prefetch_fingerprint`: start hashing the weight files in the background now
+    (:meth:`Checkpoint.prefetch_fingerprint`), for a caller that will read ``model.fingerprint``.
 
     Reads config.json (its family validates it: :mod:`headscope.core.families`), the weight
     files' headers and the tokenizer, and checks every weight is finite; the weights
@@ -53,6 +56,8 @@ def load_checkpoint(
     if check_config is not None:
         check_config(cfg)
     ckpt = Checkpoint(files, cfg, family=family, tie_word_embeddings=family.tied(hf), where=str(directory))
+    if prefetch_fingerprint:
+        ckpt.prefetch_fingerprint()                 # beside the tokenizer's load and the weights' check
     tokenizer = load_tokenizer(directory, cfg.family)
     vocab = tokenizer.get_vocab()                   # built once for both (50k entries for GPT-2)
     check_tokenizer(tokenizer, cfg.d_vocab, directory, cfg.family, vocab=vocab)
