@@ -426,11 +426,7 @@ def atlas(model: Model, layers: Sequence[int] | None = None, *, n_tokens: int = 
         # [h] ×2 and, token-centred ((X − 1 x̄ᵀ) W = X W − 1 (x̄ᵀ W), the mean row of X W), [h 2e]
         sym, skew, lam_c = token_forms(Q, K)
         z = self_scores(Q.add_(b_Q[:, None]), K.add_(b_K[:, None]))                  # [h N] (Q, K read no more)
-        if centred:                                                                  # P W_Q, P W_K
-            lam = symmetric_eigenvalues(W_Q - W_Q.mean(1, keepdim=True), W_K - W_K.mean(1, keepdim=True))
-        else:
-            lam = symmetric_eigenvalues(W_Q, W_K)
-        lam = lam / s                                                                # [h 2e], logit units
+        lam = symmetric_eigenvalues(W_Q, W_K, centre=centred) / s                    # [h 2e] logit units; P W_Q, P W_K when centred
         HX = W_U @ X                                                                 # [d d] = W_U[:, T] X̂
         ov = low_rank_eigenvalues(_per_head(HX, cols_V), W_O)                        # [h e]
         ov_fw = composition.framework_ov_eigenvalues(W, l, gram, block=hw)           # [h e]

@@ -40,7 +40,7 @@ from jaxtyping import Float
 
 from .._html_repr import HtmlRepr, render_text
 from .._threads import one_thread
-from ..lowrank import column_factor, small_matrices
+from ..lowrank import column_factor, small_matrices, stacked_columns
 from ..core.weights import Weights, written_W_O
 
 Tensor = torch.Tensor
@@ -423,7 +423,8 @@ def _low_rank_svd(L: Float[Tensor, "h d e"], R: Float[Tensor, "h d e"], keep: in
     e = L.shape[-1]
     k = e if keep is None else min(keep, e)
     with small_matrices():
-        (aL, tL), (aR, tR) = torch.geqrf(L.double()), torch.geqrf(R.double())      # [h d e], [h e]
+        # column-major inputs (stacked_columns): geqrf's own copy of them is then a straight one
+        (aL, tL), (aR, tR) = torch.geqrf(stacked_columns([L])), torch.geqrf(stacked_columns([R]))  # [h d e], [h e]
         # [h e e], column-major as torch.linalg.qr returns R (the same bits of R_L R_Rᵀ and its SVD)
         RL, RR = (a[..., :e, :].triu().mT.contiguous().mT for a in (aL, aR))
         Uc, sig, Vhc = torch.linalg.svd(RL @ RR.transpose(-1, -2))
@@ -448,6 +449,13 @@ def _direction_ends(T: Float[Tensor, "N d"], D: Float[Tensor, "m d"], n: int, ex
     """
     N, d = T.shape
     approx = D @ T.T                                                                     # [m N]
+    with small_matrices():                   # selections and norms over [m N]: a second thread only waits
+        return _ends(T, D, approx, n, exact, t_norm)
+
+
+def _ends(T: Tensor, D: Tensor, approx: Tensor, n: int, exact, t_norm: float | None) -> tuple[Tensor, Tensor]:
+    """:func:`_direction_ends` from the scores `approx` = D Tᵀ [m N]."""
+    N, d = T.shape
     k = min(n + 1, N)
     # the k highest (descending) and k lowest (ascending): where their gaps all exceed tol, no two
     # are tied, so these are the stable sort's first and last k, whatever order topk breaks ties in
