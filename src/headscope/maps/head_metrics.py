@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from jaxtyping import Float
 
+from .._threads import one_thread, split_heads
 from ..lowrank import (small_matrices, sym_eigenvalues, sym_skew_cores, centred_column_factors, factor_cores,
                        core_eigenvalues, sym_core)
 
@@ -76,18 +77,19 @@ def negative_fraction(lam: Float[Tensor, "r"], top: int = TOP, rel_tol: float = 
     return n_neg, int(kept.numel()), n_neg / int(kept.numel())
 
 
-def self_scores(q: Float[Tensor, "... n e"], k: Float[Tensor, "... n e"], silent: float = SILENT
-                ) -> Float[Tensor, "... n"]:
-    """z_t = (s_tt − mean_s s_ts) / std_s s_ts for s_ts = q_t·k_s, from e × e moments (NaN on silent rows)."""
+def self_scores(q: Float[Tensor, "... n e"], k: Float[Tensor, "... n e"], silent: float = SILENT, *,
+                k_mean: Tensor | None = None) -> Float[Tensor, "... n"]:
+    """z_t = (s_tt − mean_s s_ts) / std_s s_ts for s_ts = q_t·k_s, from e × e moments (NaN on silent rows).
+    ``k_mean`` [... e]: the keys' mean k̄ over the n tokens, when the caller took it."""
     with small_matrices():           # passes over [... n e] and e × e products: a second thread only waits
-        return _self_scores(q.double(), k.double(), silent)
+        return _self_scores(q.double(), k.double(), silent, k_mean)
 
 
-def _self_scores(q: Tensor, k: Tensor, silent: float) -> Tensor:
+def _self_scores(q: Tensor, k: Tensor, silent: float, k_mean: Tensor | None) -> Tensor:
     n = k.shape[-2]
     prod = q * k                                                                   # [... n e], reused below
     diag = prod.sum(-1)                                                            # [... n]
-    k_mean = k.mean(-2)                                                            # [... e]
+    k_mean = k.mean(-2) if k_mean is None else k_mean.double()                     # [... e]
     kc = k - k_mean[..., None, :]
     cov = kc.transpose(-1, -2) @ kc / n                                            # [... e e]
     del kc
@@ -182,9 +184,10 @@ class HeadColumns:
     def __init__(self, W: Float[Tensor, "h d e"]):
         h, d, e = W.shape
         self.h, self.g = h, 1
-        while (g := _groups(W)) > 1:                        # as one product per group (g is the largest: once)
-            W, self.g = W[::g], self.g * g
-        self.cols = W.permute(1, 0, 2).reshape(d, -1)                                   # [d h'·e]
+        with one_thread():                                  # comparisons and a copy: memory-bound passes
+            while (g := _groups(W)) > 1:                    # as one product per group (g is the largest: once)
+                W, self.g = W[::g], self.g * g
+            self.cols = W.permute(1, 0, 2).reshape(d, -1)                               # [d h'·e]
         self.e = e
 
     def __call__(self, X: Float[Tensor, "n d"]) -> Float[Tensor, "h n e"]:
@@ -236,10 +239,12 @@ def _positional_share_deep(X: Tensor, sigma: Tensor, win: Tensor, delta: Tensor,
     q = _per_head(x + p_hat, W_Q)                                                    # [h P e]
     kc, kp = _per_head(x, W_K), _per_head(p_hat, W_K)
     # the [P d] @ [d h·e] products above on the caller's threads; the [h P P] scores and their
-    # variances on one (batched e-wide products and elementwise passes: on 2 busy cores a second
-    # thread spins, 0.171 CPU s a GPT-2-XL layer on one against 0.250 on two, the same bits)
-    with small_matrices():
-        q.add_(b_Q[:, None])
-        content = (q @ kc.transpose(1, 2)).div_(s).masked_fill_(hidden, float("-inf"))   # [h P P]
-        position = (q @ kp.transpose(1, 2)).div_(s).masked_fill_(hidden, float("-inf"))
+    # variances (batched e-wide products and elementwise passes) split by heads over them, one torch
+    # thread each (split_heads: the same bits)
+
+    def part(sl: slice) -> Tensor:
+        qs = q[sl].add_(b_Q[sl, None])
+        content = (qs @ kc[sl].transpose(1, 2)).div_(s).masked_fill_(hidden, float("-inf"))   # [h P P]
+        position = (qs @ kp[sl].transpose(1, 2)).div_(s).masked_fill_(hidden, float("-inf"))
         return positional_share(content, position)
+    return torch.cat(split_heads(part, q.shape[0]))
