@@ -14,6 +14,7 @@ n × n parts' norms and nonzero eigenvalues are those of the 2e × 2e cores
 from __future__ import annotations
 
 import contextlib
+from typing import Sequence
 
 import torch
 from jaxtyping import Float
@@ -32,6 +33,25 @@ def small_matrices():
     """
     with one_thread():
         yield
+
+
+def stacked_columns(parts: Sequence[Tensor], shifts: Sequence[Tensor] | None = None) -> Float[Tensor, "... n r"]:
+    """``torch.cat(parts, -1)`` in float64 (each part minus its row ``shifts[i]`` [... 1 r_i] when
+    given), laid out column-major: every matrix of the batch stored column by column, as LAPACK reads
+    it. A QR copies its input into that layout first; from a row-major [... n r] that copy transposes
+    (a strided pass over n·r entries), from this one it is a straight copy, and the cat's own pass is
+    gone. The same values bit for bit (a copy, or the same elementwise subtraction)."""
+    *batch, n, _ = parts[0].shape
+    out = torch.empty(*batch, sum(p.shape[-1] for p in parts), n, dtype=torch.float64).mT   # [... n r]
+    c = 0
+    for i, p in enumerate(parts):
+        view = out[..., c:c + p.shape[-1]]
+        if shifts is None:
+            view.copy_(p)
+        else:
+            torch.sub(p.double(), shifts[i], out=view)
+        c += p.shape[-1]
+    return out
 
 
 def column_factor(C: Float[Tensor, "... n r"]) -> Float[Tensor, "... r r"]:
@@ -65,7 +85,7 @@ def sym_skew_cores(U: Float[Tensor, "... n e"], V: Float[Tensor, "... n e"]
                    ) -> tuple[Float[Tensor, "... 2e 2e"], Float[Tensor, "... 2e 2e"]]:
     """(R M_S Rᵀ, R M_A Rᵀ) with [U V] = Q R: the 2e × 2e cores of sym(U Vᵀ) and skew(U Vᵀ)
     (module docstring; float64, the n × n forms never built)."""
-    return factor_cores(column_factor(torch.cat([U, V], dim=-1)))                  # R [... 2e 2e]
+    return factor_cores(column_factor(stacked_columns([U, V])))                     # R [... 2e 2e]
 
 
 def times_pair_form(R: Float[Tensor, "... r 2e"], skew: bool = False) -> Float[Tensor, "... r 2e"]:
@@ -94,7 +114,7 @@ def factor_cores(R: Float[Tensor, "... r 2e"]) -> tuple[Float[Tensor, "... r r"]
 
 def centred_column_factors(C: Float[Tensor, "... n r"]) -> tuple[Tensor, Tensor]:
     """(R̃, R): the triangular factors of the column-centred C̃ = C − 1 c̄ᵀ (c̄ the mean row) and of C
-    itself, from one QR of n rows (float64).
+    itself, from one QR of n rows (float64; C̃ written column-major, :func:`stacked_columns`).
 
     Since 1ᵀC̃ = 0, CᵀC = C̃ᵀC̃ + n c̄ c̄ᵀ, so R is the factor of the r + 1 rows [[R̃], [√n c̄ᵀ]]: one
     small QR instead of a second one of n rows. Both are QR factors of matrices whose columns keep
@@ -103,15 +123,19 @@ def centred_column_factors(C: Float[Tensor, "... n r"]) -> tuple[Tensor, Tensor]
     """
     C = C.double()
     mean = C.mean(-2, keepdim=True)                                                # [... 1 r]
-    R_c = column_factor(C - mean)                                                  # [... r r]
+    R_c = column_factor(stacked_columns([C], [mean]))                              # [... r r]
     n = C.shape[-2]
     return R_c, column_factor(torch.cat([R_c, mean * n ** 0.5], dim=-2))           # [r+1 r] → [... r r]
 
 
-def sym_eigenvalues(U: Float[Tensor, "... n e"], V: Float[Tensor, "... n e"]) -> Float[Tensor, "... 2e"]:
+def sym_eigenvalues(U: Float[Tensor, "... n e"], V: Float[Tensor, "... n e"], centre: bool = False
+                    ) -> Float[Tensor, "... 2e"]:
     """The (at most 2e) eigenvalues of sym(U Vᵀ) [n n] that can be nonzero, ascending (float64);
-    the other n − 2e are exactly zero."""
-    return core_eigenvalues(sym_core(column_factor(torch.cat([U, V], dim=-1))))   # R [... 2e 2e]
+    the other n − 2e are exactly zero. ``centre``: of sym(P U Vᵀ P) instead, P the projector onto
+    1⊥ in the n rows (U and V minus their mean rows, taken as the QR's input is assembled)."""
+    U, V = U.double(), V.double()
+    shifts = [U.mean(-2, keepdim=True), V.mean(-2, keepdim=True)] if centre else None   # [... 1 e] each
+    return core_eigenvalues(sym_core(column_factor(stacked_columns([U, V], shifts))))  # R [... 2e 2e]
 
 
 def core_eigenvalues(S: Float[Tensor, "... r r"]) -> Float[Tensor, "... r"]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from headscope.lowrank import (centred_column_factors, column_factor, factor_cores, pair_forms, span_basis,
-                               sym_core, sym_eigenvalues, sym_skew_cores, times_pair_form)
+                               stacked_columns, sym_core, sym_eigenvalues, sym_skew_cores, times_pair_form)
 from headscope.semantic.bilinear import bilinear_form
 
 N, E = 11, 3
@@ -99,3 +99,49 @@ def test_times_pair_form_is_the_product_with_the_pair_forms_bit_for_bit():
     W = U @ V.T                                                                # sym_core against the n × n form
     torch.testing.assert_close(torch.linalg.eigvalsh(sym_core(column_factor(torch.cat([U, V], 1)))).abs().sum(),
                                torch.linalg.eigvalsh((W + W.T) / 2).abs().sum(), rtol=1e-12, atol=0)
+
+
+def _heads_view(seed: int, h: int = 5, n: int = 13, e: int = 4, shift: float = 1.5):
+    """[h n e] as the atlas's per-head products come: a permuted view of one [n h·e] product."""
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(n, h * e, generator=g, dtype=torch.float64) + shift).view(n, h, e).permute(1, 0, 2)
+
+
+def test_stacked_columns_is_the_cat_bit_for_bit_in_column_major_layout():
+    q, k = _heads_view(5), _heads_view(6, shift=-0.5)                              # [h n e] views
+    C = stacked_columns([q, k])
+    assert torch.equal(C, torch.cat([q, k], -1)) and C.dtype == torch.float64
+    assert C.mT.is_contiguous()                                                    # each matrix stored by columns
+    shifts = [q.mean(-2, keepdim=True), k.mean(-2, keepdim=True)]
+    assert torch.equal(stacked_columns([q, k], shifts), torch.cat([q - shifts[0], k - shifts[1]], -1))
+    assert torch.equal(stacked_columns([q.float()]), q.float().double())           # float32 parts: converted
+    # the QR reads the same matrix: the same factor, bit for bit, from either layout
+    assert torch.equal(column_factor(C), column_factor(torch.cat([q, k], -1)))
+
+
+def test_centred_column_factors_factor_the_centred_and_plain_columns_of_head_views():
+    """As the atlas calls it: the cat of two permuted [h n e] views. The centred factor is the QR's own
+    of C − 1 c̄ᵀ formed row-major (the same bits), and both against float64 Grams formed directly."""
+    q, k = _heads_view(7), _heads_view(8, shift=-3.0)
+    C = torch.cat([q, k], -1)                                                      # [h n 2e]
+    R_c, R = centred_column_factors(C)
+    Cc = C - C.mean(-2, keepdim=True)
+    assert torch.equal(R_c, torch.linalg.qr(Cc, mode="r")[1])
+    T = lambda x: x.transpose(-1, -2)  # noqa: E731
+    torch.testing.assert_close(T(R_c) @ R_c, T(Cc) @ Cc, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(T(R) @ R, T(C) @ C, rtol=1e-12, atol=1e-12)
+
+
+def test_centred_sym_eigenvalues_are_those_of_the_projected_form():
+    """``centre=True``: the nonzero eigenvalues of sym(P U Vᵀ P) (P = I − 11ᵀ/n), the n × n form built
+    and decomposed naively in float64; bit for bit those of the explicitly centred factors."""
+    U, V = _uv(9)
+    U, V = U + 2.0, V - 1.0                                                        # far from centred
+    P = torch.eye(N, dtype=torch.float64) - 1.0 / N
+    W = P @ U @ V.T @ P
+    full = torch.linalg.eigvalsh((W + W.T) / 2)
+    nonzero = full[full.abs() > 1e-9 * full.abs().max()]
+    lam = sym_eigenvalues(U, V, centre=True)
+    torch.testing.assert_close(lam, torch.sort(nonzero).values, rtol=1e-10, atol=1e-12)
+    assert torch.equal(lam, sym_eigenvalues(U - U.mean(0), V - V.mean(0)))
+    assert not torch.allclose(sym_eigenvalues(U, V), lam)                          # centring matters here

@@ -146,6 +146,7 @@ from .._json import plain
 from ..layer0 import split as layer0
 from ..semantic import bilinear, clustering
 from .._errors import HeadscopeError
+from .._threads import split_heads
 from .._html_repr import HtmlRepr, render_text
 from ..core.model import Model
 from ..core.tokenizer import to_str_tokens
@@ -423,13 +424,7 @@ def atlas(model: Model, layers: Sequence[int] | None = None, *, n_tokens: int = 
         cols_Q, cols_K, cols_V = HeadColumns(W_Q), HeadColumns(W_K), HeadColumns(W_V)  # [d h·e] each
         s = cfg.attn_scale(l)
         Q, K = _per_head(X, cols_Q), _per_head(X, cols_K)                            # [h N e] each
-        # [h] ×2 and, token-centred ((X − 1 x̄ᵀ) W = X W − 1 (x̄ᵀ W), the mean row of X W), [h 2e]
-        sym, skew, lam_c = token_forms(Q, K)
-        z = self_scores(Q.add_(b_Q[:, None]), K.add_(b_K[:, None]))                  # [h N] (Q, K read no more)
-        if centred:                                                                  # P W_Q, P W_K
-            lam = symmetric_eigenvalues(W_Q - W_Q.mean(1, keepdim=True), W_K - W_K.mean(1, keepdim=True))
-        else:
-            lam = symmetric_eigenvalues(W_Q, W_K)
+        sym, skew, lam_c, z, lam = _qk_metrics(Q, K, b_Q, b_K, W_Q, W_K, centred)
         lam = lam / s                                                                # [h 2e], logit units
         HX = W_U @ X                                                                 # [d d] = W_U[:, T] X̂
         ov = low_rank_eigenvalues(_per_head(HX, cols_V), W_O)                        # [h e]
@@ -486,6 +481,24 @@ def atlas(model: Model, layers: Sequence[int] | None = None, *, n_tokens: int = 
         res = run_survey(model, layers)
         result.add_semantic_loss({(r.layer, r.head): r.semantic_loss for r in res.rows})
     return result
+
+
+def _qk_metrics(Q, K, b_Q, b_K, W_Q, W_K, centred: bool) -> tuple[Tensor, ...]:
+    """(‖B_sym‖, ‖B_skew‖ [h], λ̃ [h 2e] of the token-centred form, z [h N], λ [h 2e] of sym(W_Q W_Kᵀ)
+    (P W_Q, P W_K when `centred`)) of a layer's heads from Q, K [h N e] (their biases are added in
+    place: Q, K are read no more). Per head, small decompositions and passes: the heads are split
+    over the caller's threads, one torch thread each (:func:`headscope._threads.split_heads`); the
+    keys' mean over the tokens is taken whole first (a reduction over a strided slice of a few heads
+    can round differently from the same one over all heads: bits independent of the split)."""
+    def forms(sl: slice) -> tuple[Tensor, ...]:
+        # [h] ×2 and, token-centred ((X − 1 x̄ᵀ) W = X W − 1 (x̄ᵀ W), the mean row of X W), [h 2e]
+        return (*token_forms(Q[sl], K[sl]), symmetric_eigenvalues(W_Q[sl], W_K[sl], centre=centred))
+    sym, skew, lam_c, lam = (torch.cat(p) for p in zip(*split_heads(forms, Q.shape[0])))
+    Q.add_(b_Q[:, None])
+    K.add_(b_K[:, None])
+    k_mean = K.mean(-2)                                                              # [h e]
+    z = torch.cat(split_heads(lambda sl: self_scores(Q[sl], K[sl], k_mean=k_mean[sl]), Q.shape[0]))  # [h N]
+    return sym, skew, lam_c, z, lam
 
 
 def _logit_diff_direction(model: Model, W, pair: tuple[str, str]) -> tuple[list[int], Tensor]:

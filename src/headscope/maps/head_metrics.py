@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from jaxtyping import Float
 
+from .._threads import one_thread, split_heads
 from ..lowrank import (small_matrices, sym_eigenvalues, sym_skew_cores, centred_column_factors, factor_cores,
                        core_eigenvalues, sym_core)
 
@@ -35,10 +36,14 @@ def token_forms(q: Float[Tensor, "... n e"], k: Float[Tensor, "... n e"]
                 ) -> tuple[Tensor, Tensor, Float[Tensor, "... r"]]:
     """(sym, skew, λ̃): :func:`form_norms` of (q, k) and :func:`weighted_eigenvalues` of the
     token-centred (q − q̄, k − k̄), from one QR of the centred [q̃ k̃] [n 2e] and one of 2e + 1 rows
-    (:func:`headscope.lowrank.centred_column_factors`: [q k]ᵀ[q k] = [q̃ k̃]ᵀ[q̃ k̃] + n c̄ c̄ᵀ)."""
-    R_c, R = centred_column_factors(torch.cat([q, k], dim=-1))                     # [... 2e 2e] each
-    S, A = factor_cores(R)
-    return S.flatten(-2).norm(dim=-1), A.flatten(-2).norm(dim=-1), core_eigenvalues(sym_core(R_c))
+    (:func:`headscope.lowrank.centred_column_factors`: [q k]ᵀ[q k] = [q̃ k̃]ᵀ[q̃ k̃] + n c̄ c̄ᵀ).
+    On one thread (:func:`headscope.lowrank.small_matrices`): besides the QR, passes over [... n 2e]
+    and products of 2e × 2e cores, where a second thread only synchronises (at GPT-2 XL's widths,
+    n = 2000, on 2 busy cores: 0.195 CPU s a layer on one thread, 0.236 on two, the same bits)."""
+    with small_matrices():
+        R_c, R = centred_column_factors(torch.cat([q, k], dim=-1))                 # [... 2e 2e] each
+        S, A = factor_cores(R)
+        return S.flatten(-2).norm(dim=-1), A.flatten(-2).norm(dim=-1), core_eigenvalues(sym_core(R_c))
 
 
 def symmetry_ratio(sym: float, skew: float) -> float | None:
@@ -47,14 +52,16 @@ def symmetry_ratio(sym: float, skew: float) -> float | None:
     return None if total <= 0 else sym / total
 
 
-def symmetric_eigenvalues(W_Q: Float[Tensor, "... d e"], W_K: Float[Tensor, "... d e"]
+def symmetric_eigenvalues(W_Q: Float[Tensor, "... d e"], W_K: Float[Tensor, "... d e"], centre: bool = False
                           ) -> Float[Tensor, "... r"]:
-    """The (at most 2e) eigenvalues of sym(W_Q W_Kᵀ) that can be nonzero, sorted by |λ| descending.
+    """The (at most 2e) eigenvalues of sym(W_Q W_Kᵀ) that can be nonzero, sorted by |λ| descending;
+    ``centre``: of sym(P W_Q W_Kᵀ P), P the projector onto 1⊥ in d (fold_ln's centred residual).
 
     Through R M_S Rᵀ with [W_Q W_K] = Q R (:func:`headscope.lowrank.sym_eigenvalues`); the
-    other d − 2e eigenvalues are exactly zero.
+    other d − 2e eigenvalues are exactly zero. On one thread (as :func:`token_forms`).
     """
-    lam = sym_eigenvalues(W_Q, W_K)                                                # [... 2e]
+    with small_matrices():
+        lam = sym_eigenvalues(W_Q, W_K, centre=centre)                             # [... 2e]
     order = torch.argsort(lam.abs(), dim=-1, descending=True, stable=True)
     return torch.gather(lam, -1, order)
 
@@ -70,14 +77,19 @@ def negative_fraction(lam: Float[Tensor, "r"], top: int = TOP, rel_tol: float = 
     return n_neg, int(kept.numel()), n_neg / int(kept.numel())
 
 
-def self_scores(q: Float[Tensor, "... n e"], k: Float[Tensor, "... n e"], silent: float = SILENT
-                ) -> Float[Tensor, "... n"]:
-    """z_t = (s_tt − mean_s s_ts) / std_s s_ts for s_ts = q_t·k_s, from e × e moments (NaN on silent rows)."""
-    q, k = q.double(), k.double()
+def self_scores(q: Float[Tensor, "... n e"], k: Float[Tensor, "... n e"], silent: float = SILENT, *,
+                k_mean: Tensor | None = None) -> Float[Tensor, "... n"]:
+    """z_t = (s_tt − mean_s s_ts) / std_s s_ts for s_ts = q_t·k_s, from e × e moments (NaN on silent rows).
+    ``k_mean`` [... e]: the keys' mean k̄ over the n tokens, when the caller took it."""
+    with small_matrices():           # passes over [... n e] and e × e products: a second thread only waits
+        return _self_scores(q.double(), k.double(), silent, k_mean)
+
+
+def _self_scores(q: Tensor, k: Tensor, silent: float, k_mean: Tensor | None) -> Tensor:
     n = k.shape[-2]
     prod = q * k                                                                   # [... n e], reused below
     diag = prod.sum(-1)                                                            # [... n]
-    k_mean = k.mean(-2)                                                            # [... e]
+    k_mean = k.mean(-2) if k_mean is None else k_mean.double()                     # [... e]
     kc = k - k_mean[..., None, :]
     cov = kc.transpose(-1, -2) @ kc / n                                            # [... e e]
     del kc
@@ -97,9 +109,8 @@ def mean_self_score(z: Float[Tensor, "n"]) -> tuple[float | None, int]:
 
 def low_rank_eigenvalues(A: Float[Tensor, "... n e"], B: Float[Tensor, "... e n"]) -> Tensor:
     """Eigenvalues of the e × e matrix B A: the nonzero eigenvalues of the n × n matrix A B. Complex."""
-    BA = B.double() @ A.double()
-    with small_matrices():
-        return torch.linalg.eigvals(BA)
+    with small_matrices():                       # per head [e n] @ [n e]: small products, one thread
+        return torch.linalg.eigvals(B.double() @ A.double())
 
 
 def copying_score(eigenvalues: Tensor, scale: float = 0.0, rel_tol: float = REL_TOL) -> float | None:
@@ -173,9 +184,10 @@ class HeadColumns:
     def __init__(self, W: Float[Tensor, "h d e"]):
         h, d, e = W.shape
         self.h, self.g = h, 1
-        while (g := _groups(W)) > 1:                        # as one product per group (g is the largest: once)
-            W, self.g = W[::g], self.g * g
-        self.cols = W.permute(1, 0, 2).reshape(d, -1)                                   # [d h'·e]
+        with one_thread():                                  # comparisons and a copy: memory-bound passes
+            while (g := _groups(W)) > 1:                    # as one product per group (g is the largest: once)
+                W, self.g = W[::g], self.g * g
+            self.cols = W.permute(1, 0, 2).reshape(d, -1)                               # [d h'·e]
         self.e = e
 
     def __call__(self, X: Float[Tensor, "n d"]) -> Float[Tensor, "h n e"]:
@@ -224,8 +236,15 @@ def _positional_share_deep(X: Tensor, sigma: Tensor, win: Tensor, delta: Tensor,
     `hidden` [P P]: the layer's mask (:meth:`Config.hidden_keys`: causal, and its local window)."""
     p_hat = ln1_w * delta / sigma[win][:, None]                                      # [P d]
     x = X[win]                                                                       # [P d]
-    q = _per_head(x + p_hat, W_Q).add_(b_Q[:, None])                                 # [h P e]
+    q = _per_head(x + p_hat, W_Q)                                                    # [h P e]
     kc, kp = _per_head(x, W_K), _per_head(p_hat, W_K)
-    content = (q @ kc.transpose(1, 2)).div_(s).masked_fill_(hidden, float("-inf"))   # [h P P]
-    position = (q @ kp.transpose(1, 2)).div_(s).masked_fill_(hidden, float("-inf"))
-    return positional_share(content, position)
+    # the [P d] @ [d h·e] products above on the caller's threads; the [h P P] scores and their
+    # variances (batched e-wide products and elementwise passes) split by heads over them, one torch
+    # thread each (split_heads: the same bits)
+
+    def part(sl: slice) -> Tensor:
+        qs = q[sl].add_(b_Q[sl, None])
+        content = (qs @ kc[sl].transpose(1, 2)).div_(s).masked_fill_(hidden, float("-inf"))   # [h P P]
+        position = (qs @ kp[sl].transpose(1, 2)).div_(s).masked_fill_(hidden, float("-inf"))
+        return positional_share(content, position)
+    return torch.cat(split_heads(part, q.shape[0]))
