@@ -52,7 +52,7 @@ def test_blocks_bit_for_bit_under_every_scale_and_mask(tiny):
              "local 5": dataclasses.replace(w0.cfg, attn_windows=(5,))}
     for name, cfg in cases.items():
         w = dataclasses.replace(w0, cfg=cfg)
-        for b, p in ((2, 23), (1, 1), (1, w.cfg.n_ctx)):
+        for b, p in ((2, 23), (1, 1), (1, w.cfg.n_ctx), (5, 19)):       # window by window: b = 5 as b = 1
             k = _keys(w, b, p)
             for block in (1, 7, 16, 256):
                 ref = _reference_blocks(w, k, 5, block)

@@ -78,3 +78,19 @@ def test_qkv_alone_computes_only_the_parts_kept(tiny):
         full = run_with_cache(W, toks, names=names + ["logits"])
         for n in names:
             torch.testing.assert_close(part[n], full[n], rtol=0, atol=0, msg=n)
+
+
+def test_embedding_sum_in_place_leaves_a_kept_hook_embed(tiny):
+    """The residual stream's first value is W_E[x] + W_pos (summed into the gathered rows unless
+    hook_embed is kept): with hook_embed kept it stays W_E[x], and the stream is the same either way."""
+    W = tiny.weights()
+    toks = _tokens(W.cfg.d_vocab)
+    p = toks.shape[1]
+    both = run_with_cache(W, toks, names=["hook_embed", "blocks.0.hook_resid_pre", "blocks.1.hook_resid_pre"])
+    alone = run_with_cache(W, toks, names=["blocks.0.hook_resid_pre", "blocks.1.hook_resid_pre"])
+    assert torch.equal(both["hook_embed"], W.W_E[toks])
+    assert torch.equal(both["blocks.0.hook_resid_pre"], W.W_E[toks] + W.W_pos[:p])
+    for n in ("blocks.0.hook_resid_pre", "blocks.1.hook_resid_pre"):
+        assert torch.equal(alone[n], both[n]), n
+    ref = W.W_E[toks].double() + W.W_pos[:p].double()                            # float64, the naive sum
+    torch.testing.assert_close(alone["blocks.0.hook_resid_pre"].double(), ref, rtol=1e-6, atol=1e-6)

@@ -399,7 +399,9 @@ def _forward(w: Weights, tokens: Tensor, keeper: _Keeper, stop_at_layer: int | N
     if w.W_pos is not None:
         pos = w.W_pos[:p].unsqueeze(0).expand(b_, p, cfg.d_model)                                            # [b p d]
         keeper.put("hook_pos_embed", pos)
-        x = emb + pos
+        # W_E[tokens] is a fresh gather: unless kept as hook_embed, the sum goes into it (the same values,
+        # no second [b p d] buffer to allocate and fault in)
+        x = emb + pos if keeper.wants("hook_embed") else emb.add_(pos)
     else:                                                      # rotary: positions enter inside attention only
         x = emb
     n = cfg.n_layers if stop_at_layer is None else stop_at_layer

@@ -446,20 +446,30 @@ def fixed_query_log_denominators(w: Weights, k: Float[Tensor, "b p head e"], tok
     does not see a key (causal: its diagonal block only), and its logsumexp taken in place
     (:func:`logsumexp_`); with s a power of two the queries are divided by s instead of each
     block of scores ((q/s)·k = (q·k)/s bit for bit: every product and sum scales exactly).
-    Two [b head m z] passes fewer than ``div_``, a full mask and ``torch.logsumexp``'s copy."""
+    Two [b head m z] passes fewer than ``div_``, a full mask and ``torch.logsumexp``'s copy.
+
+    One window at a time: its keys laid out [head e p] in one kept buffer and each block's
+    [head m z] scores in another (the same [head m e] @ [head e z] products as the batch's
+    [b·head m e] @ [b·head e z], row by row the same bits): what a block reads and writes stays
+    in cache, and the queries are not broadcast into a [b head m e] copy per block (a GPT-2-small
+    shape, 7 windows of 256: 34 against 55 ms CPU)."""
     if _rotary(w.cfg):
         return torch.logsumexp(_rs().fixed_query_scores(w, k, token), -1)
-    p = k.shape[1]
+    b, p, h, e = k.shape
     s = w.cfg.attn_scale(0)
     exact_s = math.frexp(s)[0] == 0.5
     q = _fixed_queries_of_length(w, token, p, queries)
     qh = (q / s if exact_s else q).permute(1, 0, 2)                               # [head q e]
-    kh = k.permute(0, 2, 3, 1).contiguous()                                       # [b head e k]
-    out = torch.empty(k.shape[0], k.shape[2], p, dtype=torch.promote_types(q.dtype, k.dtype), device=k.device)
-    for a in range(0, p, block):
-        z = min(a + block, p)
-        S = torch.matmul(qh[:, a:z], kh[..., :z])                                 # [b head m z]
-        if not exact_s:
-            S.div_(s)
-        out[..., a:z] = logsumexp_(mask_block_(w, S, a))                         # −inf where hidden
+    dtype = torch.promote_types(q.dtype, k.dtype)
+    out = torch.empty(b, h, p, dtype=dtype, device=k.device)
+    kh = torch.empty(h, e, p, dtype=k.dtype, device=k.device)                     # one window's keys [head e k]
+    scratch = torch.empty(h * min(block, p) * p, dtype=dtype, device=k.device)    # a block's scores
+    for i in range(b):
+        kh.copy_(k[i].permute(1, 2, 0))                                           # [p head e] → [head e p]
+        for a in range(0, p, block):
+            z = min(a + block, p)
+            S = torch.matmul(qh[:, a:z], kh[..., :z], out=scratch[:h * (z - a) * z].view(h, z - a, z))  # [head m z]
+            if not exact_s:
+                S.div_(s)
+            out[i, :, a:z] = logsumexp_(mask_block_(w, S, a))                    # −inf where hidden
     return out
