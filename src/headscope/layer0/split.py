@@ -86,7 +86,10 @@ GPT2_C = 3.5          #: the seed's c for GPT-2 Small
 #: temporary (W_E + W_pos, LayerNorm), which stay in cache between the passes over a chunk; 8192 (50 MB)
 #: took 1.4–2× the CPU time of 2048 (distilgpt2 shape), and 2048 (12.6 MB) 1.6–2× that of 256 on GPT-2
 #: small's vocabulary (``log_content_factors`` 0.26–0.39 against 0.13–0.16 CPU s, shared machine,
-#: 2026-12-05); 64–128 no better. The values the same for any chunk (rows are independent)
+#: 2026-12-05); 64–128 no better. Rows are independent in exact arithmetic, not in rounding: a product
+#: over a row slice may round differently from the same rows inside a larger product (MKL; seen on the
+#: tiny model with 7-row pieces), so the readouts are defined as this chunking's and another CONTENT_CHUNK
+#: may move their last bits
 CONTENT_CHUNK = 256
 
 
