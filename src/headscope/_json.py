@@ -43,7 +43,20 @@ class NonFiniteError(ValueError):
     """A NaN or ±inf where headscope promises a number (a bug in the analysis that made it)."""
 
 
-def _clean(x, path: str):
+def _where(path) -> str:
+    """The path :func:`_clean` reports (``heads[3].tv_median``), from its lazy form: a str (the root),
+    or (parent, key) for a dict's value and (parent, [index]) for a list's item, nested."""
+    steps = []
+    while type(path) is tuple:
+        path, step = path
+        steps.append(step)
+    for step in reversed(steps):
+        path = f"{path}[{step[0]}]" if type(step) is list else f"{path}.{step}" if path else str(step)
+    return path
+
+
+def _clean(x, path):
+    """`x` JSON-ready; `path` says where it sits (see :func:`_where`; spelled out only in an error)."""
     if isinstance(x, str):      # a lone surrogate (an undecodable file name) spelled out: JSON stays UTF-8
         return x if x.isascii() else x.encode("utf-8", "backslashreplace").decode("utf-8")
     if isinstance(x, bool) or x is None:
@@ -53,7 +66,7 @@ def _clean(x, path: str):
     if isinstance(x, (float, np.floating)):
         x = float(x)
         if not math.isfinite(x):
-            raise NonFiniteError(f"{x} at {path or 'the top level'}: every number written must be finite "
+            raise NonFiniteError(f"{x} at {_where(path) or 'the top level'}: every number written must be finite "
                                  "(an undefined quantity is None in a nullable field, see headscope._json)")
         return float(f"{x:.{SIG_DIGITS}g}")
     if isinstance(x, torch.Tensor):
@@ -61,19 +74,19 @@ def _clean(x, path: str):
     if isinstance(x, np.ndarray):
         return _clean(x.tolist(), path)
     if isinstance(x, dict):
-        return {str(k): _clean(v, f"{path}.{k}" if path else str(k)) for k, v in x.items()}
+        return {str(k): _clean(v, (path, k)) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
         kinds = set(map(type, x))
         if kinds == {float} and all(map(math.isfinite, x)):     # fast paths: flat lists of numbers
             return [float(f"{v:.{SIG_DIGITS}g}") for v in x]
         if kinds == {int}:
             return list(x)
-        return [_clean(v, f"{path}[{i}]") for i, v in enumerate(x)]
+        return [_clean(v, (path, [i])) for i, v in enumerate(x)]
     if dataclasses.is_dataclass(x):
         return _clean(x.to_dict() if hasattr(x, "to_dict") else dataclasses.asdict(x), path)
     if hasattr(x, "to_dict"):
         return _clean(x.to_dict(), path)
-    raise TypeError(f"not JSON-serialisable: {type(x).__name__} at {path or 'the top level'}")
+    raise TypeError(f"not JSON-serialisable: {type(x).__name__} at {_where(path) or 'the top level'}")
 
 
 def clean(obj):
@@ -108,56 +121,68 @@ _int = int.__repr__
 _round = f"%.{SIG_DIGITS}g".__mod__        # f"{x:.{SIG_DIGITS}g}" of a float, without building the spec
 
 
-def _num(x: float) -> str:
-    return _float(float(_round(x)))
-
-
-def _fast(x, ind: str) -> str:
-    """`x` as :func:`dumps` writes it (without the final newline) where it starts a line after `ind`."""
+def _fast(x, ind: str, parse: bool) -> tuple[str, object]:
+    """(`x` as :func:`dumps` writes it (without the final newline) where it starts a line after `ind`,
+    and with `parse` ``json.loads`` of that text, built alongside: else None for lists and dicts)."""
     t = type(x)
     if t is str:
-        return _str(x if x.isascii() else x.encode("utf-8", "backslashreplace").decode("utf-8"))
+        s = x if x.isascii() else x.encode("utf-8", "backslashreplace").decode("utf-8")
+        return _str(s), s
     if t is float:
         if not math.isfinite(x):
             raise _Slow
-        return _num(x)
+        v = float(_round(x))
+        return _float(v), v                     # json.loads(repr(v)) is v: repr round-trips
     if t is int:
-        return _int(x)
+        return _int(x), x
     if x is None:
-        return "null"
+        return "null", None
     if x is True:
-        return "true"
+        return "true", True
     if x is False:
-        return "false"
+        return "false", False
     if t is list or t is tuple:
         if not x:
-            return "[]"
+            return "[]", []
         inner = ind + _INDENT
         kinds = set(map(type, x))
         if kinds == {float}:
             if not all(map(math.isfinite, x)):
                 raise _Slow
-            parts = list(map(_float, map(float, map(_round, x))))
+            vals = list(map(float, map(_round, x)))
+            parts = map(_float, vals)
         elif kinds == {int}:
-            parts = list(map(_int, x))
+            vals = list(x)
+            parts = map(_int, vals)
+        elif parse:
+            pairs = [_fast(v, inner, True) for v in x]
+            parts, vals = [p[0] for p in pairs], [p[1] for p in pairs]
         else:
-            parts = [_fast(v, inner) for v in x]
-        return "[" + inner + ("," + inner).join(parts) + ind + "]"
+            parts, vals = [_fast(v, inner, False)[0] for v in x], None
+        return "[" + inner + ("," + inner).join(parts) + ind + "]", vals
     if t is dict and all(type(k) is str for k in x):
         if not x:
-            return "{}"
+            return "{}", {}
         inner = ind + _INDENT
-        return "{" + inner + ("," + inner).join(
-            [_str(k) + ": " + _fast(v, inner) for k, v in sorted(x.items(), key=_first)]) + ind + "}"
+        items = sorted(x.items(), key=_first)
+        if parse:
+            pairs = [_fast(v, inner, True) for _, v in items]
+            parts = [_str(k) + ": " + p[0] for (k, _), p in zip(items, pairs)]
+            value = {k: p[1] for (k, _), p in zip(items, pairs)}
+        else:
+            parts, value = [_str(k) + ": " + _fast(v, inner, False)[0] for k, v in items], None
+        return "{" + inner + ("," + inner).join(parts) + ind + "}", value
     if t is Encoded:
-        return x.text
+        if parse:           # (its text is not parsed here: encode_parsed reads the whole text back)
+            raise _Slow
+        return x.text, None
     if isinstance(x, str):  # a subclass: json writes it as a string (clean keeps it as it is)
-        return _fast(str.__str__(x), ind)
+        return _fast(str.__str__(x), ind, parse)
     try:
         x = _clean(x, "")   # numpy and torch numbers and arrays, dataclasses, dicts with other keys
     except (NonFiniteError, TypeError):
         raise _Slow from None
-    return _fast(x, ind)
+    return _fast(x, ind, parse)
 
 
 def _first(item):
@@ -173,10 +198,23 @@ def encode(obj, level: int = 0) -> str:
     anything it does not handle exactly (a NaN, an unknown type) goes through that slow path,
     which raises the documented error."""
     try:
-        return _fast(obj, "\n" + _INDENT * level)
+        return _fast(obj, "\n" + _INDENT * level, False)[0]
     except _Slow:
         text = json.dumps(clean(obj), sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False)
         return text.replace("\n", "\n" + _INDENT * level) if level else text
+
+
+def encode_parsed(obj, level: int = 0) -> tuple[str, object]:
+    """(``encode(obj, level)``, ``json.loads`` of that text): what a reader of the text gets, built in
+    the same pass as the text instead of parsed back from it — floats rounded as written (and read
+    back exactly: the shortest repr round-trips), tuples as lists, dicts in sorted key order, strings
+    as written. Where the one pass does not apply (a NaN, an unknown type, :class:`Encoded` text
+    inside), the text is parsed back."""
+    try:
+        return _fast(obj, "\n" + _INDENT * level, True)
+    except _Slow:
+        text = encode(obj, level)
+        return text, json.loads(text)
 
 
 _LEAVES = (float, int, str, bool, type(None))

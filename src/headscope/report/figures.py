@@ -32,18 +32,17 @@ import dataclasses
 import functools
 import math
 import re
+from itertools import chain
 from typing import Sequence
+
+import numpy as np
 
 from ..stats import bin_values
 from ..core.tokenizer import escape_token
+from .colours import (EXACT_INT, OKABE_ITO, _exact_scalar, RDBU, _RDBU_RGB, _RDBU_SEG, _WHITE_TO_BLUE_RGB, _WHITE_TO_BLUE_SEG,  # noqa: F401
+                      _hex, _lerp, _lerp_colour, _segments, _text_on, diverging, diverging_all, sequential,
+                      sequential_all)
 from .html import Safe
-
-#: Okabe & Ito (2008), colour-blind safe qualitative palette (black last).
-OKABE_ITO = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000")
-
-#: ColorBrewer RdBu, 11 classes, from strongest negative (blue) to strongest positive (red).
-RDBU = ("#053061", "#2166ac", "#4393c3", "#92c5de", "#d1e5f0", "#f7f7f7",
-        "#fddbc7", "#f4a582", "#d6604d", "#b2182b", "#67001f")
 
 LOG_DECADES = 12  #: a log-scale plot shows at most this many decades below its largest value
 
@@ -73,69 +72,6 @@ class Band:
     lo: Sequence[float]
     hi: Sequence[float]
     label: str = ""
-
-
-# -- colours -----------------------------------------------------------------------------
-
-
-def _hex(c: str) -> tuple[int, int, int]:
-    return int(c[1:3], 16), int(c[3:5], 16), int(c[5:7], 16)
-
-
-def _lerp_colour(stops: Sequence[tuple[int, int, int]], t: float) -> str:
-    """The colour at `t` ∈ [0, 1] along `stops` (RGB triples), linearly between neighbours."""
-    return _lerp(_segments(stops), t)
-
-
-def _segments(stops: Sequence[tuple[int, int, int]]) -> tuple:
-    """`stops` as what :func:`_lerp` reads: the last index (len − 1) and, per pair of neighbours,
-    (ar, br − ar, ag, bg − ag, ab, bb − ab) — integer differences, exact."""
-    return len(stops) - 1, tuple((a[0], b[0] - a[0], a[1], b[1] - a[1], a[2], b[2] - a[2])
-                                 for a, b in zip(stops, stops[1:]))
-
-
-def _lerp(segments: tuple, t: float) -> str:
-    """:func:`_lerp_colour` on precomputed :func:`_segments` (a heatmap colours tens of thousands of
-    cells): the same arithmetic, so the same colour to the bit."""
-    n, seg = segments
-    if t < 0.0:         # min(max(t, 0.0), 1.0), NaN kept
-        t = 0.0
-    elif t > 1.0:
-        t = 1.0
-    t *= n
-    i = int(t)
-    if i > n - 1:
-        i = n - 1
-    f = t - i
-    ar, dr, ag, dg, ab, db = seg[i]
-    return "#%02x%02x%02x" % (round(ar + dr * f), round(ag + dg * f), round(ab + db * f))
-
-
-_RDBU_RGB = tuple(_hex(c) for c in RDBU)
-_WHITE_TO_BLUE_RGB = _RDBU_RGB[5::-1]
-_RDBU_SEG = _segments(_RDBU_RGB)
-_WHITE_TO_BLUE_SEG = _segments(_WHITE_TO_BLUE_RGB)
-_isfinite = math.isfinite
-
-
-def diverging(value: float, vmax: float) -> str:
-    """RdBu colour of `value` on the symmetric scale [-vmax, vmax] (0 → white)."""
-    if vmax <= 0 or not _isfinite(value):
-        return RDBU[5]
-    return _lerp(_RDBU_SEG, 0.5 + 0.5 * value / vmax)
-
-
-def sequential(value: float, vmin: float, vmax: float) -> str:
-    """White → dark blue colour of `value` on [vmin, vmax]."""
-    if vmax <= vmin or not _isfinite(value):
-        return RDBU[5]
-    return _lerp(_WHITE_TO_BLUE_SEG, (value - vmin) / (vmax - vmin))
-
-
-@functools.lru_cache(maxsize=4096)     # a colour ramp has a few hundred distinct fills
-def _text_on(fill: str) -> str:
-    r, g, b = _hex(fill)
-    return "#ffffff" if 0.299 * r + 0.587 * g + 0.114 * b < 140 else "#111111"
 
 
 # -- axes --------------------------------------------------------------------------------
@@ -168,6 +104,37 @@ def fmt(v: float) -> str:
     if float(v).is_integer():
         return str(int(v))
     return f"{v:.3g}"
+
+
+_g3 = "%.3g".__mod__      # f"{v:.3g}" of a float
+
+
+def fmt_all(values: list) -> list[str]:
+    """``[fmt(v) for v in values]`` for a list of Python floats: the usual label (a non-integer of
+    magnitude in [1e-3, 1e4): ``f"{v:.3g}"``) formatted by one ``%`` mapped over them, the others
+    (0, whole numbers, the exponent forms, NaN, inf) by :func:`fmt` itself."""
+    if set(map(type, values)) != {float}:
+        return [fmt(v) for v in values]
+    a = np.array(values, dtype=np.float64)
+    m = np.abs(a)
+    out = list(map(_g3, values))
+    for k in np.flatnonzero((m < 1e-3) | (m >= 1e4) | (np.floor(a) == a) | np.isnan(a)).tolist():
+        out[k] = fmt(values[k])
+    return out
+
+
+def _float64(values: list) -> np.ndarray | None:
+    """`values` (Python floats, ints and Nones) as a float64 array (None → NaN), where Python's
+    arithmetic on them is float64 arithmetic (ints within :data:`~headscope.report.colours.EXACT_INT`);
+    else None (numpy scalars, huge ints, anything else: they are handled one by one)."""
+    kinds = set(map(type, values))
+    if not kinds <= {float, int, type(None)}:
+        return None
+    if int in kinds:
+        ints = values if kinds == {int} else [v for v in values if type(v) is int]
+        if min(ints) < -EXACT_INT or max(ints) > EXACT_INT:
+            return None
+    return np.array(values, dtype=np.float64)
 
 
 class _Frame:
@@ -228,6 +195,11 @@ def _svg(width, height, body: list[str], label: str) -> Safe:
 
 
 def _finite(vals) -> list[float]:
+    """The finite values of `vals` as floats (``None``, NaN and ±inf dropped)."""
+    vals = vals if type(vals) is list else list(vals)
+    a = _float64(vals) if len(vals) > 64 else None       # (numpy's overhead beats a short loop)
+    if a is not None:
+        return a[np.isfinite(a)].tolist()
     return [float(v) for v in vals if v is not None and math.isfinite(float(v))]
 
 
@@ -268,7 +240,8 @@ def line_plot(series: Sequence[Series], *, title: str = "", xlabel: str = "", yl
     if log_y:
         ys = [math.log10(y) for y in ys if y > 0]
         if ys:  # at most LOG_DECADES decades below the largest value
-            ys = [max(y, max(ys) - LOG_DECADES) for y in ys]
+            floor = max(ys) - LOG_DECADES
+            ys = [max(y, floor) for y in ys]
     xlim = (min(xs), max(xs)) if xs else (0.0, 1.0)
     if ylim is None:
         lo, hi = (min(ys), max(ys)) if ys else (0.0, 1.0)
@@ -307,16 +280,18 @@ def line_plot(series: Sequence[Series], *, title: str = "", xlabel: str = "", yl
             return f"{X(float(x)):.1f},{Y(float(y)):.1f}"
     for i, s in enumerate(series):
         colour = OKABE_ITO[i % len(OKABE_ITO)]
-        runs, run = [], []
-        for x, y in zip(s.x, s.y):  # break the line at missing values
-            if y is None or not isfinite(float(y)) or (log_y and y <= 0):
-                if run:
-                    runs.append(run)
-                run = []
-            else:
-                run.append(point(x, y))
-        if run:
-            runs.append(run)
+        runs = None if log_y or len(s.y) < 48 else _pixel_runs(f, s.x, s.y)    # (short: the loop is quicker)
+        if runs is None:
+            runs, run = [], []
+            for x, y in zip(s.x, s.y):  # break the line at missing values
+                if y is None or not isfinite(float(y)) or (log_y and y <= 0):
+                    if run:
+                        runs.append(run)
+                    run = []
+                else:
+                    run.append(point(x, y))
+            if run:
+                runs.append(run)
         dash = ' stroke-dasharray="5 3"' if s.dashed else ""
         for r in runs:
             body.append(f'<polyline points="{" ".join(r)}" fill="none" stroke="{colour}" stroke-width="1.8"{dash}/>')
@@ -331,6 +306,36 @@ def line_plot(series: Sequence[Series], *, title: str = "", xlabel: str = "", yl
         return _svg(width, height + len(labelled) * 16 + 10, body, title or ylabel)
     body += _legend(legend, f.r - 6, f.t + 6)
     return _svg(width, height, body, title or ylabel)
+
+
+def _pixel_runs(f: _Frame, xs: Sequence[float], ys: Sequence[float | None]) -> list[list[str]] | None:
+    """The "x,y" pixel pairs of a curve on a linear frame, in runs broken at missing values (``None``,
+    NaN, ±inf), as line_plot's loop over the points makes them (``f"{f.X(x):.1f},{f.Y(y):.1f}"``), over
+    whole arrays: the same float64 operations in the same order, one ``%`` mapped over the pairs.
+    None where that would not be exact (values or frame numbers that are not Python floats or ints
+    within :data:`~headscope.report.colours.EXACT_INT`, or a missing x): the loop handles those."""
+    xs, ys = list(xs), list(ys)
+    n = min(len(xs), len(ys))
+    xs, ys = xs[:n], ys[:n]
+    if not set(map(type, xs)) <= {float, int}:
+        return None
+    xa, ya = _float64(xs), _float64(ys)
+    l, x0, dx, w = f.l, f.x0, f.x1 - f.x0, f.r - f.l
+    b, y0, dy, h = f.b, f.y0, f.y1 - f.y0, f.b - f.t
+    if xa is None or ya is None or not all(map(_exact_scalar, (l, x0, dx, w, b, y0, dy, h))):
+        return None
+    ok = np.isfinite(ya)
+    px = l + (xa[ok] - x0) / dx * w             # f.X, f.Y: (v − v0) / span × size from the axis
+    py = b - (ya[ok] - y0) / dy * h
+    pairs = list(map("%.1f,%.1f".__mod__, zip(px.tolist(), py.tolist())))
+    if ok.all():
+        return [pairs] if pairs else []
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], ok.view(np.int8), [0]))))   # run starts and ends
+    runs, k = [], 0
+    for length in (edges[1::2] - edges[::2]).tolist():
+        runs.append(pairs[k:k + length])
+        k += length
+    return runs
 
 
 def histogram(values: Sequence[float] | None = None, *, edges: Sequence[float] | None = None,
@@ -373,7 +378,9 @@ def heatmap(matrix: Sequence[Sequence[float | None]], *, row_labels: Sequence[st
     """
     rows = len(matrix)
     cols = max((len(r) for r in matrix), default=0)
-    vals = _finite([v for r in matrix for v in r])
+    flat = list(chain.from_iterable(matrix))
+    a = _float64(flat)
+    vals = a[np.isfinite(a)].tolist() if a is not None else _finite(flat)
     if signed is None:
         signed = bool(vals) and min(vals) < 0
     if signed:
@@ -391,28 +398,48 @@ def heatmap(matrix: Sequence[Sequence[float | None]], *, row_labels: Sequence[st
     body = []
     if title:
         body.append(f'<text x="8" y="18" font-size="13" font-weight="600" fill="#222">{esc(title)}</text>')
+    # the cells shown (finite values): row, column, value, fill and the value's text, all at once where
+    # the values are Python floats (the arrays' forms of the colour ramps and fmt), else one by one
+    if a is not None:
+        lens = np.array([len(r) for r in matrix], dtype=np.intp)
+        shown = np.flatnonzero(np.isfinite(a))                          # indices into flat
+        row_of = np.repeat(np.arange(rows), lens)[shown]
+        col_of = shown - np.repeat(np.cumsum(lens) - lens, lens)[shown]  # minus the row's start in flat
+        rows_l, cols_l = row_of.tolist(), col_of.tolist()
+        vs = [flat[k] for k in shown.tolist()] if value_fmt is not fmt or annotate else None
+        fills = (diverging_all(a[shown], vmax) if signed else sequential_all(a[shown], vmin, vmax))
+        texts = fmt_all(a[shown].tolist()) if value_fmt is fmt else None   # fmt(int v) = fmt(float(v))
+    else:
+        cells = [(i, j, v) for i, r in enumerate(matrix) for j, v in enumerate(r)
+                 if v is not None and math.isfinite(float(v))]
+        rows_l, cols_l, vs = [c[0] for c in cells], [c[1] for c in cells], [c[2] for c in cells]
+        fills = [diverging(v, vmax) if signed else sequential(v, vmin, vmax) for v in vs]
+        texts = [fmt(v) for v in vs] if value_fmt is fmt else None
+    if texts is None:
+        texts = [esc(value_fmt(v)) for v in vs]
     # a cell's title is esc(f"{row} → {column}: {value}"); escaping is per character, so the labels are
     # escaped once each, and fmt's figures (digits, ".", "e", "+", "-") need none
     row_text = _label_texts(row_labels, rows)
     col_text = _label_texts(col_labels, cols)
-    plain_values = value_fmt is fmt
-    isfinite, append = math.isfinite, body.append
+    for i in set(rows_l):
+        if row_text[i] is None:
+            row_text[i] = esc(f"{row_labels[i]}")   # (IndexError as before)
+    for j in set(cols_l):
+        if col_text[j] is None:
+            col_text[j] = esc(f"{col_labels[j]}")
     size = f'" width="{cell}" height="{cell}" fill="'     # what every cell's rect shares
-    for i, r in enumerate(matrix):
-        rl, y = row_text[i], top + i * cell
-        for j, v in enumerate(r):
-            if v is None or not isfinite(float(v)):
-                continue
-            fill = diverging(v, vmax) if signed else sequential(v, vmin, vmax)
-            if rl is None:
-                rl = esc(f"{row_labels[i]}")   # (IndexError as before)
-            cl = col_text[j] if col_text[j] is not None else esc(f"{col_labels[j]}")
-            x = left + j * cell
-            append(f'<rect x="{x}" y="{y}{size}{fill}"><title>{rl} → {cl}: '
-                   f'{fmt(v) if plain_values else esc(value_fmt(v))}</title></rect>')
-            if annotate and cell >= 22:
-                body.append(f'<text x="{x + cell / 2}" y="{y + cell / 2 + 4}" text-anchor="middle" font-size="9" '
-                            f'fill="{_text_on(fill)}">{esc(value_fmt(v))}</text>')
+    row_part = [f'{top + i * cell}{size}' for i in range(rows)]                        # y, size, fill="
+    row_title = [f'"><title>{t} → ' for t in row_text]
+    col_part = [f'<rect x="{left + j * cell}" y="' for j in range(cols)]
+    col_title = [f"{t}: " for t in col_text]
+    rects = [f"{col_part[j]}{row_part[i]}{fill}{row_title[i]}{col_title[j]}{text}</title></rect>"
+             for i, j, fill, text in zip(rows_l, cols_l, fills, texts)]
+    if annotate and cell >= 22:
+        for k, (i, j, v, fill) in enumerate(zip(rows_l, cols_l, vs, fills)):
+            x, y = left + j * cell, top + i * cell
+            rects[k] += (f'<text x="{x + cell / 2}" y="{y + cell / 2 + 4}" text-anchor="middle" font-size="9" '
+                         f'fill="{_text_on(fill)}">{esc(value_fmt(v))}</text>')
+    body += rects
     body.append(f'<rect x="{left}" y="{top}" width="{cols * cell}" height="{rows * cell}" fill="none" stroke="#c8c8c8"/>')
     fs = max(7, min(11, cell - 2))
     step = max(1, math.ceil(9 / cell)) if cell < 9 else 1
@@ -517,21 +544,45 @@ def token_heatmap(tokens: Sequence[str], values: Sequence[float | None], *, vmax
     Tokens are escaped; whitespace is kept visible (``white-space: pre-wrap``).
     ``None`` values (e.g. BOS) are shown uncoloured.
     """
-    vals = _finite(values)
+    tokens, values = list(tokens), list(values)
+    a = _float64(values)
+    vals = a[np.isfinite(a)].tolist() if a is not None else _finite(values)
     vmax = vmax if vmax is not None else max((abs(v) for v in vals), default=1.0) or 1.0
+    n = min(len(tokens), len(values))          # (the spans: as zip pairs them)
+    tokens, values, a = tokens[:n], values[:n], a[:n] if a is not None else None
+    # a span's tip is esc(f"{tok!r}: {value_name} = {fmt(v)}"): escaped piece by piece (per character),
+    # each token's pieces once (a text repeats its tokens, and a page shows the same texts many times)
+    if a is not None:
+        ok = np.isfinite(a)
+        shown = a[ok]
+        fills = iter(diverging_all(shown, vmax))
+        texts = iter(fmt_all(shown.tolist()))
+        ok = ok.tolist()
+    else:
+        ok = [v is not None and math.isfinite(float(v)) for v in values]
+        fills = iter([diverging(float(v), vmax) for v, k in zip(values, ok) if k])
+        texts = iter([fmt(float(v)) for v, k in zip(values, ok) if k])
+    name = f": {esc(value_name)} = "
     spans = []
-    for tok, v in zip(tokens, values):
-        if v is None or not math.isfinite(float(v)):
-            spans.append(f'<span class="tok tok-none" title="{esc(f"{tok!r}: —")}">{esc(tok)}</span>')
+    for tok, k in zip(tokens, ok):
+        shown_tok, said = _token_texts(tok) if type(tok) is str else (esc(tok), esc(f"{tok!r}"))
+        if not k:
+            spans.append(f'<span class="tok tok-none" title="{said}: —">{shown_tok}</span>')
             continue
-        fill = diverging(float(v), vmax)
-        tip = esc(f"{tok!r}: {value_name} = {fmt(float(v))}")
+        fill = next(fills)
+        tip = f"{said}{name}{next(texts)}"
         spans.append(f'<span class="tok" style="background:{fill};color:{_text_on(fill)}" '
-                     f'title="{tip}" data-tip="{tip}">{esc(tok)}</span>')
+                     f'title="{tip}" data-tip="{tip}">{shown_tok}</span>')
     scale = (f'<div class="tok-scale"><span style="background:{RDBU[1]};color:#fff">{esc(fmt(-vmax))}</span>'
              f'<span style="background:{RDBU[5]}">0</span>'
              f'<span style="background:{RDBU[9]};color:#fff">{esc(fmt(vmax))}</span> {esc(value_name)}</div>')
     return Safe('<div class="tokens">' + "".join(spans) + "</div>" + scale)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _token_texts(tok: str) -> tuple[str, str]:
+    """(esc(tok), esc(repr(tok))): a token as a token heatmap shows it and as its tooltip names it."""
+    return esc(tok), esc(repr(tok))
 
 
 _SIZE = re.compile(r'<svg [^>]*?width="(\d+(?:\.\d+)?)" height="(\d+(?:\.\d+)?)"')

@@ -22,6 +22,7 @@ blocks (:func:`data_script`), which browsers do not execute; their JSON has ``<`
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import posixpath
@@ -118,7 +119,18 @@ def grid(items: Iterable) -> Safe:
 def rel(from_page: str, to_page: str) -> str:
     """Relative URL from one report page (path under the report root) to another."""
     start = posixpath.dirname(from_page) or "."
-    return posixpath.relpath(to_page, start)
+    if (type(start) is str and type(to_page) is str and ".." not in start and ".." not in to_page
+            and start[:1] != "/" and to_page[:1] != "/"):
+        return _relpath(to_page, start)
+    return posixpath.relpath(to_page, start)     # (the working directory may count: absolute, or climbing)
+
+
+@functools.lru_cache(maxsize=4096)
+def _relpath(path: str, start: str) -> str:
+    """``posixpath.relpath(path, start)`` of relative paths that never climb (no ``..``): a function of
+    its arguments alone (both are joined to the same working directory), so the many links between
+    the same few pages are worked out once."""
+    return posixpath.relpath(path, start)
 
 
 CSS = """
