@@ -119,7 +119,8 @@ def diverging_all(values: np.ndarray, vmax) -> list[str]:
     if vmax <= 0:
         return [RDBU[5]] * len(values)
     ok = np.isfinite(values)
-    fills = _lerp_all(_RDBU_SEG, 0.5 + 0.5 * values[ok] / vmax)
+    with np.errstate(over="ignore"):           # (an overflow is ±inf, then clipped, as in Python)
+        fills = _lerp_all(_RDBU_SEG, 0.5 + 0.5 * values[ok] / vmax)
     return fills if ok.all() else _blank_where_not(ok, fills)
 
 
@@ -131,7 +132,8 @@ def sequential_all(values: np.ndarray, vmin, vmax) -> list[str]:
     if vmax <= vmin:
         return [RDBU[5]] * len(values)
     ok = np.isfinite(values)
-    fills = _lerp_all(_WHITE_TO_BLUE_SEG, (values[ok] - float(vmin)) / float(vmax - vmin))
+    with np.errstate(over="ignore", invalid="ignore"):   # (±inf, or NaN from inf / inf: as in Python)
+        fills = _lerp_all(_WHITE_TO_BLUE_SEG, (values[ok] - float(vmin)) / float(vmax - vmin))
     return fills if ok.all() else _blank_where_not(ok, fills)
 
 
