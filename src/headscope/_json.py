@@ -55,10 +55,16 @@ def _where(path) -> str:
     return path
 
 
+def _text(x: str) -> str:
+    """A string as JSON holds it: a lone surrogate (an undecodable file name) spelled out, so that the
+    JSON stays UTF-8."""
+    return x if x.isascii() else x.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _clean(x, path):
     """`x` JSON-ready; `path` says where it sits (see :func:`_where`; spelled out only in an error)."""
-    if isinstance(x, str):      # a lone surrogate (an undecodable file name) spelled out: JSON stays UTF-8
-        return x if x.isascii() else x.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(x, str):
+        return _text(x)
     if isinstance(x, bool) or x is None:
         return x
     if isinstance(x, (int, np.integer)):
@@ -74,13 +80,15 @@ def _clean(x, path):
     if isinstance(x, np.ndarray):
         return _clean(x.tolist(), path)
     if isinstance(x, dict):
-        return {str(k): _clean(v, (path, k)) for k, v in x.items()}
+        return {str(k): _text(v) if type(v) is str else _clean(v, (path, k)) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
         kinds = set(map(type, x))
         if kinds == {float} and all(map(math.isfinite, x)):     # fast paths: flat lists of numbers
             return [float(f"{v:.{SIG_DIGITS}g}") for v in x]
         if kinds == {int}:
             return list(x)
+        if kinds == {str}:
+            return list(map(_text, x))
         return [_clean(v, (path, [i])) for i, v in enumerate(x)]
     if dataclasses.is_dataclass(x):
         return _clean(x.to_dict() if hasattr(x, "to_dict") else dataclasses.asdict(x), path)
@@ -126,7 +134,7 @@ def _fast(x, ind: str, parse: bool) -> tuple[str, object]:
     and with `parse` ``json.loads`` of that text, built alongside: else None for lists and dicts)."""
     t = type(x)
     if t is str:
-        s = x if x.isascii() else x.encode("utf-8", "backslashreplace").decode("utf-8")
+        s = _text(x)
         return _str(s), s
     if t is float:
         if not math.isfinite(x):

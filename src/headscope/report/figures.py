@@ -166,17 +166,17 @@ class _Frame:
             if not self.y0 - 1e-12 <= v <= self.y1 + 1e-12:
                 continue
             y = self.b - (v - self.y0) / (self.y1 - self.y0) * (self.b - self.t)
-            label = fmt(10 ** v) if self.log_y else fmt(v)
+            label = fmt(10 ** v) if self.log_y else fmt(v)      # (fmt's figures need no escaping)
             out.append(f'<line x1="{self.l}" x2="{self.r}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eeeeee"/>')
-            out.append(f'<text x="{self.l - 6}" y="{y + 4:.1f}" text-anchor="end" font-size="11" fill="#444">{esc(label)}</text>')
+            out.append(f'<text x="{self.l - 6}" y="{y + 4:.1f}" text-anchor="end" font-size="11" fill="#444">{label}</text>')
         xt = xticks if xticks is not None else nice_ticks(self.x0, self.x1)
         for i, v in enumerate(xt):
             if not self.x0 - 1e-12 <= v <= self.x1 + 1e-12:
                 continue
             x = self.X(v)
-            label = xtick_labels[i] if xtick_labels is not None else fmt(v)
+            label = esc(xtick_labels[i]) if xtick_labels is not None else fmt(v)
             out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{self.b}" y2="{self.b + 4}" stroke="#888"/>')
-            out.append(f'<text x="{x:.1f}" y="{self.b + 16}" text-anchor="middle" font-size="11" fill="#444">{esc(label)}</text>')
+            out.append(f'<text x="{x:.1f}" y="{self.b + 16}" text-anchor="middle" font-size="11" fill="#444">{label}</text>')
         if title:
             out.append(f'<text x="{self.l}" y="{self.t - 10}" font-size="13" font-weight="600" fill="#222">{esc(title)}</text>')
         if xlabel:
@@ -295,10 +295,9 @@ def line_plot(series: Sequence[Series], *, title: str = "", xlabel: str = "", yl
         dash = ' stroke-dasharray="5 3"' if s.dashed else ""
         for r in runs:
             body.append(f'<polyline points="{" ".join(r)}" fill="none" stroke="{colour}" stroke-width="1.8"{dash}/>')
-            if s.markers or len(r) == 1:
-                for p in r:
-                    cx, cy = p.split(",")
-                    body.append(f'<circle cx="{cx}" cy="{cy}" r="2.6" fill="{colour}"/>')
+            if s.markers or len(r) == 1:   # a circle per "x,y" pair: '<circle cx="x" cy="y" r="2.6" fill=…/>'
+                end = f'" r="2.6" fill="{colour}"/>'
+                body.append('<circle cx="' + (end + '<circle cx="').join(r).replace(",", '" cy="') + end)
         legend.append((s.label, colour, "dash" if s.dashed else "line"))
     labelled = [it for it in legend if it[0]]
     if legend_below and labelled:
