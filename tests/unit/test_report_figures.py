@@ -234,3 +234,23 @@ def test_long_curves_are_the_plain_points():
     assert got == [" ".join(r) for r in runs] and len(got) > 3
     second = re.findall(r'<circle cx="([^"]*)" cy="([^"]*)" r="2.6" fill="#D55E00"/>', svg)
     assert second == [(f"{f.X(x / 7):.1f}", f"{f.Y(3.0):.1f}") for x in xs]
+
+
+def test_page_links_are_the_plain_relative_links(tmp_path, monkeypatch):
+    """Navigation bars and relative links, worked out once per folder, are each link's relpath; paths
+    that climb or are absolute (the working directory counts) are not cached across working directories."""
+    import posixpath
+    nav = [("Overview", "index.html"), ("<Heads>", "index.html#pages-heads"), ("Atlas", "atlas.html"),
+           (H.Safe("<b>x</b>"), "data/x.json"), ("up", "../outside.html")]
+    for path in ("index.html", "heads/L0H3.html", "a/b/c.html", "heads/L1H0.html"):
+        want = "".join(str(H.link(posixpath.relpath(p, posixpath.dirname(path) or "."), label)) for label, p in nav)
+        assert H._links(path, nav) == want
+        assert H._links(path, nav[:3]) == want[:len(H._links(path, nav[:3]))]
+        assert H.rel(path, "data/atlas.json") == posixpath.relpath("data/atlas.json", posixpath.dirname(path) or ".")
+    deep = tmp_path / "a" / "b"
+    deep.mkdir(parents=True)
+    for cwd in (tmp_path, deep):          # a climbing path's link depends on the working directory: never cached
+        monkeypatch.chdir(cwd)
+        assert H.rel("x.html", "../../../../../../../../../../../y") == posixpath.relpath(
+            "../../../../../../../../../../../y", ".")
+        assert H.rel("index.html", "/abs/page.html") == posixpath.relpath("/abs/page.html", ".")

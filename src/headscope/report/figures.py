@@ -262,11 +262,17 @@ def line_plot(series: Sequence[Series], *, title: str = "", xlabel: str = "", yl
     legend = []
     for i, b in enumerate(bands):
         colour = OKABE_ITO[(i + 4) % len(OKABE_ITO)]
-        pts = [(x, lo, hi) for x, lo, hi in zip(b.x, b.lo, b.hi) if None not in (x, lo, hi)]
-        if pts:
-            up = " ".join(f"{f.X(x):.1f},{f.Y(hi):.1f}" for x, _, hi in pts)
-            down = " ".join(f"{f.X(x):.1f},{f.Y(lo):.1f}" for x, lo, _ in reversed(pts))
-            body.append(f'<polygon points="{up} {down}" fill="{colour}" fill-opacity="0.22" stroke="none"/>')
+        edges = _band_outline(f, b) if len(b.x) >= 48 else None     # (short: the loop is quicker)
+        if edges is not None:
+            if edges[0]:
+                body.append(f'<polygon points="{" ".join(edges[0])} {" ".join(reversed(edges[1]))}" '
+                            f'fill="{colour}" fill-opacity="0.22" stroke="none"/>')
+        else:
+            pts = [(x, lo, hi) for x, lo, hi in zip(b.x, b.lo, b.hi) if None not in (x, lo, hi)]
+            if pts:
+                up = " ".join(f"{f.X(x):.1f},{f.Y(hi):.1f}" for x, _, hi in pts)
+                down = " ".join(f"{f.X(x):.1f},{f.Y(lo):.1f}" for x, lo, _ in reversed(pts))
+                body.append(f'<polygon points="{up} {down}" fill="{colour}" fill-opacity="0.22" stroke="none"/>')
         legend.append((b.label, colour, "band"))
     X, Y, isfinite = f.X, f.Y, math.isfinite
     if not log_y:   # f.X and f.Y inlined (the same operations in the same order: the same pixels)
@@ -307,34 +313,57 @@ def line_plot(series: Sequence[Series], *, title: str = "", xlabel: str = "", yl
     return _svg(width, height, body, title or ylabel)
 
 
+def _pixel_pairs(f: _Frame, xa: np.ndarray, ya: np.ndarray) -> list[str] | None:
+    """``[f"{f.X(x):.1f},{f.Y(y):.1f}" for x, y in zip(xa, ya)]`` on a linear frame for float64 arrays
+    (of Python floats, or ints within :data:`~headscope.report.colours.EXACT_INT`): the same float64
+    operations in the same order, one ``%`` mapped over the pairs (NaN and ±inf spelled as Python does).
+    None where the frame's numbers are not such floats or ints (Python's arithmetic would differ)."""
+    l, x0, dx, w = f.l, f.x0, f.x1 - f.x0, f.r - f.l
+    b, y0, dy, h = f.b, f.y0, f.y1 - f.y0, f.b - f.t
+    if f.log_y or not all(map(_exact_scalar, (l, x0, dx, w, b, y0, dy, h))):
+        return None
+    with np.errstate(over="ignore", invalid="ignore"):     # (±inf and NaN, as Python's floats give them)
+        px = l + (xa - x0) / dx * w                         # f.X, f.Y: (v − v0) / span × size from the axis
+        py = b - (ya - y0) / dy * h
+    return list(map("%.1f,%.1f".__mod__, zip(px.tolist(), py.tolist())))
+
+
 def _pixel_runs(f: _Frame, xs: Sequence[float], ys: Sequence[float | None]) -> list[list[str]] | None:
-    """The "x,y" pixel pairs of a curve on a linear frame, in runs broken at missing values (``None``,
-    NaN, ±inf), as line_plot's loop over the points makes them (``f"{f.X(x):.1f},{f.Y(y):.1f}"``), over
-    whole arrays: the same float64 operations in the same order, one ``%`` mapped over the pairs.
-    None where that would not be exact (values or frame numbers that are not Python floats or ints
-    within :data:`~headscope.report.colours.EXACT_INT`, or a missing x): the loop handles those."""
+    """The "x,y" pixel pairs of a curve (:func:`_pixel_pairs`), in runs broken at missing values
+    (``None``, NaN, ±inf), as line_plot's loop over the points makes them. None where that would not be
+    exact (values that are not Python floats or ints, a missing x, a log frame): the loop handles those."""
     xs, ys = list(xs), list(ys)
     n = min(len(xs), len(ys))
     xs, ys = xs[:n], ys[:n]
     if not set(map(type, xs)) <= {float, int}:
         return None
     xa, ya = _float64(xs), _float64(ys)
-    l, x0, dx, w = f.l, f.x0, f.x1 - f.x0, f.r - f.l
-    b, y0, dy, h = f.b, f.y0, f.y1 - f.y0, f.b - f.t
-    if xa is None or ya is None or not all(map(_exact_scalar, (l, x0, dx, w, b, y0, dy, h))):
+    if xa is None or ya is None:
         return None
     ok = np.isfinite(ya)
-    px = l + (xa[ok] - x0) / dx * w             # f.X, f.Y: (v − v0) / span × size from the axis
-    py = b - (ya[ok] - y0) / dy * h
-    pairs = list(map("%.1f,%.1f".__mod__, zip(px.tolist(), py.tolist())))
-    if ok.all():
-        return [pairs] if pairs else []
+    pairs = _pixel_pairs(f, xa[ok], ya[ok])
+    if pairs is None or ok.all():
+        return pairs if pairs is None else [pairs] if pairs else []
     edges = np.flatnonzero(np.diff(np.concatenate(([0], ok.view(np.int8), [0]))))   # run starts and ends
     runs, k = [], 0
     for length in (edges[1::2] - edges[::2]).tolist():
         runs.append(pairs[k:k + length])
         k += length
     return runs
+
+
+def _band_outline(f: _Frame, b: Band) -> tuple[list[str], list[str]] | None:
+    """The pixel pairs of a band's upper and lower edges (:func:`_pixel_pairs`), where every x, lo and
+    hi is a Python float or int (no point left out); else None: line_plot's loop handles it."""
+    xs, lo, hi = list(b.x), list(b.lo), list(b.hi)
+    n = min(len(xs), len(lo), len(hi))
+    if not set(map(type, xs[:n] + lo[:n] + hi[:n])) <= {float, int}:
+        return None
+    xa, la, ha = _float64(xs[:n]), _float64(lo[:n]), _float64(hi[:n])
+    if xa is None or la is None or ha is None:
+        return None
+    up, down = _pixel_pairs(f, xa, ha), _pixel_pairs(f, xa, la)
+    return None if up is None else (up, down)
 
 
 def histogram(values: Sequence[float] | None = None, *, edges: Sequence[float] | None = None,

@@ -119,18 +119,37 @@ def grid(items: Iterable) -> Safe:
 def rel(from_page: str, to_page: str) -> str:
     """Relative URL from one report page (path under the report root) to another."""
     start = posixpath.dirname(from_page) or "."
-    if (type(start) is str and type(to_page) is str and ".." not in start and ".." not in to_page
-            and start[:1] != "/" and to_page[:1] != "/"):
+    if _lexical(start) and _lexical(to_page):
         return _relpath(to_page, start)
     return posixpath.relpath(to_page, start)     # (the working directory may count: absolute, or climbing)
 
 
+def _lexical(p) -> bool:
+    """Whether `p` is a relative path that never climbs (a str without ``..``): relpath between such
+    paths is a function of them alone (both are joined to the same working directory)."""
+    return type(p) is str and ".." not in p and p[:1] != "/"
+
+
 @functools.lru_cache(maxsize=4096)
 def _relpath(path: str, start: str) -> str:
-    """``posixpath.relpath(path, start)`` of relative paths that never climb (no ``..``): a function of
-    its arguments alone (both are joined to the same working directory), so the many links between
-    the same few pages are worked out once."""
+    """``posixpath.relpath(path, start)`` of :func:`_lexical` paths: the many links between the same few
+    pages are worked out once."""
     return posixpath.relpath(path, start)
+
+
+def _links(path: str, pairs: Sequence[tuple[str, str]]) -> str:
+    """The links (label, path under the root) from the page `path`, one after another: the same for
+    every page of a folder (each page's navigation bar), so worked out once per folder."""
+    start = posixpath.dirname(path) or "."
+    key = tuple(pairs)
+    if _lexical(start) and all(type(label) is str and _lexical(p) for label, p in key):   # (plain text labels)
+        return _folder_links(start, key)
+    return "".join(str(link(rel(path, p), label)) for label, p in key)
+
+
+@functools.lru_cache(maxsize=256)
+def _folder_links(start: str, pairs: tuple) -> str:
+    return "".join(str(link(_relpath(p, start), label)) for label, p in pairs)
 
 
 CSS = """
@@ -365,7 +384,7 @@ def page(title, body, *, path: str, nav: Sequence[tuple[str, str]] = (), crumbs:
     standalone page (``neuron``): :func:`output_marker` then marks it, so that a rerun
     recognises its own earlier page and nothing else.
     """
-    nav_html = "".join(str(link(rel(path, p), label)) for label, p in nav)
+    nav_html = _links(path, nav)
     crumb_html = ""
     if crumbs:
         crumb_html = '<div class="crumbs">' + " › ".join(str(link(rel(path, p), label)) for label, p in crumbs) + "</div>"
