@@ -129,6 +129,26 @@ _int = int.__repr__
 _round = f"%.{SIG_DIGITS}g".__mod__        # f"{x:.{SIG_DIGITS}g}" of a float, without building the spec
 
 
+_WHOLE = re.compile(r"^-?[0-9]+$", re.MULTILINE).search     # a line without "." or "e": an integral figure
+
+
+def _reprs(rounded: list[str], vals: list[float] | None) -> list[str]:
+    """``[repr(float(s)) for s in rounded]`` where ``rounded[i] = "%.7g" % x`` (`vals`: those floats, or None).
+
+    A decimal of at most 15 significant digits is the only one of at most 15 digits that reads as its
+    double (a normal double holds 15.95 digits), so repr (the shortest string that reads back) has
+    the digits "%.7g" wrote. The two spell them alike where both are positional — |v| in
+    [1e-4, 1e7), where "%.7g" drops the ".0" of a whole number — and where both use a negative
+    exponent (e-05 and below). A list with an exponent from e+07 up (positional in repr until 1e16) or
+    of the form e-3… (which takes in e-300 and below, where subnormals hold fewer digits) is repr'd."""
+    text = "\n".join(rounded)
+    if "e+" in text or "e-3" in text:
+        return list(map(_float, vals if vals is not None else map(float, rounded)))
+    if _WHOLE(text) is None:
+        return rounded
+    return [s if "." in s or "e" in s else s + ".0" for s in rounded]
+
+
 def _fast(x, ind: str, parse: bool) -> tuple[str, object]:
     """(`x` as :func:`dumps` writes it (without the final newline) where it starts a line after `ind`,
     and with `parse` ``json.loads`` of that text, built alongside: else None for lists and dicts)."""
@@ -139,8 +159,9 @@ def _fast(x, ind: str, parse: bool) -> tuple[str, object]:
     if t is float:
         if not math.isfinite(x):
             raise _Slow
-        v = float(_round(x))
-        return _float(v), v                     # json.loads(repr(v)) is v: repr round-trips
+        s = _round(x)
+        v = float(s)                            # json.loads(repr(v)) is v: repr round-trips
+        return (s if "." in s else s + ".0") if "e" not in s else _float(v), v   # repr(v): see _reprs
     if t is int:
         return _int(x), x
     if x is None:
@@ -157,8 +178,9 @@ def _fast(x, ind: str, parse: bool) -> tuple[str, object]:
         if kinds == {float}:
             if not all(map(math.isfinite, x)):
                 raise _Slow
-            vals = list(map(float, map(_round, x)))
-            parts = map(_float, vals)
+            rounded = list(map(_round, x))
+            vals = list(map(float, rounded)) if parse else None
+            parts = _reprs(rounded, vals)
         elif kinds == {int}:
             vals = list(x)
             parts = map(_int, vals)

@@ -176,3 +176,23 @@ def test_announce_refuses_a_users_file_and_lists_nothing(tmp_path):
         odir.announce(["a.html", "mine.html"])
     assert odir.files == {".marker"}
     assert (tmp_path / "out" / "mine.html").read_text() == "user's"
+
+
+def test_floats_are_written_as_their_repr_at_every_magnitude():
+    """encode writes a float as repr(float("%.7g" % x)) (json.dumps's spelling of the rounded value),
+    spelled from the "%.7g" text where that is the same string: checked over every decade of the
+    double range, subnormals, whole numbers, the e+07..e+15 band and the decade edges."""
+    rng = random.Random(7)
+    xs = [float(f"{rng.uniform(-10, 10):.17f}e{e}") for e in range(-330, 308) for _ in range(40)]
+    xs += [struct.unpack("<d", struct.pack("<Q", rng.getrandbits(64)))[0] for _ in range(20000)]
+    xs += [rng.randint(-10 ** 9, 10 ** 9) / 10 ** rng.randint(0, 12) for _ in range(20000)]
+    xs += [0.0, -0.0, 1e-4, 9.99999949e-5, 9.9999995e-5, 9999999.4, 9999999.5, 1e7, 1e16, 9.9999995e15, 5e-324,
+           2.2250738585072014e-308, 1.7976931348623157e308, 1.0, -1.0, 123456.0, 1e-30, 3.5e-300, 2.5e+20]
+    xs = [x for x in xs if x == x and abs(x) != float("inf")]
+    want = [repr(float(f"{x:.7g}")) for x in xs]
+    assert [encode(x) for x in xs] == want                     # one float at a time
+    for k in (1, 3, 50, 1000):                                 # lists (mixed decades, and all of one kind)
+        for i in range(0, len(xs), k):
+            text, value = encode_parsed(xs[i:i + k])
+            assert text == json.dumps([float(w) for w in want[i:i + k]], indent=2)
+            assert _same(value, json.loads(text))
