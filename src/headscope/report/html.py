@@ -88,8 +88,8 @@ def table(headers: Sequence, rows: Iterable[Sequence], *, numeric: Sequence[int]
     head = "".join(f'<th{" class=num" if i in num else ""}>{h(c)}</th>' for i, c in enumerate(headers))
     body = []
     for r in rows:
-        body.append("<tr>" + "".join(f'<td{" class=num" if i in num else ""}>{h(_cell(c))}</td>'
-                                     for i, c in enumerate(r)) + "</tr>")
+        body.append("<tr>" + "".join([f'<td{" class=num" if i in num else ""}>{_td(c)}</td>'
+                                      for i, c in enumerate(r)]) + "</tr>")
     cap = f"<caption>{h(caption)}</caption>" if caption is not None else ""
     return Safe(f'<table class="{class_}">{cap}<thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>')
 
@@ -98,6 +98,16 @@ def _cell(c):
     if isinstance(c, float):
         return f"{c:.4g}"
     return c
+
+
+def _td(c) -> str:
+    """``h(_cell(c))``: a table cell's text, escaped (plain strings and floats without the two calls)."""
+    t = type(c)
+    if t is str:
+        return escape_token(c)
+    if t is float:
+        return escape_token(f"{c:.4g}")
+    return h(_cell(c))
 
 
 def kv_table(pairs: Iterable[tuple], caption=None) -> Safe:
