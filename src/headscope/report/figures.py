@@ -20,6 +20,10 @@ Figures:
   :func:`head_grid`     layer × head grid of coloured cells (HTML), each a link with a tooltip
   :func:`colour_scale`  the legend of a diverging, sequential or categorical colour scale (HTML)
 
+The HTML ones (token heatmaps, head grids, colour scales) live in :mod:`headscope.report.html_figures`,
+the colour scales in :mod:`headscope.report.colours`, number labels and escaping in
+:mod:`headscope.report.figtext`; all are re-exported here.
+
 Hover: SVG cells and bars carry a ``<title>`` (the browser's own tooltip); token
 heatmaps and head grids carry ``data-tip`` / ``data-head`` attributes that the report's
 script (:data:`headscope.report.html.SCRIPT`) shows at once as a styled tooltip, with
@@ -29,7 +33,6 @@ script (:data:`headscope.report.html.SCRIPT`) shows at once as a styled tooltip,
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import re
 from itertools import chain
@@ -38,19 +41,16 @@ from typing import Sequence
 import numpy as np
 
 from ..stats import bin_values
-from ..core.tokenizer import escape_token
-from .colours import (EXACT_INT, OKABE_ITO, _exact_scalar, RDBU, _RDBU_RGB, _RDBU_SEG, _WHITE_TO_BLUE_RGB, _WHITE_TO_BLUE_SEG,  # noqa: F401
-                      _hex, _lerp, _lerp_colour, _segments, _text_on, diverging, diverging_all, sequential,
-                      sequential_all)
+from .colours import (OKABE_ITO, RDBU, _RDBU_RGB, _RDBU_SEG, _WHITE_TO_BLUE_RGB, _WHITE_TO_BLUE_SEG,  # noqa: F401
+                      _exact_scalar, _hex, _lerp, _lerp_colour, _segments, _text_on, diverging, diverging_all,
+                      sequential, sequential_all)
+from .figtext import _finite, _float64, esc, fmt, fmt_all  # noqa: F401
 from .html import Safe
+from .html_figures import colour_scale, head_grid, token_heatmap  # noqa: F401
 
 LOG_DECADES = 12  #: a log-scale plot shows at most this many decades below its largest value
 
 FONT = "font-family=\"system-ui, -apple-system, 'Segoe UI', sans-serif\""
-
-
-def esc(s) -> str:
-    return escape_token(str(s))
 
 
 @dataclasses.dataclass
@@ -92,49 +92,6 @@ def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
         ticks.append(round(t, 12))
         t += step
     return ticks or [lo]
-
-
-def fmt(v: float) -> str:
-    """Short tick label."""
-    if v == 0:
-        return "0"
-    a = abs(v)
-    if a >= 1e4 or a < 1e-3:
-        return f"{v:.1e}".replace("e+0", "e").replace("e-0", "e-")
-    if float(v).is_integer():
-        return str(int(v))
-    return f"{v:.3g}"
-
-
-_g3 = "%.3g".__mod__      # f"{v:.3g}" of a float
-
-
-def fmt_all(values: list) -> list[str]:
-    """``[fmt(v) for v in values]`` for a list of Python floats: the usual label (a non-integer of
-    magnitude in [1e-3, 1e4): ``f"{v:.3g}"``) formatted by one ``%`` mapped over them, the others
-    (0, whole numbers, the exponent forms, NaN, inf) by :func:`fmt` itself."""
-    if set(map(type, values)) != {float}:
-        return [fmt(v) for v in values]
-    a = np.array(values, dtype=np.float64)
-    m = np.abs(a)
-    out = list(map(_g3, values))
-    for k in np.flatnonzero((m < 1e-3) | (m >= 1e4) | (np.floor(a) == a) | np.isnan(a)).tolist():
-        out[k] = fmt(values[k])
-    return out
-
-
-def _float64(values: list) -> np.ndarray | None:
-    """`values` (Python floats, ints and Nones) as a float64 array (None → NaN), where Python's
-    arithmetic on them is float64 arithmetic (ints within :data:`~headscope.report.colours.EXACT_INT`);
-    else None (numpy scalars, huge ints, anything else: they are handled one by one)."""
-    kinds = set(map(type, values))
-    if not kinds <= {float, int, type(None)}:
-        return None
-    if int in kinds:
-        ints = values if kinds == {int} else [v for v in values if type(v) is int]
-        if min(ints) < -EXACT_INT or max(ints) > EXACT_INT:
-            return None
-    return np.array(values, dtype=np.float64)
 
 
 class _Frame:
@@ -192,15 +149,6 @@ def _svg(width, height, body: list[str], label: str) -> Safe:
     return Safe(f'<svg xmlns="http://www.w3.org/2000/svg" class="fig" viewBox="0 0 {width} {height}" '
                 f'width="{width}" height="{height}" role="img" aria-label="{esc(label)}" {FONT}>'
                 + "".join(body) + "</svg>")
-
-
-def _finite(vals) -> list[float]:
-    """The finite values of `vals` as floats (``None``, NaN and ±inf dropped)."""
-    vals = vals if type(vals) is list else list(vals)
-    a = _float64(vals) if len(vals) > 64 else None       # (numpy's overhead beats a short loop)
-    if a is not None:
-        return a[np.isfinite(a)].tolist()
-    return [float(v) for v in vals if v is not None and math.isfinite(float(v))]
 
 
 def _legend(items: list[tuple[str, str, str]], x: float, y: float) -> list[str]:
@@ -565,54 +513,6 @@ def spectrum_plot(spectra: dict[str, Sequence[float]], *, title: str = "", ylabe
     return line_plot(series, title=title, xlabel=xlabel, ylabel=ylabel, width=width, height=height)
 
 
-def token_heatmap(tokens: Sequence[str], values: Sequence[float | None], *, vmax: float | None = None,
-                  value_name: str = "value") -> Safe:
-    """Text as tokens on RdBu backgrounds (blue < 0 < red); hover shows the value.
-
-    Tokens are escaped; whitespace is kept visible (``white-space: pre-wrap``).
-    ``None`` values (e.g. BOS) are shown uncoloured.
-    """
-    tokens, values = list(tokens), list(values)
-    a = _float64(values)
-    vals = a[np.isfinite(a)].tolist() if a is not None else _finite(values)
-    vmax = vmax if vmax is not None else max((abs(v) for v in vals), default=1.0) or 1.0
-    n = min(len(tokens), len(values))          # (the spans: as zip pairs them)
-    tokens, values, a = tokens[:n], values[:n], a[:n] if a is not None else None
-    # a span's tip is esc(f"{tok!r}: {value_name} = {fmt(v)}"): escaped piece by piece (per character),
-    # each token's pieces once (a text repeats its tokens, and a page shows the same texts many times)
-    if a is not None:
-        ok = np.isfinite(a)
-        shown = a[ok]
-        fills = iter(diverging_all(shown, vmax))
-        texts = iter(fmt_all(shown.tolist()))
-        ok = ok.tolist()
-    else:
-        ok = [v is not None and math.isfinite(float(v)) for v in values]
-        fills = iter([diverging(float(v), vmax) for v, k in zip(values, ok) if k])
-        texts = iter([fmt(float(v)) for v, k in zip(values, ok) if k])
-    name = f": {esc(value_name)} = "
-    spans = []
-    for tok, k in zip(tokens, ok):
-        shown_tok, said = _token_texts(tok) if type(tok) is str else (esc(tok), esc(f"{tok!r}"))
-        if not k:
-            spans.append(f'<span class="tok tok-none" title="{said}: —">{shown_tok}</span>')
-            continue
-        fill = next(fills)
-        tip = f"{said}{name}{next(texts)}"
-        spans.append(f'<span class="tok" style="background:{fill};color:{_text_on(fill)}" '
-                     f'title="{tip}" data-tip="{tip}">{shown_tok}</span>')
-    scale = (f'<div class="tok-scale"><span style="background:{RDBU[1]};color:#fff">{esc(fmt(-vmax))}</span>'
-             f'<span style="background:{RDBU[5]}">0</span>'
-             f'<span style="background:{RDBU[9]};color:#fff">{esc(fmt(vmax))}</span> {esc(value_name)}</div>')
-    return Safe('<div class="tokens">' + "".join(spans) + "</div>" + scale)
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _token_texts(tok: str) -> tuple[str, str]:
-    """(esc(tok), esc(repr(tok))): a token as a token heatmap shows it and as its tooltip names it."""
-    return esc(tok), esc(repr(tok))
-
-
 _SIZE = re.compile(r'<svg [^>]*?width="(\d+(?:\.\d+)?)" height="(\d+(?:\.\d+)?)"')
 
 
@@ -642,51 +542,3 @@ def panels(figs: Sequence[Safe], *, cols: int = 4, title: str = "", gap: int = 8
         x, y = (k % cols) * (cw + gap), top + (k // cols) * (ch + gap)
         body.append(str(f).replace("<svg ", f'<svg x="{x:g}" y="{y:g}" ', 1))
     return _svg(width, height, body, title)
-
-
-def colour_scale(kind: str, *, vmin: float = 0.0, vmax: float = 1.0, label: str = "",
-                 categories: Sequence[tuple[str, str]] = ()) -> Safe:
-    """Legend of a colour scale: ``"diverging"`` on [−vmax, vmax], ``"sequential"`` on [vmin, vmax]
-    (``"sequential-reversed"``: dark at vmin), or ``"categorical"`` (name, colour) swatches."""
-    if kind == "categorical":
-        items = "".join(f'<span style="background:{c};color:{_text_on(c)}">{esc(n)}</span>' for n, c in categories)
-    elif kind == "diverging":
-        items = (f'<span style="background:{RDBU[1]};color:#fff">{esc(fmt(-vmax))}</span>'
-                 f'<span style="background:{RDBU[5]}">0</span>'
-                 f'<span style="background:{RDBU[9]};color:#fff">{esc(fmt(vmax))}</span>')
-    else:
-        lo, hi = (RDBU[5], RDBU[0]) if kind == "sequential" else (RDBU[0], RDBU[5])
-        items = (f'<span style="background:{lo};color:{_text_on(lo)}">{esc(fmt(vmin))}</span>'
-                 f'<span style="background:{hi};color:{_text_on(hi)}">{esc(fmt(vmax))}</span>')
-    return Safe(f'<div class="tok-scale">{items} {esc(label)}</div>')
-
-
-def head_grid(values: Sequence[Sequence[object]], *, layers: Sequence[int], colour, href=None,
-              tips: Sequence[Sequence[str]] | None = None, titles: bool = False, caption: str = "") -> Safe:
-    """A layer × head grid of coloured cells (rows: layers, columns: heads), as an HTML table.
-
-    `colour(value) -> "#rrggbb"` colours a cell (``None`` values: the blank colour).
-    ``href(layer, head)`` makes each cell a link (a grid without it has plain cells);
-    each cell carries ``data-head="L{l}H{h}"`` for the report's tooltip and an
-    ``aria-label`` with its value. ``tips[l][h]`` (every figure of that head) also goes
-    into ``title`` when `titles` is set (for pages without the report's script).
-    """
-    n_heads = max((len(r) for r in values), default=0)
-    head = "<tr><th></th>" + "".join(f"<th>H{h}</th>" for h in range(n_heads)) + "</tr>"
-    body = []
-    for i, (l, row) in enumerate(zip(layers, values)):
-        cells = []
-        for hd, v in enumerate(row):
-            name = f"L{l}H{hd}"
-            shown = fmt(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else ("—" if v is None else str(v))
-            attrs = (f' data-head="{esc(name)}" style="background:{colour(v)}" '
-                     f'aria-label="{esc(f"{name}: {shown}")}"')
-            if titles and tips is not None:
-                attrs += f' title="{esc(tips[i][hd])}"'
-            if href is not None:
-                cells.append(f'<td><a class="cell" href="{esc(href(l, hd))}"{attrs}></a></td>')
-            else:
-                cells.append(f'<td><span class="cell"{attrs}></span></td>')
-        body.append(f"<tr><th>L{l}</th>{''.join(cells)}</tr>")
-    cap = f"<caption>{esc(caption)}</caption>" if caption else ""
-    return Safe(f'<table class="hgrid">{cap}<thead>{head}</thead><tbody>{"".join(body)}</tbody></table>')
