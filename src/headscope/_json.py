@@ -132,8 +132,9 @@ _round = f"%.{SIG_DIGITS}g".__mod__        # f"{x:.{SIG_DIGITS}g}" of a float, w
 _WHOLE = re.compile(r"^-?[0-9]+$", re.MULTILINE).search     # a line without "." or "e": an integral figure
 
 
-def _reprs(rounded: list[str], vals: list[float] | None) -> list[str]:
-    """``[repr(float(s)) for s in rounded]`` where ``rounded[i] = "%.7g" % x`` (`vals`: those floats, or None).
+def _reprs(rounded: list[str]) -> list[str]:
+    """``[repr(float(s)) for s in rounded]`` where ``rounded[i] = "%.7g" % x``: how json.dumps writes the
+    rounded floats.
 
     A decimal of at most 15 significant digits is the only one of at most 15 digits that reads as its
     double (a normal double holds 15.95 digits), so repr (the shortest string that reads back) has
@@ -143,76 +144,59 @@ def _reprs(rounded: list[str], vals: list[float] | None) -> list[str]:
     of the form e-3… (which takes in e-300 and below, where subnormals hold fewer digits) is repr'd."""
     text = "\n".join(rounded)
     if "e+" in text or "e-3" in text:
-        return list(map(_float, vals if vals is not None else map(float, rounded)))
+        return list(map(_float, map(float, rounded)))
     if _WHOLE(text) is None:
         return rounded
     return [s if "." in s or "e" in s else s + ".0" for s in rounded]
 
 
-def _fast(x, ind: str, parse: bool) -> tuple[str, object]:
-    """(`x` as :func:`dumps` writes it (without the final newline) where it starts a line after `ind`,
-    and with `parse` ``json.loads`` of that text, built alongside: else None for lists and dicts)."""
+def _fast(x, ind: str) -> str:
+    """`x` as :func:`dumps` writes it (without the final newline) where it starts a line after `ind`."""
     t = type(x)
     if t is str:
-        s = _text(x)
-        return _str(s), s
+        return _str(_text(x))
     if t is float:
         if not math.isfinite(x):
             raise _Slow
         s = _round(x)
-        v = float(s)                            # json.loads(repr(v)) is v: repr round-trips
-        return (s if "." in s else s + ".0") if "e" not in s else _float(v), v   # repr(v): see _reprs
+        return (s if "." in s else s + ".0") if "e" not in s else _float(float(s))   # repr: see _reprs
     if t is int:
-        return _int(x), x
+        return _int(x)
     if x is None:
-        return "null", None
+        return "null"
     if x is True:
-        return "true", True
+        return "true"
     if x is False:
-        return "false", False
+        return "false"
     if t is list or t is tuple:
         if not x:
-            return "[]", []
+            return "[]"
         inner = ind + _INDENT
         kinds = set(map(type, x))
         if kinds == {float}:
             if not all(map(math.isfinite, x)):
                 raise _Slow
-            rounded = list(map(_round, x))
-            vals = list(map(float, rounded)) if parse else None
-            parts = _reprs(rounded, vals)
+            parts = _reprs(list(map(_round, x)))
         elif kinds == {int}:
-            vals = list(x)
-            parts = map(_int, vals)
-        elif parse:
-            pairs = [_fast(v, inner, True) for v in x]
-            parts, vals = [p[0] for p in pairs], [p[1] for p in pairs]
+            parts = map(_int, x)
         else:
-            parts, vals = [_fast(v, inner, False)[0] for v in x], None
-        return "[" + inner + ("," + inner).join(parts) + ind + "]", vals
+            parts = [_fast(v, inner) for v in x]
+        return "[" + inner + ("," + inner).join(parts) + ind + "]"
     if t is dict and all(type(k) is str for k in x):
         if not x:
-            return "{}", {}
+            return "{}"
         inner = ind + _INDENT
-        items = sorted(x.items(), key=_first)
-        if parse:
-            pairs = [_fast(v, inner, True) for _, v in items]
-            parts = [_str(k) + ": " + p[0] for (k, _), p in zip(items, pairs)]
-            value = {k: p[1] for (k, _), p in zip(items, pairs)}
-        else:
-            parts, value = [_str(k) + ": " + _fast(v, inner, False)[0] for k, v in items], None
-        return "{" + inner + ("," + inner).join(parts) + ind + "}", value
+        return "{" + inner + ("," + inner).join(
+            [_str(k) + ": " + _fast(v, inner) for k, v in sorted(x.items(), key=_first)]) + ind + "}"
     if t is Encoded:
-        if parse:           # (its text is not parsed here: encode_parsed reads the whole text back)
-            raise _Slow
-        return x.text, None
+        return x.text
     if isinstance(x, str):  # a subclass: json writes it as a string (clean keeps it as it is)
-        return _fast(str.__str__(x), ind, parse)
+        return _fast(str.__str__(x), ind)
     try:
         x = _clean(x, "")   # numpy and torch numbers and arrays, dataclasses, dicts with other keys
     except (NonFiniteError, TypeError):
         raise _Slow from None
-    return _fast(x, ind, parse)
+    return _fast(x, ind)
 
 
 def _first(item):
@@ -228,23 +212,10 @@ def encode(obj, level: int = 0) -> str:
     anything it does not handle exactly (a NaN, an unknown type) goes through that slow path,
     which raises the documented error."""
     try:
-        return _fast(obj, "\n" + _INDENT * level, False)[0]
+        return _fast(obj, "\n" + _INDENT * level)
     except _Slow:
         text = json.dumps(clean(obj), sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False)
         return text.replace("\n", "\n" + _INDENT * level) if level else text
-
-
-def encode_parsed(obj, level: int = 0) -> tuple[str, object]:
-    """(``encode(obj, level)``, ``json.loads`` of that text): what a reader of the text gets, built in
-    the same pass as the text instead of parsed back from it — floats rounded as written (and read
-    back exactly: the shortest repr round-trips), tuples as lists, dicts in sorted key order, strings
-    as written. Where the one pass does not apply (a NaN, an unknown type, :class:`Encoded` text
-    inside), the text is parsed back."""
-    try:
-        return _fast(obj, "\n" + _INDENT * level, True)
-    except _Slow:
-        text = encode(obj, level)
-        return text, json.loads(text)
 
 
 _LEAVES = (float, int, str, bool, type(None))

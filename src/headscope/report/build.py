@@ -20,6 +20,7 @@ written depends on the clock: the same inputs give byte-identical files.
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 import time
 from pathlib import Path
@@ -29,7 +30,7 @@ from .._version import __version__
 from .._atomic import OutputDir, read_small_file, refuse_foreign_dir
 from .._errors import HeadscopeError, NotApplicable
 from .._input import max_input_bytes
-from .._json import NOT_APPLICABLE, Encoded, dumps, encode_parsed, is_not_applicable, not_applicable
+from .._json import NOT_APPLICABLE, Encoded, dumps, encode, is_not_applicable, not_applicable
 from .._memory import peak_rss_mb, rss_mb
 from ..core.weights import Processing
 from . import html as H
@@ -197,8 +198,8 @@ def _build(model, out: Path, odir: OutputDir, options: ReportOptions, inputs, st
                 progress.close()
             if not isinstance(raw, dict):
                 raise TypeError(f"stage {stage.name}: compute must return a dict, got {type(raw).__name__}")
-            # as it sits in its document, encoded once; what is saved is exactly what later stages see
-            text, data = encode_parsed(raw, level=1)
+            text = encode(raw, level=1)   # as it sits in its document, encoded once
+            data = json.loads(text)  # what is saved is exactly what later stages see
             odir.write(rel, document(stage, key, parts, Encoded(text)), record_hash=True)
         elif options.progress:
             print(f"[{i + 1}/{len(stages)}] {stage.name}: cached ({path.name})", file=sys.stderr)
