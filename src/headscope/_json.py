@@ -43,9 +43,28 @@ class NonFiniteError(ValueError):
     """A NaN or ±inf where headscope promises a number (a bug in the analysis that made it)."""
 
 
-def _clean(x, path: str):
-    if isinstance(x, str):      # a lone surrogate (an undecodable file name) spelled out: JSON stays UTF-8
-        return x if x.isascii() else x.encode("utf-8", "backslashreplace").decode("utf-8")
+def _where(path) -> str:
+    """The path :func:`_clean` reports (``heads[3].tv_median``), from its lazy form: a str (the root),
+    or (parent, key) for a dict's value and (parent, [index]) for a list's item, nested."""
+    steps = []
+    while type(path) is tuple:
+        path, step = path
+        steps.append(step)
+    for step in reversed(steps):
+        path = f"{path}[{step[0]}]" if type(step) is list else f"{path}.{step}" if path else str(step)
+    return path
+
+
+def _text(x: str) -> str:
+    """A string as JSON holds it: a lone surrogate (an undecodable file name) spelled out, so that the
+    JSON stays UTF-8."""
+    return x if x.isascii() else x.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _clean(x, path):
+    """`x` JSON-ready; `path` says where it sits (see :func:`_where`; spelled out only in an error)."""
+    if isinstance(x, str):
+        return _text(x)
     if isinstance(x, bool) or x is None:
         return x
     if isinstance(x, (int, np.integer)):
@@ -53,7 +72,7 @@ def _clean(x, path: str):
     if isinstance(x, (float, np.floating)):
         x = float(x)
         if not math.isfinite(x):
-            raise NonFiniteError(f"{x} at {path or 'the top level'}: every number written must be finite "
+            raise NonFiniteError(f"{x} at {_where(path) or 'the top level'}: every number written must be finite "
                                  "(an undefined quantity is None in a nullable field, see headscope._json)")
         return float(f"{x:.{SIG_DIGITS}g}")
     if isinstance(x, torch.Tensor):
@@ -61,19 +80,21 @@ def _clean(x, path: str):
     if isinstance(x, np.ndarray):
         return _clean(x.tolist(), path)
     if isinstance(x, dict):
-        return {str(k): _clean(v, f"{path}.{k}" if path else str(k)) for k, v in x.items()}
+        return {str(k): _text(v) if type(v) is str else _clean(v, (path, k)) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
         kinds = set(map(type, x))
         if kinds == {float} and all(map(math.isfinite, x)):     # fast paths: flat lists of numbers
             return [float(f"{v:.{SIG_DIGITS}g}") for v in x]
         if kinds == {int}:
             return list(x)
-        return [_clean(v, f"{path}[{i}]") for i, v in enumerate(x)]
+        if kinds == {str}:
+            return list(map(_text, x))
+        return [_clean(v, (path, [i])) for i, v in enumerate(x)]
     if dataclasses.is_dataclass(x):
         return _clean(x.to_dict() if hasattr(x, "to_dict") else dataclasses.asdict(x), path)
     if hasattr(x, "to_dict"):
         return _clean(x.to_dict(), path)
-    raise TypeError(f"not JSON-serialisable: {type(x).__name__} at {path or 'the top level'}")
+    raise TypeError(f"not JSON-serialisable: {type(x).__name__} at {_where(path) or 'the top level'}")
 
 
 def clean(obj):
@@ -108,19 +129,37 @@ _int = int.__repr__
 _round = f"%.{SIG_DIGITS}g".__mod__        # f"{x:.{SIG_DIGITS}g}" of a float, without building the spec
 
 
-def _num(x: float) -> str:
-    return _float(float(_round(x)))
+_WHOLE = re.compile(r"^-?[0-9]+$", re.MULTILINE).search     # a line without "." or "e": an integral figure
+
+
+def _reprs(rounded: list[str]) -> list[str]:
+    """``[repr(float(s)) for s in rounded]`` where ``rounded[i] = "%.7g" % x``: how json.dumps writes the
+    rounded floats.
+
+    A decimal of at most 15 significant digits is the only one of at most 15 digits that reads as its
+    double (a normal double holds 15.95 digits), so repr (the shortest string that reads back) has
+    the digits "%.7g" wrote. The two spell them alike where both are positional — |v| in
+    [1e-4, 1e7), where "%.7g" drops the ".0" of a whole number — and where both use a negative
+    exponent (e-05 and below). A list with an exponent from e+07 up (positional in repr until 1e16) or
+    of the form e-3… (which takes in e-300 and below, where subnormals hold fewer digits) is repr'd."""
+    text = "\n".join(rounded)
+    if "e+" in text or "e-3" in text:
+        return list(map(_float, map(float, rounded)))
+    if _WHOLE(text) is None:
+        return rounded
+    return [s if "." in s or "e" in s else s + ".0" for s in rounded]
 
 
 def _fast(x, ind: str) -> str:
     """`x` as :func:`dumps` writes it (without the final newline) where it starts a line after `ind`."""
     t = type(x)
     if t is str:
-        return _str(x if x.isascii() else x.encode("utf-8", "backslashreplace").decode("utf-8"))
+        return _str(_text(x))
     if t is float:
         if not math.isfinite(x):
             raise _Slow
-        return _num(x)
+        s = _round(x)
+        return (s if "." in s else s + ".0") if "e" not in s else _float(float(s))   # repr: see _reprs
     if t is int:
         return _int(x)
     if x is None:
@@ -137,9 +176,9 @@ def _fast(x, ind: str) -> str:
         if kinds == {float}:
             if not all(map(math.isfinite, x)):
                 raise _Slow
-            parts = list(map(_float, map(float, map(_round, x))))
+            parts = _reprs(list(map(_round, x)))
         elif kinds == {int}:
-            parts = list(map(_int, x))
+            parts = map(_int, x)
         else:
             parts = [_fast(v, inner) for v in x]
         return "[" + inner + ("," + inner).join(parts) + ind + "]"

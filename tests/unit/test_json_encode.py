@@ -1,10 +1,12 @@
-"""_json.encode: json.dumps(clean(obj), sort_keys=True, indent=2, …) byte for byte, in one pass;
-OutputDir.announce: many files listed with one manifest write."""
+"""_json.encode: json.dumps(clean(obj), sort_keys=True, indent=2, …) byte for byte, in one pass
+(floats at every magnitude); clean's error paths; OutputDir.announce: many files listed with one
+manifest write."""
 
 import dataclasses
 import enum
 import json
 import random
+import struct
 from collections import namedtuple
 
 import numpy as np
@@ -75,6 +77,18 @@ def test_encode_is_the_reference_json_byte_for_byte_at_every_level():
             assert encode(obj, level) == want.replace("\n", "\n" + "  " * level)
 
 
+def test_clean_names_where_a_bad_value_sits():
+    cases = [({"heads": [1, {"tv_median": float("nan")}]}, "nan at heads[1].tv_median"),
+             ({1: {2: [0, [float("-inf")]]}}, "-inf at 1.2[1][0]"), ([float("nan")], "nan at [0]"),
+             ({"": {"a": float("inf")}}, "inf at a"), (float("nan"), "nan at the top level")]
+    for obj, where in cases:
+        with pytest.raises(NonFiniteError) as e:
+            clean(obj)
+        assert str(e.value).startswith(where + ":")
+    with pytest.raises(TypeError, match=r"^not JSON-serialisable: object at x\[2\]\.y$"):
+        clean({"x": [0, 1, {"y": object()}]})
+
+
 def test_encode_raises_what_clean_raises():
     for obj in ({"a": {"b": [1.0, float("nan")]}}, [float("inf")], {"x": object()}):
         with pytest.raises((NonFiniteError, TypeError)) as want:
@@ -116,3 +130,21 @@ def test_announce_refuses_a_users_file_and_lists_nothing(tmp_path):
         odir.announce(["a.html", "mine.html"])
     assert odir.files == {".marker"}
     assert (tmp_path / "out" / "mine.html").read_text() == "user's"
+
+
+def test_floats_are_written_as_their_repr_at_every_magnitude():
+    """encode writes a float as repr(float("%.7g" % x)) (json.dumps's spelling of the rounded value),
+    spelled from the "%.7g" text where that is the same string: checked over every decade of the
+    double range, subnormals, whole numbers, the e+07..e+15 band and the decade edges."""
+    rng = random.Random(7)
+    xs = [float(f"{rng.uniform(-10, 10):.17f}e{e}") for e in range(-330, 308) for _ in range(40)]
+    xs += [struct.unpack("<d", struct.pack("<Q", rng.getrandbits(64)))[0] for _ in range(20000)]
+    xs += [rng.randint(-10 ** 9, 10 ** 9) / 10 ** rng.randint(0, 12) for _ in range(20000)]
+    xs += [0.0, -0.0, 1e-4, 9.99999949e-5, 9.9999995e-5, 9999999.4, 9999999.5, 1e7, 1e16, 9.9999995e15, 5e-324,
+           2.2250738585072014e-308, 1.7976931348623157e308, 1.0, -1.0, 123456.0, 1e-30, 3.5e-300, 2.5e+20]
+    xs = [x for x in xs if x == x and abs(x) != float("inf")]
+    want = [repr(float(f"{x:.7g}")) for x in xs]
+    assert [encode(x) for x in xs] == want                     # one float at a time
+    for k in (1, 3, 50, 1000):                                 # lists (mixed decades, and all of one kind)
+        for i in range(0, len(xs), k):
+            assert encode(xs[i:i + k]) == json.dumps([float(w) for w in want[i:i + k]], indent=2)

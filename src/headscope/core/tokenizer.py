@@ -246,5 +246,10 @@ def to_str_tokens(tokenizer, ids: Sequence[int]) -> list[str]:
 
 
 def escape_token(s: str) -> str:
-    """HTML-escape a token string (GPT-2's vocabulary holds markup such as ``<script``)."""
+    """HTML-escape a token string (GPT-2's vocabulary holds markup such as ``<script``).
+
+    ``html.escape(s, quote=True)``; a str without any of ``& < > " '`` is returned as it is (what
+    escape returns for it, without its five passes)."""
+    if type(s) is str and "&" not in s and "<" not in s and ">" not in s and '"' not in s and "'" not in s:
+        return s
     return html.escape(s, quote=True)

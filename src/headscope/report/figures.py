@@ -20,6 +20,10 @@ Figures:
   :func:`head_grid`     layer × head grid of coloured cells (HTML), each a link with a tooltip
   :func:`colour_scale`  the legend of a diverging, sequential or categorical colour scale (HTML)
 
+The HTML ones (token heatmaps, head grids, colour scales) live in :mod:`headscope.report.html_figures`,
+the colour scales in :mod:`headscope.report.colours`, number labels and escaping in
+:mod:`headscope.report.figtext`; all are re-exported here.
+
 Hover: SVG cells and bars carry a ``<title>`` (the browser's own tooltip); token
 heatmaps and head grids carry ``data-tip`` / ``data-head`` attributes that the report's
 script (:data:`headscope.report.html.SCRIPT`) shows at once as a styled tooltip, with
@@ -29,29 +33,24 @@ script (:data:`headscope.report.html.SCRIPT`) shows at once as a styled tooltip,
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import re
+from itertools import chain
 from typing import Sequence
 
+import numpy as np
+
 from ..stats import bin_values
-from ..core.tokenizer import escape_token
+from .colours import (OKABE_ITO, RDBU, _RDBU_RGB, _RDBU_SEG, _WHITE_TO_BLUE_RGB, _WHITE_TO_BLUE_SEG,  # noqa: F401
+                      _exact_scalar, _hex, _lerp, _lerp_colour, _segments, _text_on, diverging, diverging_all,
+                      sequential, sequential_all)
+from .figtext import _finite, _float64, esc, fmt, fmt_all  # noqa: F401
 from .html import Safe
-
-#: Okabe & Ito (2008), colour-blind safe qualitative palette (black last).
-OKABE_ITO = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000")
-
-#: ColorBrewer RdBu, 11 classes, from strongest negative (blue) to strongest positive (red).
-RDBU = ("#053061", "#2166ac", "#4393c3", "#92c5de", "#d1e5f0", "#f7f7f7",
-        "#fddbc7", "#f4a582", "#d6604d", "#b2182b", "#67001f")
+from .html_figures import colour_scale, head_grid, token_heatmap  # noqa: F401
 
 LOG_DECADES = 12  #: a log-scale plot shows at most this many decades below its largest value
 
 FONT = "font-family=\"system-ui, -apple-system, 'Segoe UI', sans-serif\""
-
-
-def esc(s) -> str:
-    return escape_token(str(s))
 
 
 @dataclasses.dataclass
@@ -75,69 +74,6 @@ class Band:
     label: str = ""
 
 
-# -- colours -----------------------------------------------------------------------------
-
-
-def _hex(c: str) -> tuple[int, int, int]:
-    return int(c[1:3], 16), int(c[3:5], 16), int(c[5:7], 16)
-
-
-def _lerp_colour(stops: Sequence[tuple[int, int, int]], t: float) -> str:
-    """The colour at `t` ∈ [0, 1] along `stops` (RGB triples), linearly between neighbours."""
-    return _lerp(_segments(stops), t)
-
-
-def _segments(stops: Sequence[tuple[int, int, int]]) -> tuple:
-    """`stops` as what :func:`_lerp` reads: the last index (len − 1) and, per pair of neighbours,
-    (ar, br − ar, ag, bg − ag, ab, bb − ab) — integer differences, exact."""
-    return len(stops) - 1, tuple((a[0], b[0] - a[0], a[1], b[1] - a[1], a[2], b[2] - a[2])
-                                 for a, b in zip(stops, stops[1:]))
-
-
-def _lerp(segments: tuple, t: float) -> str:
-    """:func:`_lerp_colour` on precomputed :func:`_segments` (a heatmap colours tens of thousands of
-    cells): the same arithmetic, so the same colour to the bit."""
-    n, seg = segments
-    if t < 0.0:         # min(max(t, 0.0), 1.0), NaN kept
-        t = 0.0
-    elif t > 1.0:
-        t = 1.0
-    t *= n
-    i = int(t)
-    if i > n - 1:
-        i = n - 1
-    f = t - i
-    ar, dr, ag, dg, ab, db = seg[i]
-    return "#%02x%02x%02x" % (round(ar + dr * f), round(ag + dg * f), round(ab + db * f))
-
-
-_RDBU_RGB = tuple(_hex(c) for c in RDBU)
-_WHITE_TO_BLUE_RGB = _RDBU_RGB[5::-1]
-_RDBU_SEG = _segments(_RDBU_RGB)
-_WHITE_TO_BLUE_SEG = _segments(_WHITE_TO_BLUE_RGB)
-_isfinite = math.isfinite
-
-
-def diverging(value: float, vmax: float) -> str:
-    """RdBu colour of `value` on the symmetric scale [-vmax, vmax] (0 → white)."""
-    if vmax <= 0 or not _isfinite(value):
-        return RDBU[5]
-    return _lerp(_RDBU_SEG, 0.5 + 0.5 * value / vmax)
-
-
-def sequential(value: float, vmin: float, vmax: float) -> str:
-    """White → dark blue colour of `value` on [vmin, vmax]."""
-    if vmax <= vmin or not _isfinite(value):
-        return RDBU[5]
-    return _lerp(_WHITE_TO_BLUE_SEG, (value - vmin) / (vmax - vmin))
-
-
-@functools.lru_cache(maxsize=4096)     # a colour ramp has a few hundred distinct fills
-def _text_on(fill: str) -> str:
-    r, g, b = _hex(fill)
-    return "#ffffff" if 0.299 * r + 0.587 * g + 0.114 * b < 140 else "#111111"
-
-
 # -- axes --------------------------------------------------------------------------------
 
 
@@ -156,18 +92,6 @@ def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
         ticks.append(round(t, 12))
         t += step
     return ticks or [lo]
-
-
-def fmt(v: float) -> str:
-    """Short tick label."""
-    if v == 0:
-        return "0"
-    a = abs(v)
-    if a >= 1e4 or a < 1e-3:
-        return f"{v:.1e}".replace("e+0", "e").replace("e-0", "e-")
-    if float(v).is_integer():
-        return str(int(v))
-    return f"{v:.3g}"
 
 
 class _Frame:
@@ -199,17 +123,17 @@ class _Frame:
             if not self.y0 - 1e-12 <= v <= self.y1 + 1e-12:
                 continue
             y = self.b - (v - self.y0) / (self.y1 - self.y0) * (self.b - self.t)
-            label = fmt(10 ** v) if self.log_y else fmt(v)
+            label = fmt(10 ** v) if self.log_y else fmt(v)      # (fmt's figures need no escaping)
             out.append(f'<line x1="{self.l}" x2="{self.r}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eeeeee"/>')
-            out.append(f'<text x="{self.l - 6}" y="{y + 4:.1f}" text-anchor="end" font-size="11" fill="#444">{esc(label)}</text>')
+            out.append(f'<text x="{self.l - 6}" y="{y + 4:.1f}" text-anchor="end" font-size="11" fill="#444">{label}</text>')
         xt = xticks if xticks is not None else nice_ticks(self.x0, self.x1)
         for i, v in enumerate(xt):
             if not self.x0 - 1e-12 <= v <= self.x1 + 1e-12:
                 continue
             x = self.X(v)
-            label = xtick_labels[i] if xtick_labels is not None else fmt(v)
+            label = esc(xtick_labels[i]) if xtick_labels is not None else fmt(v)
             out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{self.b}" y2="{self.b + 4}" stroke="#888"/>')
-            out.append(f'<text x="{x:.1f}" y="{self.b + 16}" text-anchor="middle" font-size="11" fill="#444">{esc(label)}</text>')
+            out.append(f'<text x="{x:.1f}" y="{self.b + 16}" text-anchor="middle" font-size="11" fill="#444">{label}</text>')
         if title:
             out.append(f'<text x="{self.l}" y="{self.t - 10}" font-size="13" font-weight="600" fill="#222">{esc(title)}</text>')
         if xlabel:
@@ -225,10 +149,6 @@ def _svg(width, height, body: list[str], label: str) -> Safe:
     return Safe(f'<svg xmlns="http://www.w3.org/2000/svg" class="fig" viewBox="0 0 {width} {height}" '
                 f'width="{width}" height="{height}" role="img" aria-label="{esc(label)}" {FONT}>'
                 + "".join(body) + "</svg>")
-
-
-def _finite(vals) -> list[float]:
-    return [float(v) for v in vals if v is not None and math.isfinite(float(v))]
 
 
 def _legend(items: list[tuple[str, str, str]], x: float, y: float) -> list[str]:
@@ -268,7 +188,8 @@ def line_plot(series: Sequence[Series], *, title: str = "", xlabel: str = "", yl
     if log_y:
         ys = [math.log10(y) for y in ys if y > 0]
         if ys:  # at most LOG_DECADES decades below the largest value
-            ys = [max(y, max(ys) - LOG_DECADES) for y in ys]
+            floor = max(ys) - LOG_DECADES
+            ys = [max(y, floor) for y in ys]
     xlim = (min(xs), max(xs)) if xs else (0.0, 1.0)
     if ylim is None:
         lo, hi = (min(ys), max(ys)) if ys else (0.0, 1.0)
@@ -289,11 +210,17 @@ def line_plot(series: Sequence[Series], *, title: str = "", xlabel: str = "", yl
     legend = []
     for i, b in enumerate(bands):
         colour = OKABE_ITO[(i + 4) % len(OKABE_ITO)]
-        pts = [(x, lo, hi) for x, lo, hi in zip(b.x, b.lo, b.hi) if None not in (x, lo, hi)]
-        if pts:
-            up = " ".join(f"{f.X(x):.1f},{f.Y(hi):.1f}" for x, _, hi in pts)
-            down = " ".join(f"{f.X(x):.1f},{f.Y(lo):.1f}" for x, lo, _ in reversed(pts))
-            body.append(f'<polygon points="{up} {down}" fill="{colour}" fill-opacity="0.22" stroke="none"/>')
+        edges = _band_outline(f, b) if len(b.x) >= 48 else None     # (short: the loop is quicker)
+        if edges is not None:
+            if edges[0]:
+                body.append(f'<polygon points="{" ".join(edges[0])} {" ".join(reversed(edges[1]))}" '
+                            f'fill="{colour}" fill-opacity="0.22" stroke="none"/>')
+        else:
+            pts = [(x, lo, hi) for x, lo, hi in zip(b.x, b.lo, b.hi) if None not in (x, lo, hi)]
+            if pts:
+                up = " ".join(f"{f.X(x):.1f},{f.Y(hi):.1f}" for x, _, hi in pts)
+                down = " ".join(f"{f.X(x):.1f},{f.Y(lo):.1f}" for x, lo, _ in reversed(pts))
+                body.append(f'<polygon points="{up} {down}" fill="{colour}" fill-opacity="0.22" stroke="none"/>')
         legend.append((b.label, colour, "band"))
     X, Y, isfinite = f.X, f.Y, math.isfinite
     if not log_y:   # f.X and f.Y inlined (the same operations in the same order: the same pixels)
@@ -307,23 +234,24 @@ def line_plot(series: Sequence[Series], *, title: str = "", xlabel: str = "", yl
             return f"{X(float(x)):.1f},{Y(float(y)):.1f}"
     for i, s in enumerate(series):
         colour = OKABE_ITO[i % len(OKABE_ITO)]
-        runs, run = [], []
-        for x, y in zip(s.x, s.y):  # break the line at missing values
-            if y is None or not isfinite(float(y)) or (log_y and y <= 0):
-                if run:
-                    runs.append(run)
-                run = []
-            else:
-                run.append(point(x, y))
-        if run:
-            runs.append(run)
+        runs = None if log_y or len(s.y) < 48 else _pixel_runs(f, s.x, s.y)    # (short: the loop is quicker)
+        if runs is None:
+            runs, run = [], []
+            for x, y in zip(s.x, s.y):  # break the line at missing values
+                if y is None or not isfinite(float(y)) or (log_y and y <= 0):
+                    if run:
+                        runs.append(run)
+                    run = []
+                else:
+                    run.append(point(x, y))
+            if run:
+                runs.append(run)
         dash = ' stroke-dasharray="5 3"' if s.dashed else ""
         for r in runs:
             body.append(f'<polyline points="{" ".join(r)}" fill="none" stroke="{colour}" stroke-width="1.8"{dash}/>')
-            if s.markers or len(r) == 1:
-                for p in r:
-                    cx, cy = p.split(",")
-                    body.append(f'<circle cx="{cx}" cy="{cy}" r="2.6" fill="{colour}"/>')
+            if s.markers or len(r) == 1:   # a circle per "x,y" pair: '<circle cx="x" cy="y" r="2.6" fill=…/>'
+                end = f'" r="2.6" fill="{colour}"/>'
+                body.append('<circle cx="' + (end + '<circle cx="').join(r).replace(",", '" cy="') + end)
         legend.append((s.label, colour, "dash" if s.dashed else "line"))
     labelled = [it for it in legend if it[0]]
     if legend_below and labelled:
@@ -331,6 +259,59 @@ def line_plot(series: Sequence[Series], *, title: str = "", xlabel: str = "", yl
         return _svg(width, height + len(labelled) * 16 + 10, body, title or ylabel)
     body += _legend(legend, f.r - 6, f.t + 6)
     return _svg(width, height, body, title or ylabel)
+
+
+def _pixel_pairs(f: _Frame, xa: np.ndarray, ya: np.ndarray) -> list[str] | None:
+    """``[f"{f.X(x):.1f},{f.Y(y):.1f}" for x, y in zip(xa, ya)]`` on a linear frame for float64 arrays
+    (of Python floats, or ints within :data:`~headscope.report.colours.EXACT_INT`): the same float64
+    operations in the same order, one ``%`` mapped over the pairs (NaN and ±inf spelled as Python does).
+    None where the frame's numbers are not such floats or ints (Python's arithmetic would differ)."""
+    l, x0, dx, w = f.l, f.x0, f.x1 - f.x0, f.r - f.l
+    b, y0, dy, h = f.b, f.y0, f.y1 - f.y0, f.b - f.t
+    if f.log_y or not all(map(_exact_scalar, (l, x0, dx, w, b, y0, dy, h))):
+        return None
+    with np.errstate(over="ignore", invalid="ignore"):     # (±inf and NaN, as Python's floats give them)
+        px = l + (xa - x0) / dx * w                         # f.X, f.Y: (v − v0) / span × size from the axis
+        py = b - (ya - y0) / dy * h
+    return list(map("%.1f,%.1f".__mod__, zip(px.tolist(), py.tolist())))
+
+
+def _pixel_runs(f: _Frame, xs: Sequence[float], ys: Sequence[float | None]) -> list[list[str]] | None:
+    """The "x,y" pixel pairs of a curve (:func:`_pixel_pairs`), in runs broken at missing values
+    (``None``, NaN, ±inf), as line_plot's loop over the points makes them. None where that would not be
+    exact (values that are not Python floats or ints, a missing x, a log frame): the loop handles those."""
+    xs, ys = list(xs), list(ys)
+    n = min(len(xs), len(ys))
+    xs, ys = xs[:n], ys[:n]
+    if not set(map(type, xs)) <= {float, int}:
+        return None
+    xa, ya = _float64(xs), _float64(ys)
+    if xa is None or ya is None:
+        return None
+    ok = np.isfinite(ya)
+    pairs = _pixel_pairs(f, xa[ok], ya[ok])
+    if pairs is None or ok.all():
+        return pairs if pairs is None else [pairs] if pairs else []
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], ok.view(np.int8), [0]))))   # run starts and ends
+    runs, k = [], 0
+    for length in (edges[1::2] - edges[::2]).tolist():
+        runs.append(pairs[k:k + length])
+        k += length
+    return runs
+
+
+def _band_outline(f: _Frame, b: Band) -> tuple[list[str], list[str]] | None:
+    """The pixel pairs of a band's upper and lower edges (:func:`_pixel_pairs`), where every x, lo and
+    hi is a Python float or int (no point left out); else None: line_plot's loop handles it."""
+    xs, lo, hi = list(b.x), list(b.lo), list(b.hi)
+    n = min(len(xs), len(lo), len(hi))
+    if not set(map(type, xs[:n] + lo[:n] + hi[:n])) <= {float, int}:
+        return None
+    xa, la, ha = _float64(xs[:n]), _float64(lo[:n]), _float64(hi[:n])
+    if xa is None or la is None or ha is None:
+        return None
+    up, down = _pixel_pairs(f, xa, ha), _pixel_pairs(f, xa, la)
+    return None if up is None else (up, down)
 
 
 def histogram(values: Sequence[float] | None = None, *, edges: Sequence[float] | None = None,
@@ -373,7 +354,9 @@ def heatmap(matrix: Sequence[Sequence[float | None]], *, row_labels: Sequence[st
     """
     rows = len(matrix)
     cols = max((len(r) for r in matrix), default=0)
-    vals = _finite([v for r in matrix for v in r])
+    flat = list(chain.from_iterable(matrix))
+    a = _float64(flat)
+    vals = a[np.isfinite(a)].tolist() if a is not None else _finite(flat)
     if signed is None:
         signed = bool(vals) and min(vals) < 0
     if signed:
@@ -391,28 +374,48 @@ def heatmap(matrix: Sequence[Sequence[float | None]], *, row_labels: Sequence[st
     body = []
     if title:
         body.append(f'<text x="8" y="18" font-size="13" font-weight="600" fill="#222">{esc(title)}</text>')
+    # the cells shown (finite values): row, column, value, fill and the value's text, all at once where
+    # the values are Python floats (the arrays' forms of the colour ramps and fmt), else one by one
+    if a is not None:
+        lens = np.array([len(r) for r in matrix], dtype=np.intp)
+        shown = np.flatnonzero(np.isfinite(a))                          # indices into flat
+        row_of = np.repeat(np.arange(rows), lens)[shown]
+        col_of = shown - np.repeat(np.cumsum(lens) - lens, lens)[shown]  # minus the row's start in flat
+        rows_l, cols_l = row_of.tolist(), col_of.tolist()
+        vs = [flat[k] for k in shown.tolist()] if value_fmt is not fmt or annotate else None
+        fills = (diverging_all(a[shown], vmax) if signed else sequential_all(a[shown], vmin, vmax))
+        texts = fmt_all(a[shown].tolist()) if value_fmt is fmt else None   # fmt(int v) = fmt(float(v))
+    else:
+        cells = [(i, j, v) for i, r in enumerate(matrix) for j, v in enumerate(r)
+                 if v is not None and math.isfinite(float(v))]
+        rows_l, cols_l, vs = [c[0] for c in cells], [c[1] for c in cells], [c[2] for c in cells]
+        fills = [diverging(v, vmax) if signed else sequential(v, vmin, vmax) for v in vs]
+        texts = [fmt(v) for v in vs] if value_fmt is fmt else None
+    if texts is None:
+        texts = [esc(value_fmt(v)) for v in vs]
     # a cell's title is esc(f"{row} → {column}: {value}"); escaping is per character, so the labels are
     # escaped once each, and fmt's figures (digits, ".", "e", "+", "-") need none
     row_text = _label_texts(row_labels, rows)
     col_text = _label_texts(col_labels, cols)
-    plain_values = value_fmt is fmt
-    isfinite, append = math.isfinite, body.append
+    for i in set(rows_l):
+        if row_text[i] is None:
+            row_text[i] = esc(f"{row_labels[i]}")   # (IndexError as before)
+    for j in set(cols_l):
+        if col_text[j] is None:
+            col_text[j] = esc(f"{col_labels[j]}")
     size = f'" width="{cell}" height="{cell}" fill="'     # what every cell's rect shares
-    for i, r in enumerate(matrix):
-        rl, y = row_text[i], top + i * cell
-        for j, v in enumerate(r):
-            if v is None or not isfinite(float(v)):
-                continue
-            fill = diverging(v, vmax) if signed else sequential(v, vmin, vmax)
-            if rl is None:
-                rl = esc(f"{row_labels[i]}")   # (IndexError as before)
-            cl = col_text[j] if col_text[j] is not None else esc(f"{col_labels[j]}")
-            x = left + j * cell
-            append(f'<rect x="{x}" y="{y}{size}{fill}"><title>{rl} → {cl}: '
-                   f'{fmt(v) if plain_values else esc(value_fmt(v))}</title></rect>')
-            if annotate and cell >= 22:
-                body.append(f'<text x="{x + cell / 2}" y="{y + cell / 2 + 4}" text-anchor="middle" font-size="9" '
-                            f'fill="{_text_on(fill)}">{esc(value_fmt(v))}</text>')
+    row_part = [f'{top + i * cell}{size}' for i in range(rows)]                        # y, size, fill="
+    row_title = [f'"><title>{t} → ' for t in row_text]
+    col_part = [f'<rect x="{left + j * cell}" y="' for j in range(cols)]
+    col_title = [f"{t}: " for t in col_text]
+    rects = [f"{col_part[j]}{row_part[i]}{fill}{row_title[i]}{col_title[j]}{text}</title></rect>"
+             for i, j, fill, text in zip(rows_l, cols_l, fills, texts)]
+    if annotate and cell >= 22:
+        for k, (i, j, v, fill) in enumerate(zip(rows_l, cols_l, vs, fills)):
+            x, y = left + j * cell, top + i * cell
+            rects[k] += (f'<text x="{x + cell / 2}" y="{y + cell / 2 + 4}" text-anchor="middle" font-size="9" '
+                         f'fill="{_text_on(fill)}">{esc(value_fmt(v))}</text>')
+    body += rects
     body.append(f'<rect x="{left}" y="{top}" width="{cols * cell}" height="{rows * cell}" fill="none" stroke="#c8c8c8"/>')
     fs = max(7, min(11, cell - 2))
     step = max(1, math.ceil(9 / cell)) if cell < 9 else 1
@@ -510,30 +513,6 @@ def spectrum_plot(spectra: dict[str, Sequence[float]], *, title: str = "", ylabe
     return line_plot(series, title=title, xlabel=xlabel, ylabel=ylabel, width=width, height=height)
 
 
-def token_heatmap(tokens: Sequence[str], values: Sequence[float | None], *, vmax: float | None = None,
-                  value_name: str = "value") -> Safe:
-    """Text as tokens on RdBu backgrounds (blue < 0 < red); hover shows the value.
-
-    Tokens are escaped; whitespace is kept visible (``white-space: pre-wrap``).
-    ``None`` values (e.g. BOS) are shown uncoloured.
-    """
-    vals = _finite(values)
-    vmax = vmax if vmax is not None else max((abs(v) for v in vals), default=1.0) or 1.0
-    spans = []
-    for tok, v in zip(tokens, values):
-        if v is None or not math.isfinite(float(v)):
-            spans.append(f'<span class="tok tok-none" title="{esc(f"{tok!r}: —")}">{esc(tok)}</span>')
-            continue
-        fill = diverging(float(v), vmax)
-        tip = esc(f"{tok!r}: {value_name} = {fmt(float(v))}")
-        spans.append(f'<span class="tok" style="background:{fill};color:{_text_on(fill)}" '
-                     f'title="{tip}" data-tip="{tip}">{esc(tok)}</span>')
-    scale = (f'<div class="tok-scale"><span style="background:{RDBU[1]};color:#fff">{esc(fmt(-vmax))}</span>'
-             f'<span style="background:{RDBU[5]}">0</span>'
-             f'<span style="background:{RDBU[9]};color:#fff">{esc(fmt(vmax))}</span> {esc(value_name)}</div>')
-    return Safe('<div class="tokens">' + "".join(spans) + "</div>" + scale)
-
-
 _SIZE = re.compile(r'<svg [^>]*?width="(\d+(?:\.\d+)?)" height="(\d+(?:\.\d+)?)"')
 
 
@@ -563,51 +542,3 @@ def panels(figs: Sequence[Safe], *, cols: int = 4, title: str = "", gap: int = 8
         x, y = (k % cols) * (cw + gap), top + (k // cols) * (ch + gap)
         body.append(str(f).replace("<svg ", f'<svg x="{x:g}" y="{y:g}" ', 1))
     return _svg(width, height, body, title)
-
-
-def colour_scale(kind: str, *, vmin: float = 0.0, vmax: float = 1.0, label: str = "",
-                 categories: Sequence[tuple[str, str]] = ()) -> Safe:
-    """Legend of a colour scale: ``"diverging"`` on [−vmax, vmax], ``"sequential"`` on [vmin, vmax]
-    (``"sequential-reversed"``: dark at vmin), or ``"categorical"`` (name, colour) swatches."""
-    if kind == "categorical":
-        items = "".join(f'<span style="background:{c};color:{_text_on(c)}">{esc(n)}</span>' for n, c in categories)
-    elif kind == "diverging":
-        items = (f'<span style="background:{RDBU[1]};color:#fff">{esc(fmt(-vmax))}</span>'
-                 f'<span style="background:{RDBU[5]}">0</span>'
-                 f'<span style="background:{RDBU[9]};color:#fff">{esc(fmt(vmax))}</span>')
-    else:
-        lo, hi = (RDBU[5], RDBU[0]) if kind == "sequential" else (RDBU[0], RDBU[5])
-        items = (f'<span style="background:{lo};color:{_text_on(lo)}">{esc(fmt(vmin))}</span>'
-                 f'<span style="background:{hi};color:{_text_on(hi)}">{esc(fmt(vmax))}</span>')
-    return Safe(f'<div class="tok-scale">{items} {esc(label)}</div>')
-
-
-def head_grid(values: Sequence[Sequence[object]], *, layers: Sequence[int], colour, href=None,
-              tips: Sequence[Sequence[str]] | None = None, titles: bool = False, caption: str = "") -> Safe:
-    """A layer × head grid of coloured cells (rows: layers, columns: heads), as an HTML table.
-
-    `colour(value) -> "#rrggbb"` colours a cell (``None`` values: the blank colour).
-    ``href(layer, head)`` makes each cell a link (a grid without it has plain cells);
-    each cell carries ``data-head="L{l}H{h}"`` for the report's tooltip and an
-    ``aria-label`` with its value. ``tips[l][h]`` (every figure of that head) also goes
-    into ``title`` when `titles` is set (for pages without the report's script).
-    """
-    n_heads = max((len(r) for r in values), default=0)
-    head = "<tr><th></th>" + "".join(f"<th>H{h}</th>" for h in range(n_heads)) + "</tr>"
-    body = []
-    for i, (l, row) in enumerate(zip(layers, values)):
-        cells = []
-        for hd, v in enumerate(row):
-            name = f"L{l}H{hd}"
-            shown = fmt(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else ("—" if v is None else str(v))
-            attrs = (f' data-head="{esc(name)}" style="background:{colour(v)}" '
-                     f'aria-label="{esc(f"{name}: {shown}")}"')
-            if titles and tips is not None:
-                attrs += f' title="{esc(tips[i][hd])}"'
-            if href is not None:
-                cells.append(f'<td><a class="cell" href="{esc(href(l, hd))}"{attrs}></a></td>')
-            else:
-                cells.append(f'<td><span class="cell"{attrs}></span></td>')
-        body.append(f"<tr><th>L{l}</th>{''.join(cells)}</tr>")
-    cap = f"<caption>{esc(caption)}</caption>" if caption else ""
-    return Safe(f'<table class="hgrid">{cap}<thead>{head}</thead><tbody>{"".join(body)}</tbody></table>')

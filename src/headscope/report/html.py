@@ -22,6 +22,7 @@ blocks (:func:`data_script`), which browsers do not execute; their JSON has ``<`
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import posixpath
@@ -87,8 +88,8 @@ def table(headers: Sequence, rows: Iterable[Sequence], *, numeric: Sequence[int]
     head = "".join(f'<th{" class=num" if i in num else ""}>{h(c)}</th>' for i, c in enumerate(headers))
     body = []
     for r in rows:
-        body.append("<tr>" + "".join(f'<td{" class=num" if i in num else ""}>{h(_cell(c))}</td>'
-                                     for i, c in enumerate(r)) + "</tr>")
+        body.append("<tr>" + "".join([f'<td{" class=num" if i in num else ""}>{_td(c)}</td>'
+                                      for i, c in enumerate(r)]) + "</tr>")
     cap = f"<caption>{h(caption)}</caption>" if caption is not None else ""
     return Safe(f'<table class="{class_}">{cap}<thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>')
 
@@ -97,6 +98,16 @@ def _cell(c):
     if isinstance(c, float):
         return f"{c:.4g}"
     return c
+
+
+def _td(c) -> str:
+    """``h(_cell(c))``: a table cell's text, escaped (plain strings and floats without the two calls)."""
+    t = type(c)
+    if t is str:
+        return escape_token(c)
+    if t is float:
+        return escape_token(f"{c:.4g}")
+    return h(_cell(c))
 
 
 def kv_table(pairs: Iterable[tuple], caption=None) -> Safe:
@@ -118,7 +129,37 @@ def grid(items: Iterable) -> Safe:
 def rel(from_page: str, to_page: str) -> str:
     """Relative URL from one report page (path under the report root) to another."""
     start = posixpath.dirname(from_page) or "."
-    return posixpath.relpath(to_page, start)
+    if _lexical(start) and _lexical(to_page):
+        return _relpath(to_page, start)
+    return posixpath.relpath(to_page, start)     # (the working directory may count: absolute, or climbing)
+
+
+def _lexical(p) -> bool:
+    """Whether `p` is a relative path that never climbs (a str without ``..``): relpath between such
+    paths is a function of them alone (both are joined to the same working directory)."""
+    return type(p) is str and ".." not in p and p[:1] != "/"
+
+
+@functools.lru_cache(maxsize=4096)
+def _relpath(path: str, start: str) -> str:
+    """``posixpath.relpath(path, start)`` of :func:`_lexical` paths: the many links between the same few
+    pages are worked out once."""
+    return posixpath.relpath(path, start)
+
+
+def _links(path: str, pairs: Sequence[tuple[str, str]]) -> str:
+    """The links (label, path under the root) from the page `path`, one after another: the same for
+    every page of a folder (each page's navigation bar), so worked out once per folder."""
+    start = posixpath.dirname(path) or "."
+    key = tuple(pairs)
+    if _lexical(start) and all(type(label) is str and _lexical(p) for label, p in key):   # (plain text labels)
+        return _folder_links(start, key)
+    return "".join(str(link(rel(path, p), label)) for label, p in key)
+
+
+@functools.lru_cache(maxsize=256)
+def _folder_links(start: str, pairs: tuple) -> str:
+    return "".join(str(link(_relpath(p, start), label)) for label, p in pairs)
 
 
 CSS = """
@@ -353,7 +394,7 @@ def page(title, body, *, path: str, nav: Sequence[tuple[str, str]] = (), crumbs:
     standalone page (``neuron``): :func:`output_marker` then marks it, so that a rerun
     recognises its own earlier page and nothing else.
     """
-    nav_html = "".join(str(link(rel(path, p), label)) for label, p in nav)
+    nav_html = _links(path, nav)
     crumb_html = ""
     if crumbs:
         crumb_html = '<div class="crumbs">' + " › ".join(str(link(rel(path, p), label)) for label, p in crumbs) + "</div>"

@@ -41,9 +41,9 @@ class AtlasStage(Stage):
     def render(self, data: dict, ctx) -> Rendered:
         rows = merged_rows(data, ctx.results)
         view = AtlasView(data, rows, links=True)
+        search, tips = H.search_box(search_entries(rows, ctx.results)), view.tip_data()   # on both pages
         page = PageSection(path=ATLAS_PAGE, title="Atlas of every head", group="Atlas", order=(0,),
-                           body=H.join([view.intro(), H.search_box(search_entries(rows, ctx.results)),
-                                        view.grids(METRICS), view.table(), view.notes(), view.tip_data()]),
+                           body=H.join([view.intro(), search, view.grids(METRICS), view.table(), view.notes(), tips]),
                            summary=f"{len(rows)} heads · {len(METRICS)} metrics")
         pages = [page] + [PageSection(path=head_page(r["layer"], r["head"]), title=f"Head {r['layer']}.{r['head']}",
                                       group="Attention heads", order=(r["layer"], r["head"]), body=view.head_section(r),
@@ -51,7 +51,7 @@ class AtlasStage(Stage):
         index = [H.Safe("<p>") + H.link(ATLAS_PAGE, "Open the atlas") + H.Safe(
                      f" — every metric of all {len(rows)} heads as layer × head grids: hover a cell for every "
                      "figure of that head, click it for the head's page.</p>"),
-                 H.search_box(search_entries(rows, ctx.results)), view.grids(INDEX_GRIDS, categories=False), view.tip_data()]
+                 search, view.grids(INDEX_GRIDS, categories=False), tips]
         return Rendered(index=index, summary=view.summary(), pages=pages)
 
 

@@ -44,6 +44,7 @@ class AtlasView:
         self.n_heads = data["config"]["n_heads"]
         self.by = {(r["layer"], r["head"]): r for r in rows}
         self._tips: dict[str, str] = {}      # head name → its tooltip (every grid and the JSON block show it)
+        self._figures: dict[str, list[str]] = {}    # head name → its figures (tooltip and head page)
 
     # -- per-head text -----------------------------------------------------------------
 
@@ -53,21 +54,40 @@ class AtlasView:
         return COLUMNS + tuple(c for c in OPTIONAL_COLUMNS if any(r.get(c.key) is not None for r in self.rows))
 
     @staticmethod
-    def figure(c, r: dict) -> str:
-        """Column `c` of row `r` as the tooltip and head page show it: value, then its detail."""
+    def figure(c, r: dict, fields: dict | None = None) -> str:
+        """Column `c` of row `r` as the tooltip and head page show it: value, then its detail (`fields`:
+        the row's figures as details show them, :meth:`detail_fields`, when already worked out)."""
         v = r.get(c.key)
         value = num(v) if c.metric else (v or "n/a").replace("_", " ")
         if not c.detail or v is None:
             return value
-        return f"{value} ({c.detail.format_map({k: num(x, 3) if isinstance(x, float) else x for k, x in r.items()})})"
+        return f"{value} ({c.detail.format_map(AtlasView.detail_fields(r) if fields is None else fields)})"
+
+    @staticmethod
+    def detail_fields(r: dict) -> dict:
+        """Row `r`'s fields as a column's detail shows them (floats in 3 significant digits)."""
+        return {k: num(x, 3) if isinstance(x, float) else x for k, x in r.items()}
+
+    def figures(self, r: dict) -> list[str]:
+        """Every column's :meth:`figure` of one head, worked out once (its tooltip and its page show them)."""
+        name = head_name(r)
+        if name not in self._figures:
+            fields = self.detail_fields(r)
+            self._figures[name] = [self.figure(c, r, fields) for c in self.columns]
+        return self._figures[name]
 
     def tip(self, r: dict) -> str:
         """Every figure of one head, one per line (the grid's tooltip), from the column spec."""
         name = head_name(r)
         if name not in self._tips:
             self._tips[name] = "\n".join([f"{name} (layer {r['layer']}, head {r['head']})",
-                                          *(f"{c.label}: {self.figure(c, r)}" for c in self.columns)])
+                                          *(f"{c.label}: {f}" for c, f in zip(self.columns, self.figures(r)))])
         return self._tips[name]
+
+    @functools.cached_property
+    def _column_texts(self) -> list[tuple[H.Safe, H.Safe]]:
+        """Each column's label and meaning as a head page's table shows them (escaped once, not per head)."""
+        return [(H.Safe(H.h(c.label)), H.Safe(H.h(c.meaning))) for c in self.columns]
 
     def glance(self, r: dict) -> str:
         return f"self z {num(r['qk_self'], 3)} · copying {num(r['ov_copying_effective'], 3)}"
@@ -194,7 +214,8 @@ class AtlasView:
 
     def head_section(self, r: dict) -> H.Safe:
         name = head_name(r)
-        kv = H.table(["figure", "value", "what it is"], [(c.label, self.figure(c, r), c.meaning) for c in self.columns],
+        kv = H.table(["figure", "value", "what it is"], [(label, f, meaning) for (label, meaning), f in
+                                                         zip(self._column_texts, self.figures(r))],
                      caption="From the weights alone (headscope.atlas); n/a: not applicable or not computed.")
         figs = []
         if r["qk_eigenvalues"]:
