@@ -134,3 +134,17 @@ def test_job_bytes_round_trip_and_refuse_bad_sizes():
         _leiden.encode("rb", {}, 300, edges.astype(np.int64).tobytes()[:-8], w.tobytes(), False)
     with pytest.raises(ValueError):
         _leiden.encode("louvain", {}, 300, edges.astype(np.int64).tobytes(), w.tobytes(), False)
+
+
+def test_the_child_writes_nothing_where_it_runs(tmp_path, monkeypatch):
+    # read-only working directory (a non-root user could write nothing there; the child does not try)
+    cwd = tmp_path / "ro"
+    cwd.mkdir()
+    cwd.chmod(0o555)
+    monkeypatch.chdir(cwd)
+    n = 2200
+    edges, w = _random_edges(n)
+    job = clustering.leiden_job(n, edges, w, seed=2)
+    assert np.array_equal(job.result(), _by_hand_rb(n, edges, w, seed=2)) and job.by_child
+    assert list(cwd.iterdir()) == []
+    cwd.chmod(0o755)
