@@ -110,6 +110,7 @@ def test_leiden_in_child_processes_is_the_leiden_here(planted_model, monkeypatch
 
     monkeypatch.setattr(_leiden, "start", spy)
     monkeypatch.setattr(_leiden, "CHILD_MIN_SIZE", 0)                 # every graph with an edge: a child
+    monkeypatch.setattr(_leiden, "_cpus", lambda: 2)                  # whatever this machine's CPUs
     child = [a.to_dict() for a in analyse_heads(planted_model, [(1, 5), (1, 0)], o)]
     assert [j.by_child for j in jobs] == [True, True] and all(j._proc is None for j in jobs)   # waited for
     monkeypatch.setattr(_leiden, "CHILD_MIN_SIZE", 10 ** 12)          # none: this process

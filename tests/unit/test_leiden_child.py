@@ -15,6 +15,12 @@ import torch
 from headscope.semantic import _leiden, clustering
 
 
+@pytest.fixture(autouse=True)
+def _two_cpus(monkeypatch):
+    """Children whatever this machine's CPUs (on one, start() keeps every job here)."""
+    monkeypatch.setattr(_leiden, "_cpus", lambda: 2)
+
+
 def _random_edges(n=2200, k=5, seed=4):
     """A random undirected weighted graph as knn_edges gives it: [E 2] int64 (lo < hi, sorted), [E] float64."""
     rng = np.random.default_rng(seed)
@@ -124,6 +130,7 @@ def test_small_or_edgeless_graphs_stay_here():
     assert not job.in_child and job.result() == list(range(5000))      # no edge: every node alone
     big = _random_edges(2200)
     assert not clustering.leiden_job(2200, *big, child=False).in_child
+    assert _leiden._cpus() >= 1
 
 
 def test_job_bytes_round_trip_and_refuse_bad_sizes():
@@ -134,6 +141,14 @@ def test_job_bytes_round_trip_and_refuse_bad_sizes():
         _leiden.encode("rb", {}, 300, edges.astype(np.int64).tobytes()[:-8], w.tobytes(), False)
     with pytest.raises(ValueError):
         _leiden.encode("louvain", {}, 300, edges.astype(np.int64).tobytes(), w.tobytes(), False)
+
+
+def test_one_cpu_no_child(monkeypatch):
+    monkeypatch.setattr(_leiden, "_cpus", lambda: 1)
+    n = 2200
+    edges, w = _random_edges(n)
+    job = clustering.leiden_job(n, edges, w, seed=0)
+    assert not job.in_child and np.array_equal(job.result(), _by_hand_rb(n, edges, w))
 
 
 def test_the_child_writes_nothing_where_it_runs(tmp_path, monkeypatch):

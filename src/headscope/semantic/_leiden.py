@@ -22,6 +22,7 @@ Small graphs stay in the calling process (:data:`CHILD_MIN_SIZE`).
 from __future__ import annotations
 
 import json
+import os
 import sys
 from array import array
 
@@ -216,11 +217,21 @@ def start(method: str, params: dict, n: int, edges: bytes, weights: bytes, *, di
           child: bool = True) -> Job:
     """Start the Leiden partition (`method` in :data:`METHODS` with keyword `params`) of the graph over
     nodes 0..n-1 with `edges` (native int64 [E 2]) and `weights` (native float64 [E]): in a child process
-    when `child` and the graph has an edge and at least :data:`CHILD_MIN_SIZE` nodes + edges, else (and
-    if the child fails) in this process when the result is asked for."""
+    when `child`, the graph has an edge and at least :data:`CHILD_MIN_SIZE` nodes + edges and this process
+    may run on more than one CPU; else (and if the child fails) in this process when the result is asked
+    for."""
     data = encode(method, params, n, edges, weights, directed)
     n_edges = len(weights) // 8
-    return Job(data, n, child and n_edges > 0 and n + n_edges >= CHILD_MIN_SIZE)
+    return Job(data, n, child and n_edges > 0 and n + n_edges >= CHILD_MIN_SIZE and _cpus() > 1)
+
+
+def _cpus() -> int:
+    """How many CPUs this process may run on: a child gains nothing where it is one (it would only take
+    turns with its parent, after its start)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):      # not Linux
+        return os.cpu_count() or 1
 
 
 def _main() -> None:
