@@ -122,6 +122,24 @@ def test_cancel_stops_and_waits_for_the_child():
     job.cancel()                                                        # twice: nothing left to do
 
 
+def test_a_child_started_ahead_takes_the_job_or_is_stopped():
+    n = 2200
+    edges, w = _random_edges(n)
+    assert _leiden.child_for(n) is None                                # n < CHILD_MIN_SIZE: its graph may be small
+    ready = _leiden.child_for(_leiden.CHILD_MIN_SIZE)
+    assert ready is not None
+    job = clustering.leiden_job(n, edges, w, seed=1, child=ready)
+    assert job.in_child and job._proc is ready.proc
+    assert np.array_equal(job.result(), _by_hand_rb(n, edges, w, seed=1)) and job.by_child and _gone(ready.proc.pid)
+    ready = _leiden.child_for(5000)                                    # its graph has no edge: stopped, here
+    none = np.zeros((0, 2), dtype=np.int64), np.zeros(0)
+    job = clustering.leiden_job(5000, *none, child=ready)
+    assert not job.in_child and _gone(ready.proc.pid) and job.result() == list(range(5000))
+    ready = _leiden.child_for(5000)
+    ready.stop()
+    assert _gone(ready.proc.pid)
+
+
 def test_small_or_edgeless_graphs_stay_here():
     edges, w = _random_edges(300, k=2)
     assert not clustering.leiden_job(300, edges, w).in_child           # n + E < CHILD_MIN_SIZE

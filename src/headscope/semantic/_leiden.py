@@ -145,46 +145,66 @@ def decode(membership: bytes) -> list[int]:
     return out.tolist()
 
 
+class Child:
+    """A child process waiting for its job: python, igraph and leidenalg start while the caller builds
+    the graph (:func:`child_for`). Hand it to :func:`start`, or :meth:`stop` it."""
+
+    def __init__(self, proc):
+        self.proc = proc                   # subprocess.Popen
+
+    @classmethod
+    def spawn(cls) -> Child | None:
+        """A new child, or None when none can start (no interpreter to run)."""
+        import subprocess
+
+        try:
+            return cls(subprocess.Popen([sys.executable, "-S", "-c", _BOOT, __file__, *sys.path],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        except (OSError, ValueError, subprocess.SubprocessError):
+            return None
+
+    def stop(self) -> None:
+        """Kill the child if it still runs, close its pipes and wait for it."""
+        if self.proc.poll() is None:
+            try:
+                self.proc.kill()
+            except OSError:                # it ended meanwhile
+                pass
+        self.proc.communicate()
+
+
+def child_for(n: int) -> Child | None:
+    """A child started now for a graph over `n` nodes yet to be built, when such a graph with an edge will
+    be partitioned in a child (:func:`start`: n ≥ :data:`CHILD_MIN_SIZE`, more than one CPU); else None."""
+    return Child.spawn() if n >= CHILD_MIN_SIZE and _cpus() > 1 else None
+
+
 class Job:
     """One graph's Leiden partition, computed by a child process from the moment it is made
     (:func:`start`), or in the calling process by :meth:`result` when no child runs it."""
 
-    def __init__(self, data: bytes, n: int, child: bool):
+    def __init__(self, data: bytes, n: int, child: Child | None):
         self._data, self._n = data, n
         self._proc = None                  # subprocess.Popen, while a child runs the job
         self._thread = None                # threading.Thread talking to it
         self._out: tuple[bytes, bytes] | None = None
         self._membership: list[int] | None = None
-        self._child = False
+        self.in_child = child is not None  # whether a child process was given the job
         self.by_child = False              # whether the membership is the child's answer (set by result)
-        if child:
-            self._spawn()
+        if child is not None:
+            import threading
 
-    def _spawn(self) -> None:
-        import subprocess
-        import threading
-
-        try:
-            self._proc = subprocess.Popen([sys.executable, "-S", "-c", _BOOT, __file__, *sys.path],
-                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        except (OSError, ValueError, subprocess.SubprocessError):   # no interpreter to run: this process will
-            return
-        self._child = True
-        # communicate writes the job and reads the answer (and waits for the child) without holding the GIL
-        # while it blocks, so the caller goes on at once
-        self._thread = threading.Thread(target=self._talk, name="headscope-leiden", daemon=True)
-        self._thread.start()
+            self._proc = child.proc
+            # communicate writes the job and reads the answer (and waits for the child) without holding the
+            # GIL while it blocks, so the caller goes on at once
+            self._thread = threading.Thread(target=self._talk, name="headscope-leiden", daemon=True)
+            self._thread.start()
 
     def _talk(self) -> None:
         try:
             self._out = self._proc.communicate(self._data)
         except BaseException:  # noqa: BLE001 - any failure leaves the job to the calling process
             self._out = None
-
-    @property
-    def in_child(self) -> bool:
-        """Whether a child process was started for this job."""
-        return self._child
 
     def result(self) -> list[int]:
         """The membership [n] (one int per node): the child's when it answered in full, else computed here."""
@@ -214,15 +234,23 @@ class Job:
 
 
 def start(method: str, params: dict, n: int, edges: bytes, weights: bytes, *, directed: bool = False,
-          child: bool = True) -> Job:
+          child: bool | Child = True) -> Job:
     """Start the Leiden partition (`method` in :data:`METHODS` with keyword `params`) of the graph over
     nodes 0..n-1 with `edges` (native int64 [E 2]) and `weights` (native float64 [E]): in a child process
-    when `child`, the graph has an edge and at least :data:`CHILD_MIN_SIZE` nodes + edges and this process
-    may run on more than one CPU; else (and if the child fails) in this process when the result is asked
-    for."""
+    when `child` (True: one started now; a :class:`Child` started ahead, :func:`child_for`), the graph has
+    an edge and at least :data:`CHILD_MIN_SIZE` nodes + edges and this process may run on more than one
+    CPU; else (and if the child fails) in this process when the result is asked for. A child given and
+    not used is stopped."""
     data = encode(method, params, n, edges, weights, directed)
     n_edges = len(weights) // 8
-    return Job(data, n, child and n_edges > 0 and n + n_edges >= CHILD_MIN_SIZE and _cpus() > 1)
+    ready = child if isinstance(child, Child) else None
+    if not (child is not False and n_edges > 0 and n + n_edges >= CHILD_MIN_SIZE and _cpus() > 1):
+        if ready is not None:
+            ready.stop()
+        ready = None
+    elif ready is None:
+        ready = Child.spawn()
+    return Job(data, n, ready)
 
 
 def _cpus() -> int:

@@ -218,10 +218,11 @@ def leiden(graph, *, resolution: float = 1.0, seed: int = 0, tol: float = LEIDEN
 
 
 def leiden_job(n: int, edges: np.ndarray, weights: np.ndarray, *, method: str = "rb", directed: bool = False,
-               child: bool = True, **params) -> _leiden.Job:
+               child: bool | _leiden.Child = True, **params) -> _leiden.Job:
     """Start the Leiden partition of the graph :func:`to_graph` builds from the same arguments —
     method ``"rb"`` (:func:`leiden`, `params` its keywords) or ``"modularity"``
-    (:func:`leiden_modularity`) — in a child process when `child` and the graph is not small
+    (:func:`leiden_modularity`) — in a child process when `child` (or in the child given, started
+    ahead: :func:`headscope.semantic._leiden.child_for`) and the graph is not small
     (:mod:`headscope.semantic._leiden`); ``.result()`` is its membership, the one those functions
     return on that graph, whichever process computed it."""
     return _leiden.start(method, params, n, np.ascontiguousarray(edges, dtype=np.int64).tobytes(),

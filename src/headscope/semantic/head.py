@@ -27,7 +27,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from . import bilinear, clustering
+from . import _leiden, bilinear, clustering
 from .._json import plain
 from .._html_repr import HtmlRepr, render_text
 from .bilinear import BilinearForm
@@ -246,19 +246,30 @@ def _head_graph(model: Model, W: Weights, layer: int, head: int, X: Tensor, node
     of one analysis share them)."""
     authors, k, seed, n = o.authors, o.k, o.seed, len(nodes)
     strs = model.to_str_tokens(nodes) if strs is None else strs
-    if authors:
-        b = W.blocks[layer]
-        Qr, Kr = X @ b.W_Q[head], X @ b.W_K[head]                                         # raw, no biases [n e]
-        edges, weights = clustering.authors_edges(Kr, Qr, k)
-        job = clustering.leiden_job(n, edges, weights, method="modularity", directed=True, child=child,
-                                    max_comm_size=AUTHORS_MAX_COMM_SIZE, seed=seed)
-        vals, idx = torch.topk(Kr.double() @ Qr.double().T, min(k, n), dim=1)           # per key [n k]
-    else:
-        Q, K = bilinear.head_qk(W, layer, head, X)
-        vals, idx, lse = bilinear.topk_targets(Q, K, k, self_index=torch.arange(n), return_lse=True)
-        edges, weights = clustering.knn_edges(vals, idx, n, lse)
-        job = clustering.leiden_job(n, edges, weights, child=child, resolution=o.resolution, seed=seed)
-    g = clustering.to_graph(n, edges, weights, directed=authors)
+    ready = _leiden.child_for(n) if child else None       # its python and leidenalg start while the graph is built
+    try:
+        if authors:
+            b = W.blocks[layer]
+            Qr, Kr = X @ b.W_Q[head], X @ b.W_K[head]                                     # raw, no biases [n e]
+            edges, weights = clustering.authors_edges(Kr, Qr, k)
+            job = clustering.leiden_job(n, edges, weights, method="modularity", directed=True, child=ready or child,
+                                        max_comm_size=AUTHORS_MAX_COMM_SIZE, seed=seed)
+        else:
+            Q, K = bilinear.head_qk(W, layer, head, X)
+            vals, idx, lse = bilinear.topk_targets(Q, K, k, self_index=torch.arange(n), return_lse=True)
+            edges, weights = clustering.knn_edges(vals, idx, n, lse)
+            job = clustering.leiden_job(n, edges, weights, child=ready or child, resolution=o.resolution, seed=seed)
+    except BaseException:
+        if ready is not None:
+            ready.stop()
+        raise
+    try:
+        if authors:
+            vals, idx = torch.topk(Kr.double() @ Qr.double().T, min(k, n), dim=1)       # per key [n k]
+        g = clustering.to_graph(n, edges, weights, directed=authors)
+    except BaseException:
+        job.cancel()
+        raise
     spec = GraphSpec(n_nodes=n, n_frequent=n_freq, k=k, keys=keys, frequency=frequency,
                      resolution=o.resolution, seed=seed, preset=o.preset, graph="authors" if authors else "headscope",
                      attn_mean=o.attn_mean, max_comm_size=AUTHORS_MAX_COMM_SIZE if authors else None)
