@@ -97,6 +97,14 @@ def test_no_child_can_start_the_job_runs_here(monkeypatch, executable):
     assert np.array_equal(job.result(), _by_hand_rb(n, edges, w)) and not job.by_child
 
 
+def test_a_frozen_application_runs_the_job_here(monkeypatch):
+    monkeypatch.setattr(sys, "frozen", True, raising=False)           # sys.executable is the application
+    n = 2200
+    edges, w = _random_edges(n)
+    job = clustering.leiden_job(n, edges, w, seed=0)
+    assert not job.in_child and np.array_equal(job.result(), _by_hand_rb(n, edges, w))
+
+
 @pytest.mark.parametrize("argv0", ["/bin/false", "/bin/true"])
 def test_a_failing_child_leaves_the_job_to_this_process(monkeypatch, argv0):
     # /bin/false exits 1, /bin/true exits 0 with no answer: neither membership is taken

@@ -154,9 +154,12 @@ class Child:
 
     @classmethod
     def spawn(cls) -> Child | None:
-        """A new child, or None when none can start (no interpreter to run)."""
+        """A new child, or None when none can start (no interpreter to run; a frozen application, whose
+        executable is not python)."""
         import subprocess
 
+        if getattr(sys, "frozen", False) or not sys.executable:
+            return None
         try:
             return cls(subprocess.Popen([sys.executable, "-S", "-c", _BOOT, __file__, *sys.path],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
