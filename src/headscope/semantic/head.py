@@ -300,8 +300,9 @@ def head_clusters(model: Model, layer: int, head: int, options: ClusterOptions =
                                              prompts.tokens)
     freq, nodes, freq_name = _nodes(model, o.n_tokens, o.corpus, cat_ids, o.frequency, o.authors)
     X = bilinear.effective_embeddings(W, layer, torch.tensor(nodes), variant=o.variant, attn_means=attn_means)
-    return _head_graph(model, W, layer, head, X, nodes, len(freq), cat_ids, o,    # nothing to overlap: here
-                       keys=resolve_keys(model.cfg, layer, o.keys, o.variant), frequency=freq_name, child=False).clusters()
+    keys = resolve_keys(model.cfg, layer, o.keys, o.variant)
+    return _head_graph(model, W, layer, head, X, nodes, len(freq), cat_ids, o, keys=keys, frequency=freq_name,
+                       child=False).clusters()                              # nothing to overlap: Leiden here
 
 
 def analyse_head(model: Model, layer: int, head: int, options: HeadOptions = HeadOptions()) -> HeadAnalysis:
@@ -351,8 +352,6 @@ def analyse_heads(model: Model, heads: list[tuple[int, int]], options: HeadOptio
         nodes, vocab = _embedding_passes(W, heads, shared, o)
         for l, X_n in nodes:
             here = list(dict.fromkeys(hd for hd in heads if hd[0] == l))
-            if X_n is not None:
-                shared.X_nodes[l] = X_n
             for hd in here:                           # the graphs first: their partitions run while the rest does
                 graphs[hd] = _head_graph(model, W, *hd, X_n, shared.nodes, shared.n_freq, shared.cat_ids, o,
                                          keys=shared.head_keys[hd], frequency=shared.frequency, strs=shared.node_strs)
@@ -407,7 +406,6 @@ class _Shared:
     node_strs: list[str]                   # their strings
     node_index: dict[int, int]             # token id → its row among the nodes
     frequency: str                         # the frequency source's name
-    X_nodes: dict[int, Tensor]             # layer → the nodes' effective embeddings [n d]
     examples: list[int]                    # example tokens: the first word of each category
     head_keys: dict[tuple[int, int], str]  # head → "vocab" or "nodes"
     vocab_targets: dict[tuple[int, int], tuple[Tensor, ...]]   # vocabulary-keyed heads' top keys
@@ -416,8 +414,8 @@ class _Shared:
 
 def _shared_work(model: Model, W: Weights, heads: list[tuple[int, int]], head_keys: dict, o: HeadOptions) -> _Shared:
     """The category prompts and mean attention outputs (up to the deepest head; each computed when
-    the walk up the blocks first reads it) and the graph's nodes; the embeddings and the
-    vocabulary-keyed heads' targets are filled in by the walk (:func:`analyse_heads`)."""
+    the walk up the blocks first reads it) and the graph's nodes; the vocabulary-keyed heads'
+    targets are filled in by the walk (:func:`analyse_heads`)."""
     layers = sorted({l for l, _ in heads})
     prompts, cat_ids = prompts_for(model, o.categories, n_prompts=32, length=16, seed=o.seed)
     attn_means = bilinear.attn_means_as_needed(W, max(max(layers), 1 if o.variant == "mlp" else 0), o.attn_mean,
@@ -425,7 +423,7 @@ def _shared_work(model: Model, W: Weights, heads: list[tuple[int, int]], head_ke
     freq, nodes, freq_name = _nodes(model, o.n_tokens, o.corpus, cat_ids, o.frequency, o.authors)
     examples = [ids[0] for ids in cat_ids.values()][:o.n_examples]
     return _Shared(cat_ids=cat_ids, n_freq=len(freq), nodes=nodes, node_strs=model.to_str_tokens(nodes),
-                   node_index={t: i for i, t in enumerate(nodes)}, frequency=freq_name, X_nodes={},
+                   node_index={t: i for i, t in enumerate(nodes)}, frequency=freq_name,
                    examples=examples, head_keys=head_keys, vocab_targets={}, attn_means=attn_means)
 
 
