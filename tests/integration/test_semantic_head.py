@@ -92,6 +92,34 @@ def test_neighbours_are_category_partners(head_json, planted_manifest):
         assert row["self"]["negative_part"] < -abs(row["self"]["positive_part"]) * 0.5
 
 
+@pytest.mark.parametrize("preset", ["headscope", "seed"])
+def test_leiden_in_child_processes_is_the_leiden_here(planted_model, monkeypatch, preset):
+    """analyse_heads with every head's Leiden in a child process (started as its graph is ready, collected
+    after the walk) gives what the partitions computed in this process give, on the planted heads."""
+    from headscope.semantic import _leiden
+    from headscope.semantic.head import analyse_heads
+    from headscope.semantic.options import HeadOptions
+
+    o = HeadOptions(preset=preset, n_tokens=1200, keys="nodes", seed=0)
+    jobs = []
+    start = _leiden.start
+
+    def spy(*a, **k):
+        jobs.append(start(*a, **k))
+        return jobs[-1]
+
+    monkeypatch.setattr(_leiden, "start", spy)
+    monkeypatch.setattr(_leiden, "CHILD_MIN_SIZE", 0)                 # every graph with an edge: a child
+    monkeypatch.setattr(_leiden, "_cpus", lambda: 2)                  # whatever this machine's CPUs
+    child = [a.to_dict() for a in analyse_heads(planted_model, [(1, 5), (1, 0)], o)]
+    assert [j.by_child for j in jobs] == [True, True] and all(j._proc is None for j in jobs)   # waited for
+    monkeypatch.setattr(_leiden, "CHILD_MIN_SIZE", 10 ** 12)          # none: this process
+    here = [a.to_dict() for a in analyse_heads(planted_model, [(1, 5), (1, 0)], o)]
+    assert [j.in_child for j in jobs[2:]] == [False, False]
+    assert child == here
+    assert child[0]["leiden"]["n_clusters"] > 1 and child[0]["leiden"]["modularity"] > 0.3
+
+
 def test_sym_part_reproduces_self_scores(planted_model):
     """x S xᵀ = x W xᵀ, and with the biases it is the forward pass's diagonal score."""
     import headscope

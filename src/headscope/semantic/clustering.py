@@ -14,7 +14,8 @@ context, ``exp(logit − logsumexp_row)``; edges below ``min_weight`` (1e-3) are
 directions summed.
 
 Partitions: Leiden (leidenalg, RB-configuration quality, seeded, iterated until an iteration
-gains at most 0.1 % of the quality: :func:`leiden`) and a spectral
+gains at most 1 % of the quality: :func:`leiden`; :func:`leiden_job` runs it in a child process
+beside the caller's other work, :mod:`._leiden`) and a spectral
 alternative (top eigenvectors of D^-½ W D^-½, rows normalised, seeded k-means; k
 defaults to the number of Leiden clusters). Quality: weighted modularity, and the
 adjusted Rand index against known categories when given.
@@ -45,6 +46,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from . import _leiden
 from .._json import plain
 from .._errors import HeadscopeError
 from .._input import read_text_file
@@ -136,15 +138,14 @@ def wordfreq_tokens(tokenizer, n: int, *, lang: str = "en", bos_first: bool = Tr
 # -- graph and partitions -----------------------------------------------------------------------
 
 
-def authors_graph(K: torch.Tensor, Q: torch.Tensor, k: int = 4):
-    """The authors' directed top-k graph over nodes with keys K [n e] and queries Q [n e] (module docstring).
+def authors_edges(K: torch.Tensor, Q: torch.Tensor, k: int = 4) -> tuple[np.ndarray, np.ndarray]:
+    """The edges [E 2] (int64, key → query) and weights [E] (float64) of the authors' directed top-k
+    graph over nodes with keys K [n e] and queries Q [n e] (module docstring).
 
     ``attn = K Qᵀ`` (row a = key a), shifted per row by ``min_a / (max_a − min_a)``; row a
     keeps its k largest entries (self included, as theirs); edge a → b of weight
-    ``attn[a, b]`` where that is > 0.
+    ``attn[a, b]`` where that is > 0, row by row.
     """
-    import igraph
-
     A = K.double() @ Q.double().T                                                       # [n n] keys × queries
     n = A.shape[0]
     lo, hi = A.min(1).values, A.max(1).values
@@ -152,45 +153,42 @@ def authors_graph(K: torch.Tensor, Q: torch.Tensor, k: int = 4):
     v, i = torch.topk(A, min(k, n), dim=1)                                              # [n k]
     src = torch.arange(n)[:, None].expand_as(i)
     keep = v > 0
-    g = igraph.Graph(n=n, edges=torch.stack([src[keep], i[keep]], 1).tolist(), directed=True)
-    g.es["weight"] = v[keep].tolist()
-    return g
+    return torch.stack([src[keep], i[keep]], 1).numpy(), v[keep].numpy()                # [E 2], [E]
+
+
+def authors_graph(K: torch.Tensor, Q: torch.Tensor, k: int = 4):
+    """The authors' directed top-k graph (:func:`authors_edges`) as an igraph.Graph."""
+    return to_graph(K.shape[0], *authors_edges(K, Q, k), directed=True)
+
+
+def to_graph(n: int, edges: np.ndarray, weights: np.ndarray, *, directed: bool = False):
+    """igraph.Graph over nodes 0..n-1 with `edges` [E 2] in order and float64 `weights` [E] (attribute
+    ``weight``): the graph a Leiden child builds from the same arrays (:func:`leiden_job`)."""
+    return _leiden.graph(n, np.asarray(edges, dtype=np.int64).ravel().tolist(),
+                         np.asarray(weights, dtype=np.float64).tolist(), directed)
 
 
 #: Leiden stops when an iteration gains at most this share of the partition's quality (:func:`leiden`)
-LEIDEN_TOL = 1e-2
+LEIDEN_TOL = _leiden.LEIDEN_TOL
 
 
 def leiden_modularity(graph, *, max_comm_size: int = 512, seed: int = 0, n_iterations: int = 2) -> np.ndarray:
-    """Leiden with modularity quality (directed if the graph is) and communities of at most
-    `max_comm_size` nodes; `n_iterations` = 2 as leidenalg's ``find_partition`` default.
-
-    leidenalg ≥ 0.11 enforces the size cap only with ``community_constraint_enforcement``
-    > 0 (earlier versions, which the authors' unpinned code may have run, always did), so
-    it is set here: the cap is a hard constraint either way.
-    """
-    import leidenalg
-
-    part = leidenalg.ModularityVertexPartition(graph, weights="weight")
-    opt = leidenalg.Optimiser()
-    opt.max_comm_size = max_comm_size
-    if hasattr(opt, "community_constraint_enforcement"):
-        opt.community_constraint_enforcement = 1
-    opt.set_rng_seed(seed)
-    opt.optimise_partition(part, n_iterations)
-    return np.asarray(part.membership)
+    """Leiden with modularity quality and communities of at most `max_comm_size` nodes
+    (:func:`headscope.semantic._leiden.leiden_modularity`, whose docstring says why the cap is enforced)."""
+    return np.asarray(_leiden.leiden_modularity(graph, max_comm_size=max_comm_size, seed=seed,
+                                                n_iterations=n_iterations))
 
 
-def knn_graph(values: torch.Tensor, targets: torch.Tensor, n_nodes: int, lse: torch.Tensor | None = None, *,
-              min_weight: float = 1e-3):
-    """igraph.Graph over nodes 0..n_nodes-1 from top-k logits [n k] and target node indices [n k].
+def knn_edges(values: torch.Tensor, targets: torch.Tensor, n_nodes: int, lse: torch.Tensor | None = None, *,
+              min_weight: float = 1e-3) -> tuple[np.ndarray, np.ndarray]:
+    """The undirected edges [E 2] (int64, lo < hi, sorted) and weights [E] (float64) over nodes
+    0..n_nodes-1 from top-k logits [n k] and target node indices [n k].
 
     Edge weight: the attention the query pays the key with all nodes in context,
     ``exp(logit − lse)`` (``lse`` [n] the row logsumexp); without ``lse``, the softmax
-    over the row's top-k.
+    over the row's top-k. Pairs below `min_weight` and self pairs are dropped, the two
+    directions of a pair summed (in row-major order).
     """
-    import igraph
-
     if lse is None:
         w = torch.softmax(values.double(), dim=1)                                      # [n k]
     else:
@@ -202,36 +200,33 @@ def knn_graph(values: torch.Tensor, targets: torch.Tensor, n_nodes: int, lse: to
     key = lo.astype(np.int64) * n_nodes + hi
     uniq, inv = np.unique(key, return_inverse=True)
     weight = np.bincount(inv, weights=ww)
-    edges = np.stack([uniq // n_nodes, uniq % n_nodes], 1)
-    g = igraph.Graph(n=n_nodes, edges=edges.tolist(), directed=False)
-    g.es["weight"] = weight.tolist()
-    return g
+    return np.stack([uniq // n_nodes, uniq % n_nodes], 1), weight                       # [E 2], [E]
+
+
+def knn_graph(values: torch.Tensor, targets: torch.Tensor, n_nodes: int, lse: torch.Tensor | None = None, *,
+              min_weight: float = 1e-3):
+    """igraph.Graph over nodes 0..n_nodes-1 from top-k logits [n k] and target node indices [n k]
+    (:func:`knn_edges`)."""
+    return to_graph(n_nodes, *knn_edges(values, targets, n_nodes, lse, min_weight=min_weight))
 
 
 def leiden(graph, *, resolution: float = 1.0, seed: int = 0, tol: float = LEIDEN_TOL) -> np.ndarray:
     """Leiden (RB configuration, seeded) iterated until an iteration's gain in quality is at most
-    `tol` · |quality| (``tol=0``: until no iteration gains, leidenalg's ``n_iterations=-1``).
+    `tol` · |quality| (:func:`headscope.semantic._leiden.leiden_rb`, whose docstring gives the
+    measurements behind the rule)."""
+    return np.asarray(_leiden.leiden_rb(graph, resolution=resolution, seed=seed, tol=tol))
 
-    Each iteration is leidenalg's own (the same random stream as ``find_partition``); only the
-    stopping rule differs. On a graph with structure the first iteration finds it and the next
-    gains nothing (the planted heads: gain 1.0 × quality, then 0), so the partition is the
-    converged one; on a random graph (no structure to find) iterations go on moving a few nodes
-    for tiny gains (the report's two deep dives of a random distilgpt2-shaped checkpoint, 5035
-    nodes: 31 and 32 iterations to zero gain; the second gains 9 % and 5 %, the third 0.9 % and
-    0.5 %, every later one < 0.4 %; the first costs 1.1 and 0.5 s CPU, each later one a quarter
-    of that). At 1 % the rule stops both after 3 iterations (10 and 6 at 0.1 %, the partition
-    within 3 % of the converged quality): 4.7 → 2.5 s CPU, on structure the same partition.
-    """
-    import leidenalg
 
-    part = leidenalg.RBConfigurationVertexPartition(graph, weights="weight", resolution_parameter=resolution)
-    opt = leidenalg.Optimiser()
-    opt.set_rng_seed(seed)
-    while True:
-        gain = opt.optimise_partition(part, n_iterations=1)
-        if gain <= tol * abs(part.quality()):
-            break
-    return np.asarray(part.membership)
+def leiden_job(n: int, edges: np.ndarray, weights: np.ndarray, *, method: str = "rb", directed: bool = False,
+               child: bool | _leiden.Child = True, **params) -> _leiden.Job:
+    """Start the Leiden partition of the graph :func:`to_graph` builds from the same arguments —
+    method ``"rb"`` (:func:`leiden`, `params` its keywords) or ``"modularity"``
+    (:func:`leiden_modularity`) — in a child process when `child` (or in the child given, started
+    ahead: :func:`headscope.semantic._leiden.child_for`) and the graph is not small
+    (:mod:`headscope.semantic._leiden`); ``.result()`` is its membership, the one those functions
+    return on that graph, whichever process computed it."""
+    return _leiden.start(method, params, n, np.ascontiguousarray(edges, dtype=np.int64).tobytes(),
+                         np.ascontiguousarray(weights, dtype=np.float64).tobytes(), directed=directed, child=child)
 
 
 def spectral(graph, n_clusters: int, *, seed: int = 0) -> np.ndarray:

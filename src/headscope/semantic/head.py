@@ -24,9 +24,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
-from . import bilinear, clustering
+from . import _leiden, bilinear, clustering
 from .._json import plain
 from .._html_repr import HtmlRepr, render_text
 from .bilinear import BilinearForm
@@ -200,38 +201,80 @@ def _nodes(model: Model, n_tokens: int, corpus, cat_ids: dict[str, list[int]], f
     return freq, list(dict.fromkeys(freq + extra)), name
 
 
-def _graph_clusters(model: Model, W: Weights, layer: int, head: int, X: Tensor, nodes: list[int], n_freq: int,
-                    cat_ids, o: ClusterOptions, keys: str, frequency: str, strs: list[str] | None = None
-                    ) -> HeadClusters:
-    """The top-k graph of `nodes` (effective embeddings X) under head (layer, head), clustered with
-    the resolved options `o`: headscope's (:func:`headscope.clustering.knn_graph`, Leiden RB) or,
-    for a preset whose graph is ``authors``, theirs (:func:`headscope.clustering.authors_graph`,
-    Leiden modularity with communities of at most :data:`AUTHORS_MAX_COMM_SIZE`). `keys` and
-    `frequency`: what the graph's spec records (the resolved keys, the frequency source's name);
-    `strs`: the nodes' strings when the caller has them (the heads of one analysis share them)."""
-    authors, k, seed = o.authors, o.k, o.seed
+@dataclasses.dataclass
+class _HeadGraph:
+    """A head's token graph with its Leiden partition under way (:func:`_head_graph`); :meth:`clusters`
+    collects the partition and describes it."""
+
+    spec: GraphSpec
+    graph: object                          # igraph.Graph
+    job: object                            # headscope.semantic._leiden.Job: the Leiden membership
+    nodes: list[int]
+    strs: list[str]
+    cat_ids: dict[str, list[int]]
+    with_spectral: bool
+    embeddings: Tensor                     # [n d]
+    values: Tensor                         # top-k logits [n k]
+    targets: Tensor                        # top-k target node indices [n k]
+
+    def clusters(self) -> HeadClusters:
+        g, nodes, strs, seed = self.graph, self.nodes, self.strs, self.spec.seed
+        membership = np.asarray(self.job.result())
+        leiden = clustering.describe(g, membership, nodes, strs, "leiden", categories=self.cat_ids)
+        spectral = None
+        if self.with_spectral:
+            spectral = clustering.describe(g, clustering.spectral(g, max(2, leiden.n_clusters), seed=seed), nodes,
+                                           strs, "spectral", categories=self.cat_ids)
+        return HeadClusters(spec=self.spec, leiden=leiden, spectral=spectral, nodes=nodes, embeddings=self.embeddings,
+                            values=self.values, targets=self.targets)
+
+    def cancel(self) -> None:
+        """Stop the partition's child process, if it runs (the clusters will not be asked for)."""
+        self.job.cancel()
+
+
+def _head_graph(model: Model, W: Weights, layer: int, head: int, X: Tensor, nodes: list[int], n_freq: int,
+                cat_ids, o: ClusterOptions, keys: str, frequency: str, strs: list[str] | None = None, *,
+                child: bool = True) -> _HeadGraph:
+    """The top-k graph of `nodes` (effective embeddings X) under head (layer, head) with its Leiden
+    partition started (in a child process when `child` and the graph is not small:
+    :func:`headscope.clustering.leiden_job`), under the resolved options `o`: headscope's graph
+    (:func:`headscope.clustering.knn_edges`, Leiden RB) or, for a preset whose graph is ``authors``,
+    theirs (:func:`headscope.clustering.authors_edges`, Leiden modularity with communities of at most
+    :data:`AUTHORS_MAX_COMM_SIZE`). `keys` and `frequency`: what the graph's spec records (the resolved
+    keys, the frequency source's name); `strs`: the nodes' strings when the caller has them (the heads
+    of one analysis share them)."""
+    authors, k, seed, n = o.authors, o.k, o.seed, len(nodes)
     strs = model.to_str_tokens(nodes) if strs is None else strs
-    if authors:
-        b = W.blocks[layer]
-        Qr, Kr = X @ b.W_Q[head], X @ b.W_K[head]                                         # raw, no biases [n e]
-        g = clustering.authors_graph(Kr, Qr, k)
-        vals, idx = torch.topk(Kr.double() @ Qr.double().T, min(k, len(nodes)), dim=1)    # per key [n k]
-        membership = clustering.leiden_modularity(g, max_comm_size=AUTHORS_MAX_COMM_SIZE, seed=seed)
-    else:
-        Q, K = bilinear.head_qk(W, layer, head, X)
-        vals, idx, lse = bilinear.topk_targets(Q, K, k, self_index=torch.arange(len(nodes)), return_lse=True)
-        g = clustering.knn_graph(vals, idx, len(nodes), lse)
-        membership = clustering.leiden(g, resolution=o.resolution, seed=seed)
-    leiden = clustering.describe(g, membership, nodes, strs, "leiden", categories=cat_ids)
-    spectral = None
-    if o.with_spectral:
-        spectral = clustering.describe(g, clustering.spectral(g, max(2, leiden.n_clusters), seed=seed), nodes, strs,
-                                       "spectral", categories=cat_ids)
-    spec = GraphSpec(n_nodes=len(nodes), n_frequent=n_freq, k=k, keys=keys, frequency=frequency,
+    ready = _leiden.child_for(n) if child else None       # its python and leidenalg start while the graph is built
+    try:
+        if authors:
+            b = W.blocks[layer]
+            Qr, Kr = X @ b.W_Q[head], X @ b.W_K[head]                                     # raw, no biases [n e]
+            edges, weights = clustering.authors_edges(Kr, Qr, k)
+            job = clustering.leiden_job(n, edges, weights, method="modularity", directed=True, child=ready or child,
+                                        max_comm_size=AUTHORS_MAX_COMM_SIZE, seed=seed)
+        else:
+            Q, K = bilinear.head_qk(W, layer, head, X)
+            vals, idx, lse = bilinear.topk_targets(Q, K, k, self_index=torch.arange(n), return_lse=True)
+            edges, weights = clustering.knn_edges(vals, idx, n, lse)
+            job = clustering.leiden_job(n, edges, weights, child=ready or child, resolution=o.resolution, seed=seed)
+    except BaseException:
+        if ready is not None:
+            ready.stop()
+        raise
+    try:
+        if authors:
+            vals, idx = torch.topk(Kr.double() @ Qr.double().T, min(k, n), dim=1)       # per key [n k]
+        g = clustering.to_graph(n, edges, weights, directed=authors)
+    except BaseException:
+        job.cancel()
+        raise
+    spec = GraphSpec(n_nodes=n, n_frequent=n_freq, k=k, keys=keys, frequency=frequency,
                      resolution=o.resolution, seed=seed, preset=o.preset, graph="authors" if authors else "headscope",
                      attn_mean=o.attn_mean, max_comm_size=AUTHORS_MAX_COMM_SIZE if authors else None)
-    return HeadClusters(spec=spec, leiden=leiden, spectral=spectral, nodes=nodes, embeddings=X, values=vals,
-                        targets=idx)
+    return _HeadGraph(spec=spec, graph=g, job=job, nodes=nodes, strs=strs, cat_ids=cat_ids,
+                      with_spectral=o.with_spectral, embeddings=X, values=vals, targets=idx)
 
 
 def head_clusters(model: Model, layer: int, head: int, options: ClusterOptions = ClusterOptions(), *,
@@ -257,8 +300,9 @@ def head_clusters(model: Model, layer: int, head: int, options: ClusterOptions =
                                              prompts.tokens)
     freq, nodes, freq_name = _nodes(model, o.n_tokens, o.corpus, cat_ids, o.frequency, o.authors)
     X = bilinear.effective_embeddings(W, layer, torch.tensor(nodes), variant=o.variant, attn_means=attn_means)
-    return _graph_clusters(model, W, layer, head, X, nodes, len(freq), cat_ids, o,
-                           keys=resolve_keys(model.cfg, layer, o.keys, o.variant), frequency=freq_name)
+    keys = resolve_keys(model.cfg, layer, o.keys, o.variant)
+    return _head_graph(model, W, layer, head, X, nodes, len(freq), cat_ids, o, keys=keys, frequency=freq_name,
+                       child=False).clusters()                              # nothing to overlap: Leiden here
 
 
 def analyse_head(model: Model, layer: int, head: int, options: HeadOptions = HeadOptions()) -> HeadAnalysis:
@@ -278,7 +322,9 @@ def analyse_heads(model: Model, heads: list[tuple[int, int]], options: HeadOptio
     pass up the residual stream, every block read once, yielding each head's layer), the
     whole-vocabulary pass of the heads whose neighbours are ranked over the vocabulary (up to
     the deepest of them; only each head's [d_vocab d_head] keys and its examples' queries are
-    kept), and one forward pass per prompt order for position independence. Each result is
+    kept), and one forward pass per prompt order for position independence. Each head's Leiden
+    partition runs in a child process (:mod:`._leiden`) from the moment its graph is built, while
+    the rest is computed here, and is collected after the walk. Each result is
     what :func:`analyse_head` of that head alone returns. ``progress(done, total, what)``, if
     given, is called after each step.
 
@@ -300,32 +346,42 @@ def analyse_heads(model: Model, heads: list[tuple[int, int]], options: HeadOptio
     steps = _Steps(len(walked) + len(heads) + 1, progress)
     shared = _shared_work(model, W, heads, head_keys, o)
     position, positions = position_independence_steps(model, heads, categories=o.categories, seed=o.seed)
-    parts = {}
+    graphs, parts = {}, {}
 
     def by_layer():                                   # step l: every head of layer l (reads block l)
-        for l, X_n, X_v in _layer_embeddings(W, heads, shared, o):
-            if X_n is not None:
-                shared.X_nodes[l] = X_n
+        nodes, vocab = _embedding_passes(W, heads, shared, o)
+        for l, X_n in nodes:
+            here = list(dict.fromkeys(hd for hd in heads if hd[0] == l))
+            for hd in here:                           # the graphs first: their partitions run while the rest does
+                graphs[hd] = _head_graph(model, W, *hd, X_n, shared.nodes, shared.n_freq, shared.cat_ids, o,
+                                         keys=shared.head_keys[hd], frequency=shared.frequency, strs=shared.node_strs)
+            _, X_v = next(vocab, (l, None))           # the vocabulary's pass, step l
             if X_v is not None:
                 shared.vocab_targets.update(_vocab_targets(W, l, X_v, heads, shared, o))
             del X_n, X_v
-            for hd in heads:
-                if hd[0] == l and hd not in parts:
-                    parts[hd] = _one_head(model, W, *hd, o, shared)
-                    steps(f"head {hd[0]}.{hd[1]}")
+            for hd in here:
+                parts[hd] = _one_head(model, W, *hd, o, shared, graphs[hd])
+                steps(f"head {hd[0]}.{hd[1]}")
             yield
 
     # one walk up the blocks: the mean attention outputs, the nodes' and the vocabulary's effective
-    # embeddings, each head at its layer and the prompt orders' forward passes read block l in turn
-    advance_together([by_layer(), *position])
-    del shared                                          # the node and vocabulary embeddings
+    # embeddings, each head at its layer and the prompt orders' forward passes read block l in turn;
+    # each head's Leiden partition runs (in a child process, :mod:`._leiden`) from the moment its graph
+    # is built, and is collected after the walk
+    try:
+        advance_together([by_layer(), *position])
+        del shared                                      # the node and vocabulary embeddings
+        clusters = {hd: hg.clusters() for hd, hg in graphs.items()}
+    finally:
+        for hg in graphs.values():                      # after a failure: no child process left running
+            hg.cancel()
     for what in walked + ["position independence"]:
         steps(what)
     return [HeadAnalysis(layer=l, head=h, fingerprint=model.fingerprint, processing=W.processing.to_dict(),
-                         embedding_variant=o.variant, form=form, clusters=hc, neighbours=neighbours,
+                         embedding_variant=o.variant, form=form, clusters=clusters[(l, h)], neighbours=neighbours,
                          self_scores=self_scores, position=pos)
             for (l, h), pos in zip(heads, positions())
-            for form, hc, neighbours, self_scores in [parts[(l, h)]]]
+            for form, neighbours, self_scores in [parts[(l, h)]]]
 
 
 class _Steps:
@@ -350,7 +406,6 @@ class _Shared:
     node_strs: list[str]                   # their strings
     node_index: dict[int, int]             # token id → its row among the nodes
     frequency: str                         # the frequency source's name
-    X_nodes: dict[int, Tensor]             # layer → the nodes' effective embeddings [n d]
     examples: list[int]                    # example tokens: the first word of each category
     head_keys: dict[tuple[int, int], str]  # head → "vocab" or "nodes"
     vocab_targets: dict[tuple[int, int], tuple[Tensor, ...]]   # vocabulary-keyed heads' top keys
@@ -359,8 +414,8 @@ class _Shared:
 
 def _shared_work(model: Model, W: Weights, heads: list[tuple[int, int]], head_keys: dict, o: HeadOptions) -> _Shared:
     """The category prompts and mean attention outputs (up to the deepest head; each computed when
-    the walk up the blocks first reads it) and the graph's nodes; the embeddings and the
-    vocabulary-keyed heads' targets are filled in by the walk (:func:`analyse_heads`)."""
+    the walk up the blocks first reads it) and the graph's nodes; the vocabulary-keyed heads'
+    targets are filled in by the walk (:func:`analyse_heads`)."""
     layers = sorted({l for l, _ in heads})
     prompts, cat_ids = prompts_for(model, o.categories, n_prompts=32, length=16, seed=o.seed)
     attn_means = bilinear.attn_means_as_needed(W, max(max(layers), 1 if o.variant == "mlp" else 0), o.attn_mean,
@@ -368,42 +423,39 @@ def _shared_work(model: Model, W: Weights, heads: list[tuple[int, int]], head_ke
     freq, nodes, freq_name = _nodes(model, o.n_tokens, o.corpus, cat_ids, o.frequency, o.authors)
     examples = [ids[0] for ids in cat_ids.values()][:o.n_examples]
     return _Shared(cat_ids=cat_ids, n_freq=len(freq), nodes=nodes, node_strs=model.to_str_tokens(nodes),
-                   node_index={t: i for i, t in enumerate(nodes)}, frequency=freq_name, X_nodes={},
+                   node_index={t: i for i, t in enumerate(nodes)}, frequency=freq_name,
                    examples=examples, head_keys=head_keys, vocab_targets={}, attn_means=attn_means)
 
 
-def _layer_embeddings(W: Weights, heads, s: _Shared, o: HeadOptions):
-    """(l, the nodes' x̂ or None, the whole vocabulary's x̂ or None) for l = 0..the deepest head:
-    the two passes up the residual stream advance together (step l reads block l); the
-    vocabulary's only up to the deepest of the vocabulary-keyed heads."""
+def _embedding_passes(W: Weights, heads, s: _Shared, o: HeadOptions):
+    """The two passes up the residual stream, which the caller advances together (step l of each reads
+    block l): (l, the nodes' x̂ or None) for l = 0..the deepest head, and (l, the whole vocabulary's x̂ or
+    None) up to the deepest of the vocabulary-keyed heads (none without them)."""
     layers = sorted({l for l, _ in heads})
     vocab_layers = sorted({l for (l, _), kk in s.head_keys.items() if kk == "vocab"})
     nodes = _embeddings_at(W, layers, torch.tensor(s.nodes), o.variant, s.attn_means)
     vocab = (_embeddings_at(W, vocab_layers, None, o.variant, s.attn_means)    # every token (no padding rows)
              if vocab_layers else iter(()))
-    for l, X_n in nodes:
-        _, X_v = next(vocab, (l, None))
-        yield l, X_n, X_v
+    return nodes, vocab
 
 
-def _one_head(model: Model, W: Weights, l: int, h: int, o: HeadOptions, s: _Shared) -> tuple:
-    """(QK form, clusters, example neighbours, self-score explanations) of head (l, h) from the
-    shared work: the authors' branch ranks each example's own top keys, headscope's reads the
-    graph's targets (the docstring of :func:`analyse_heads`)."""
+def _one_head(model: Model, W: Weights, l: int, h: int, o: HeadOptions, s: _Shared, hg: _HeadGraph) -> tuple:
+    """(QK form, example neighbours, self-score explanations) of head (l, h) from the shared work and
+    its token graph `hg` (:func:`_head_graph`, whose partition may still be running): the authors'
+    branch ranks each example's own top keys, headscope's reads the graph's targets (the docstring of
+    :func:`analyse_heads`)."""
+    keys = s.head_keys[(l, h)]
     fold = W.reads_centred
     form = bilinear.bilinear_form(bilinear.qk_matrix(W, l, h, centred=fold), l, h,
                                   factors=bilinear.qk_factors(W, l, h, centred=fold))
-    keys = s.head_keys[(l, h)]
-    hc = _graph_clusters(model, W, l, h, s.X_nodes[l], s.nodes, s.n_freq, s.cat_ids, o, keys=keys,
-                         frequency=s.frequency, strs=s.node_strs)
     if o.authors:
-        neighbours, self_scores = _authors_examples(model, W, l, h, form, hc.embeddings, s.nodes, s.node_index,
+        neighbours, self_scores = _authors_examples(model, W, l, h, form, hg.embeddings, s.nodes, s.node_index,
                                                     s.examples, o.k, keys, s.vocab_targets.get((l, h)))
     else:
-        neighbours, self_scores = _graph_examples(model, form, hc, hc.embeddings, s.nodes,
+        neighbours, self_scores = _graph_examples(model, form, hg.values, hg.targets, hg.embeddings, s.nodes,
                                                   s.node_strs, s.examples, model.cfg.attn_scale(l),
                                                   s.vocab_targets.get((l, h)) if keys == "vocab" else None)
-    return form, hc, neighbours, self_scores
+    return form, neighbours, self_scores
 
 
 def _vocab_targets(W, l: int, X_all: Tensor, heads, s: _Shared, o: HeadOptions
@@ -448,22 +500,22 @@ def _authors_examples(model, W, l, h, form, X_n, nodes, node_index, examples, k,
     return neighbours, self_scores
 
 
-def _graph_examples(model, form, hc, X_n, nodes, strs, examples, scale, vocab):
-    """(neighbours, self scores) of the examples with headscope's graph: neighbours over the
-    vocabulary (`vocab`, when given) or the graph's targets; the self score explained against
-    the example's first graph target."""
+def _graph_examples(model, form, values, targets, X_n, nodes, strs, examples, scale, vocab):
+    """(neighbours, self scores) of the examples with headscope's graph (top-k logits `values` [n k]
+    and target node indices `targets` [n k]): neighbours over the vocabulary (`vocab`, when given)
+    or the graph's targets; the self score explained against the example's first graph target."""
     ex_pos = torch.tensor([nodes.index(t) for t in examples])
     if vocab is not None:
         ev, key_ids = vocab
     else:
-        ev, key_ids = hc.values[ex_pos], torch.tensor(nodes)[hc.targets[ex_pos]]
+        ev, key_ids = values[ex_pos], torch.tensor(nodes)[targets[ex_pos]]
     neighbours = [Neighbours(token=s, token_id=t, targets=model.to_str_tokens(key_ids[i].tolist()),
                              target_ids=key_ids[i].tolist(), logits=ev[i].tolist())
                   for i, (t, s) in enumerate(zip(examples, model.to_str_tokens(examples)))]
     self_scores = []
     for i, t in enumerate(examples):
         x = X_n[ex_pos[i]]
-        partner = int(hc.targets[ex_pos[i], 0])
+        partner = int(targets[ex_pos[i], 0])
         self_scores.append(SelfScore(
             token=strs[ex_pos[i]], token_id=t, self=bilinear.explain_score(form, x, x, divisor=scale),
             top_target=strs[partner],
