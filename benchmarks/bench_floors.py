@@ -16,7 +16,10 @@ machine as it is during this run:
   ``qr``, ``eigh``, ``eig``, ``svd``, solves) with its shapes, dtypes and torch thread count; each
   distinct call is then replayed on random tensors of the same shapes, dtypes and arguments
   (symmetric ones for ``eigh``) with the same threads, and a stage's
-  floor is the summed time of its calls. Leiden (the semantic stage's clustering, in igraph)
+  floor is the summed time of its calls. Calls made in ``split_heads``' worker threads (per-head
+  work run side by side, one torch thread each), which a dispatch mode in the calling thread does
+  not see, are recorded in each worker and replayed the same way, their wall time divided by the
+  number of workers (:class:`_WorkerRecorder`). Leiden (the semantic stage's clustering, in igraph)
   has a floor too: each graph it clustered, one Leiden iteration from singletons with the same
   seed and resolution (the least work that finds a partition; the stage runs more until an
   iteration gains ≤ 1 %). What a stage does outside these (Python loops, tokenisation,
@@ -247,6 +250,53 @@ def _process_blocks(model) -> float:
     return time.perf_counter() - t0
 
 
+class _WorkerRecorder:
+    """The calls made in :func:`headscope._threads.split_heads`' worker threads, which the calling
+    thread's recorder does not see (a dispatch mode is thread-local): while entered, each worker's
+    slice runs under a recorder of its own, merged into ``calls``; ``parts`` is the most workers one
+    split ran side by side. Their floor is replayed one call after another like the rest, its wall
+    time divided by ``parts`` (the workers' perfect overlap: still a floor), its CPU time whole."""
+
+    def __init__(self):
+        import threading
+
+        self.calls: Counter = Counter()
+        self.parts = 1
+        self._lock = threading.Lock()
+
+    def __enter__(self):
+        import concurrent.futures
+        import types
+
+        from headscope import _threads
+
+        outer = self
+
+        class Pool(concurrent.futures.ThreadPoolExecutor):
+            def map(self, fn, *iterables, **kwargs):
+                outer.parts = max(outer.parts, self._max_workers)
+
+                def recorded(*args):
+                    rec = recorder()
+                    with rec:
+                        out = fn(*args)
+                    with outer._lock:
+                        outer.calls.update(rec.calls)
+                    return out
+
+                return super().map(recorded, *iterables, **kwargs)
+
+        self._module = _threads.concurrent
+        _threads.concurrent = types.SimpleNamespace(futures=types.SimpleNamespace(ThreadPoolExecutor=Pool))
+        return self
+
+    def __exit__(self, *exc):
+        from headscope import _threads
+
+        _threads.concurrent = self._module
+        return False
+
+
 class _Stage:
     """A report stage whose compute is timed (``mode=None``) or recorded (``mode="record"``)."""
 
@@ -268,12 +318,13 @@ class _Stage:
                 return leiden_job(n, edges, weights, **kw)
 
             clustering.leiden_job = recorded_leiden_job
+            workers = _WorkerRecorder()
             try:
-                with rec:
+                with rec, workers:
                     data = self._stage.compute(ctx)
             finally:
                 clustering.leiden_job = leiden_job
-            self._out[self._stage.name] = (rec.calls, graphs)
+            self._out[self._stage.name] = (rec.calls, graphs, workers)
             return data
         from headscope.report.build import cpu_seconds     # this process's and its waited-for children's
 
@@ -320,8 +371,14 @@ def child(model_id: str, out: str) -> None:
     build_report(model, Path(out) / "recorded", ReportOptions(use_cache=False, progress=False),
                  stages=[_Stage(s, recorded, True) for s in default_stages()])
     floors = {}
-    for name, (calls, graphs) in recorded.items():
+    for name, (calls, graphs, workers) in recorded.items():
         floors[name] = replay(calls)
+        if workers.calls:                   # split_heads' workers: replayed in turn, their wall shared by the parts
+            wf = replay(workers.calls)
+            for k in ("floor_s", "floor_cpu_s", "gflop", "calls", "distinct", "skipped_calls"):
+                floors[name][k] += wf[k] / workers.parts if k == "floor_s" else wf[k]
+            for op, t in wf["by_op"].items():
+                floors[name]["by_op"][op] = floors[name]["by_op"].get(op, 0.0) + t / workers.parts
         if graphs:
             lf = replay_leiden(graphs)
             for k in ("floor_s", "floor_cpu_s", "calls"):
