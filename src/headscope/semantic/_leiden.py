@@ -168,12 +168,17 @@ class Child:
 
     def stop(self) -> None:
         """Kill the child if it still runs, close its pipes and wait for it."""
-        if self.proc.poll() is None:
-            try:
-                self.proc.kill()
-            except OSError:                # it ended meanwhile
-                pass
+        _kill(self.proc)
         self.proc.communicate()
+
+
+def _kill(proc) -> None:
+    """Kill the process `proc` (subprocess.Popen) if it still runs."""
+    if proc.poll() is None:
+        try:
+            proc.kill()
+        except OSError:                    # it ended meanwhile
+            pass
 
 
 def child_for(n: int) -> Child | None:
@@ -224,14 +229,9 @@ class Job:
 
     def cancel(self) -> None:
         """Stop the child, if one still runs, and wait for it (no result will be asked for)."""
-        proc = self._proc
-        if proc is not None:
-            if proc.poll() is None:
-                try:
-                    proc.kill()
-                except OSError:      # it ended meanwhile
-                    pass
-            self._thread.join()
+        if self._proc is not None:
+            _kill(self._proc)
+            self._thread.join()                # its communicate() returns once the child is gone: waited for
             self._proc = None
         self._data = b""
 
