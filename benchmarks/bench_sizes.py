@@ -98,7 +98,9 @@ def _block_builds() -> tuple[int, float]:
 
 
 class _Measured:
-    """A report stage whose compute is timed and whose own peak RSS is measured."""
+    """A report stage whose compute is timed and, when stages run one at a time, whose own peak RSS is
+    measured. In a lane (:mod:`headscope.report.lanes`: another stage may run beside it) its CPU is
+    its own thread's, which with one torch thread per lane is all of its torch work."""
 
     def __init__(self, stage, phases: list, exact: bool):
         self._stage, self._phases, self._exact = stage, phases, exact
@@ -107,26 +109,33 @@ class _Measured:
         return getattr(self._stage, name)
 
     def compute(self, ctx):
+        import threading
+
         from headscope import _memory
 
+        alone = threading.current_thread() is threading.main_thread()
+        clock = time.process_time if alone else time.thread_time
         between = _memory.peak_rss_mb()                 # writes of the previous stage, since its reset
         if self._exact:
             _memory.reset_peak()
         b0 = _block_builds()
-        t0, c0 = time.perf_counter(), time.process_time()
+        t0, c0 = time.perf_counter(), clock()
         data = self._stage.compute(ctx)
         b1 = _block_builds()
-        self._phases.append({"phase": self._stage.name, "wall_s": time.perf_counter() - t0,
-                             "cpu_s": time.process_time() - c0, "rss_mb": _memory.rss_mb(),
+        self._phases.append({"phase": self._stage.name, "wall_s": time.perf_counter() - t0, "start": t0,
+                             "end": time.perf_counter(), "cpu_s": clock() - c0, "rss_mb": _memory.rss_mb(),
                              "peak_mb": _memory.peak_rss_mb(), "between_peak_mb": between,
-                             "block_builds": b1[0] - b0[0], "block_build_s": b1[1] - b0[1]})
+                             "block_builds": b1[0] - b0[0], "block_build_s": b1[1] - b0[1],
+                             "lane": not alone})
         if self._exact:
             _memory.reset_peak()
         return data
 
 
-def child_report(model_id: str, out: str, dtype: str) -> None:
+def child_report(model_id: str, out: str, dtype: str, lanes: int | None = None) -> None:
     import torch
+
+    from headscope.report.lanes import lanes_for
 
     from headscope import _memory
     from headscope.core.loading import load_checkpoint
@@ -138,11 +147,16 @@ def child_report(model_id: str, out: str, dtype: str) -> None:
     model = load_checkpoint(model_id, dtype=getattr(torch, dtype), prefetch_fingerprint=True)
     phases.append({"phase": "load", "wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0,
                    "rss_mb": _memory.rss_mb(), "peak_mb": _memory.peak_rss_mb()})
-    exact = _memory.reset_peak()
+    n_lanes = lanes_for(torch.get_num_threads(), lanes)
+    exact = _memory.reset_peak() and n_lanes == 1     # stages side by side: no peak of one stage alone
     stages = [_Measured(s, phases, exact) for s in default_stages()]
     t1 = time.perf_counter()
-    result = build_report(model, out, ReportOptions(use_cache=False, progress=False), stages=stages)
-    render = time.perf_counter() - t1 - sum(p["wall_s"] for p in phases[1:])
+    result = build_report(model, out, ReportOptions(use_cache=False, progress=False, lanes=lanes), stages=stages)
+    stages_wall = max([t1] + [p["end"] for p in phases[1:]]) - t1
+    render = time.perf_counter() - t1 - stages_wall                                  # after the last stage
+    phases[1:] = sorted(phases[1:], key=lambda p: p["start"])
+    for p in phases[1:]:
+        p["start"], p["end"] = p["start"] - t1, p["end"] - t1
     phases.append({"phase": "render + writes", "wall_s": render, "cpu_s": None, "rss_mb": _memory.rss_mb(),
                    "peak_mb": _memory.peak_rss_mb()})
     t2 = time.perf_counter()        # from here on the benchmark checks what the report wrote: not the report's time
@@ -150,7 +164,8 @@ def child_report(model_id: str, out: str, dtype: str) -> None:
     semantic, steering = data.get("semantic") or {}, data.get("steering") or {}
     problems = check_report(model, data, {s.name: s for s in stages}, result)
     _emit({"phases": phases, "problems": problems, "check_s": time.perf_counter() - t2,
-           "exact_stage_peaks": exact, "pages": len(result.pages),
+           "exact_stage_peaks": exact, "pages": len(result.pages), "lanes": n_lanes,
+           "stages_wall_s": stages_wall,
            "deep_dives": [[h["layer"], h["head"], h["graph"]["keys"]] for h in semantic.get("heads", [])],
            "steered": steering.get("layer"),
            "not_applicable": {k: v["not_applicable"] for k, v in data.items()
@@ -239,7 +254,8 @@ def child_env(cache: Path) -> dict:
                 PYTHONPATH=os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")])))
 
 
-def measure_size(size: str, cache: Path, *, dtype: str = "float32", timeout: float | None = None) -> dict:
+def measure_size(size: str, cache: Path, *, dtype: str = "float32", timeout: float | None = None,
+                 lanes: int | None = None) -> dict:
     """Write `size` into `cache` (unless there), then measure the baseline and the report."""
     from headscope.testing.hub import SIZES, cached_snapshot, write_hub_cache
 
@@ -257,7 +273,8 @@ def measure_size(size: str, cache: Path, *, dtype: str = "float32", timeout: flo
     load_before = _loadavg()
     base = _run_child(["--child-baseline", repo_id, dtype], env, timeout)
     with tempfile.TemporaryDirectory(prefix=f"bench-sizes-{size}-") as out:
-        rep = _run_child(["--child-report", repo_id, str(Path(out) / "report"), dtype], env, timeout)
+        rep = _run_child(["--child-report", repo_id, str(Path(out) / "report"), dtype,
+                          *([] if lanes is None else ["--lanes", str(lanes)])], env, timeout)
     peak = max(max(p["peak_mb"], p.get("between_peak_mb") or 0.0) for p in rep["phases"])
     return {"size": size, "repo_id": repo_id, "parameters": n_parameters(size), "dtype": dtype,
             "cache_write_s": written, "loadavg_before": load_before, "loadavg_after": _loadavg(),
@@ -273,12 +290,17 @@ def table(res: dict) -> str:
     lines = [f"{res['size']} ({res['parameters'] / 1e6:.0f} M parameters, {res['dtype']}; load average "
              f"{res['loadavg_before']} → {res['loadavg_after']}{speed}; deep dives {r['deep_dives']}, steered layer "
              f"{r['steered']})",
-             f"  {'phase':<16} {'wall s':>8} {'cpu s':>8} {'RSS after MB':>13} {'peak MB':>9} {'blocks built':>13}"]
+             f"  {'phase':<16} {'from s':>7} {'wall s':>8} {'cpu s':>8} {'RSS after MB':>13} {'peak MB':>9} "
+             f"{'blocks built':>13}"]
     for p in r["phases"]:
         cpu = "-" if p["cpu_s"] is None else f"{p['cpu_s']:.1f}"
         rss = "-" if p["rss_mb"] is None else f"{p['rss_mb']:.0f}"
         built = f"{p['block_builds']} ({p['block_build_s']:.1f} s)" if p.get("block_builds") else ""
-        lines.append(f"  {p['phase']:<16} {p['wall_s']:8.1f} {cpu:>8} {rss:>13} {p['peak_mb']:9.0f} {built:>13}")
+        start = f"{p['start']:.1f}" if "start" in p else ""
+        lines.append(f"  {p['phase']:<16} {start:>7} {p['wall_s']:8.1f} {cpu:>8} {rss:>13} {p['peak_mb']:9.0f} {built:>13}")
+    if r.get("lanes", 1) > 1:
+        lines.append(f"  stages side by side in {r['lanes']} lanes ('from s': start after load; a lane stage's CPU is "
+                     f"its own thread's): {r['stages_wall_s']:.1f} s from the first stage's start to the last's end")
     for stage, reason in (r.get("not_applicable") or {}).items():
         lines.append(f"  {stage}: not applicable ({reason})")
     for problem in r.get("problems") or []:
@@ -307,7 +329,7 @@ def rows(res: dict) -> list[dict]:
 
 
 def run(quick: bool = False, sizes=None, cache: str | Path | None = None, keep: bool = False,
-        dtype: str = "float32") -> dict:
+        dtype: str = "float32", lanes: int | None = None) -> dict:
     sizes = [ALIASES.get(s, s) for s in (sizes or (("distilgpt2",) if quick else DEFAULT_SIZES))]
     tmp = Path(cache) if cache else Path(tempfile.mkdtemp(prefix="bench-sizes-hub-"))
     results = []
@@ -315,7 +337,7 @@ def run(quick: bool = False, sizes=None, cache: str | Path | None = None, keep: 
         for size in sizes:
             print(f"bench_sizes: {size} …", file=sys.stderr, flush=True)
             tmp.mkdir(parents=True, exist_ok=True)
-            results.append(measure_size(size, tmp, dtype=dtype))
+            results.append(measure_size(size, tmp, dtype=dtype, lanes=lanes))
             print(table(results[-1]), file=sys.stderr, flush=True)
             if not keep and not cache:       # one size on disk at a time (gpt2-xl alone is 6.4 GB)
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -336,15 +358,16 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--child-baseline", nargs=2, metavar=("MODEL", "DTYPE"), help=argparse.SUPPRESS)
     ap.add_argument("--child-report", nargs=3, metavar=("MODEL", "OUT", "DTYPE"), help=argparse.SUPPRESS)
+    ap.add_argument("--lanes", type=int, help="stages side by side (ReportOptions.lanes; default: the report's own)")
     a = ap.parse_args(argv)
     if a.child_baseline:
         child_baseline(*a.child_baseline)
         return 0
     if a.child_report:
-        child_report(*a.child_report)
+        child_report(*a.child_report, lanes=a.lanes)
         return 0
     sys.path.insert(0, str(SRC))
-    r = run(sizes=a.sizes, cache=a.cache, keep=a.keep, dtype=a.dtype)
+    r = run(sizes=a.sizes, cache=a.cache, keep=a.keep, dtype=a.dtype, lanes=a.lanes)
     if a.json:
         print(json.dumps(r, indent=2, default=str))
     else:

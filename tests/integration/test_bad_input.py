@@ -473,6 +473,8 @@ CASES: list[Case] = [
          "unknown report stage 'bogus'"),
     Case("report --deep-dives -1", lambda c: ["report", c.model(), "--out", "rep", "--deep-dives", "-1"],
          "--deep-dives: expected 0 or more, got -1"),
+    Case("report --lanes 0", lambda c: ["report", c.model(), "--out", "rep", "--lanes", "0"],
+         "--lanes: expected ≥ 1, got 0"),
     Case("report --calibration-text binary",
          lambda c: ["report", c.model(), "--out", "rep", "--calibration-text", binary(c)], "is binary (contains NUL bytes)"),
     Case("report --samples not UTF-8", lambda c: ["report", c.model(), "--out", "rep", "--samples", not_utf8(c)],

@@ -10,10 +10,12 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+import torch
 
 import headscope
 from headscope import HeadscopeError, escape_token
 from headscope.report import REGISTRY, ReportOptions, build_report, default_stages
+from headscope.report.lanes import lanes_for
 
 #: the stages the issue asks for; the report may have more
 EXPECTED_STAGES = {"model", "attention", "kernels", "denominators", "calibration", "neurons", "activations",
@@ -176,7 +178,7 @@ def test_every_token_string_is_escaped(report, planted_model, samples):
     assert "&lt;i&gt;odd&amp;name" in pages[out / "index.html"]
 
 
-def _counting(monkeypatch, calls: dict, fail_in: str | None = None):
+def _counting(monkeypatch, calls: dict, fail_in: str | None = None, done: set | None = None):
     default_stages()
     for cls in REGISTRY.values():
         original = cls.compute
@@ -185,7 +187,10 @@ def _counting(monkeypatch, calls: dict, fail_in: str | None = None):
             if _name == fail_in:
                 raise KeyboardInterrupt
             calls[_name] = calls.get(_name, 0) + 1
-            return _original(self, ctx)
+            out = _original(self, ctx)
+            if done is not None:
+                done.add(_name)
+            return out
 
         monkeypatch.setattr(cls, "compute", compute)
 
@@ -194,27 +199,36 @@ def _snapshot(out: Path) -> dict[str, bytes]:
     return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
 
 
-def test_interrupt_and_resume(report, planted_model, samples, tmp_path, monkeypatch):
-    ref_out, _ = report
+@pytest.mark.parametrize("lanes", [1, 2])
+def test_interrupt_and_resume(report, planted_model, samples, tmp_path, monkeypatch, lanes):
+    ref_out, _ = report                               # built side by side (the default on ≥ 2 threads)
+    if lanes_for(torch.get_num_threads()) != lanes:   # a stage's bits may depend on its torch thread count
+        ref_out = tmp_path / "reference"
+        build_report(planted_model, ref_out, _options(samples, lanes=lanes))
     reference = _snapshot(ref_out)
     names = [st.name for st in default_stages() if not st.optional]
     stop = names.index("neurons")                     # interrupted in the middle of the report
-    before, rest = names[:stop], names[stop:]
     out = tmp_path / "r"
     calls: dict = {}
+    done: set = set()
     with monkeypatch.context() as m:
-        _counting(m, calls, fail_in="neurons")
+        _counting(m, calls, fail_in="neurons", done=done)
         with pytest.raises(KeyboardInterrupt):
-            build_report(planted_model, out, _options(samples))
-    assert calls == {n: 1 for n in before}
-    assert all((out / f"data/{n}.json").is_file() for n in before)
+            build_report(planted_model, out, _options(samples, lanes=lanes))
+    if lanes == 1:                                    # one at a time, in order: exactly the stages before it
+        assert calls == {n: 1 for n in names[:stop]}
+    else:                                             # side by side: what had started beside it finished too
+        assert set(names[:stop]) <= set(calls) and set(calls.values()) == {1}
+    assert done == set(calls) and "neurons" not in done
+    before, rest = [n for n in names if n in done], [n for n in names if n not in done]
+    assert all((out / f"data/{n}.json").is_file() for n in before)   # every finished stage is kept
     assert not any((out / f"data/{n}.json").exists() for n in rest) and not (out / "index.html").exists()
     assert not [p for p in out.rglob("*.tmp")]  # nothing half-written left behind
 
     calls.clear()
     with monkeypatch.context() as m:
         _counting(m, calls)
-        result = build_report(planted_model, out, _options(samples))
+        result = build_report(planted_model, out, _options(samples, lanes=lanes))
     assert calls == {n: 1 for n in rest}, "finished stages were recomputed"
     assert [s.cached for s in result.stages] == [n in before for n in names]
     assert _snapshot(out) == reference  # JSON and HTML byte-identical to the uninterrupted run
@@ -312,3 +326,27 @@ def test_default_inputs_ship_with_the_package():
     names = [s.name for s in default_stages()]
     assert set(names) >= EXPECTED_STAGES and names[:2] == ["model", "attention"]
     assert names.index("calibration") < names.index("neurons") < names.index("activations")
+
+
+def test_a_stage_in_a_lane_gives_the_numbers_of_its_own_thread_count(planted_model, samples, tmp_path):
+    """Two lanes on two torch threads: the exclusive stages (here the survey) run alone on both threads,
+    the others (kernels, semantic) side by side on one each. Each stage's data are byte for byte those of
+    a run one stage at a time on its own thread count, whatever ran beside it, and two side-by-side runs
+    give the same bytes: the plan, not timing, fixes them."""
+    names = ["kernels", "survey", "semantic"]
+    old = torch.get_num_threads()
+    outs = {}
+    try:
+        for label, threads, lanes in (("lanes", 2, 2), ("again", 2, 2), ("one", 1, 1), ("two", 2, 1)):
+            torch.set_num_threads(threads)
+            run = names if label != "two" else ["kernels", "survey"]      # (the semantic deep dive is the slow one)
+            build_report(planted_model, tmp_path / label, _options(samples, lanes=lanes, stages=run, kernel_windows=4,
+                                                                   semantic_tokens=1000, deep_dives=1))
+            outs[label] = {n: (tmp_path / label / f"data/{n}.json").read_bytes() for n in run}
+    finally:
+        torch.set_num_threads(old)
+    assert outs["lanes"] == outs["again"]
+    by_name = {s.name: s for s in default_stages()}
+    for n in names:
+        assert outs["lanes"][n] == outs["two" if by_name[n].exclusive else "one"][n], n
+    assert [n for n in names if by_name[n].exclusive] == ["survey"]

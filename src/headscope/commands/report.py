@@ -19,7 +19,8 @@ positional kernels, TV of the key split), denominators (with Hoeffding/Chebyshev
 bands), calibration, neurons (contextual MLP0 neurons), activations, survey (every head
 by the semantic metrics), semantic (deep dives of the best heads), steering (α = 0 on
 the top head's negative eigenvalues), atlas (every head from its weights: atlas.html
-with a layer × head grid per metric, and a section on every head's page).
+with a layer × head grid per metric, and a section on every head's page), composition.
+With two or more torch threads, stages run side by side in two lanes (--lanes).
 """
 
 from __future__ import annotations
@@ -45,6 +46,11 @@ def add_arguments(p):
     p.add_argument("--claims", action="store_true",
                    help="also the claims page: the seeds' claims on this model (reproduce; --find semantics on a model "
                         "that is neither GPT-2 Small nor planted), each row linked to its component's page")
+    p.add_argument("--lanes", type=int, metavar="N",
+                   help="stages side by side, each on torch's threads ÷ N (default: 2 with two or more threads and "
+                        "every processed block held, else 1; the atlas always runs alone on every thread). A stage's "
+                        "last digits may depend on its thread count, so --lanes 1 gives the numbers of one stage at "
+                        "a time")
     p.add_argument("--no-cache", action="store_true", help="recompute every stage, ignoring data/*.json")
     p.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
 
@@ -54,12 +60,14 @@ def run(args) -> int:
         raise HeadscopeError(f"--deep-dives: expected 0 or more, got {args.deep_dives}")
     if args.atlas_tokens < 2:
         raise HeadscopeError(f"--atlas-tokens: expected ≥ 2, got {args.atlas_tokens}")
+    if args.lanes is not None and args.lanes < 1:
+        raise HeadscopeError(f"--lanes: expected ≥ 1, got {args.lanes}")
     check_out_dir(args.out)                              # fail before loading the model
     inputs = load_inputs(args.calibration_text, args.samples)     # … and on unreadable texts
     options = ReportOptions(calibration_text=args.calibration_text, samples=args.samples,
                             use_cache=not args.no_cache, progress=not args.no_progress,
                             stages=args.stages, neurons=args.neurons, deep_dives=args.deep_dives,
-                            atlas_tokens=args.atlas_tokens, claims=args.claims)
+                            atlas_tokens=args.atlas_tokens, claims=args.claims, lanes=args.lanes)
     model = load_model(args)
     result = build_report(model, args.out, options, inputs=inputs)
     lines = [f"{s.name:<14} {s.status:<14} {s.seconds:7.2f} s"

@@ -490,6 +490,10 @@ class _LazyBlocks(Sequence):
             self.peak_held = max(self.peak_held, len(self._held))
             return b
 
+    def holds_all(self) -> bool:
+        """Whether every block fits the budget (read once, never dropped)."""
+        return self._room() >= self._n
+
     def held(self) -> list[int]:
         """The layers whose blocks are held now, least recently read first."""
         return list(self._held)

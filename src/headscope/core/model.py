@@ -6,6 +6,7 @@ import copy
 import dataclasses
 import functools
 import os
+import threading
 from pathlib import Path
 from typing import Callable
 
@@ -17,6 +18,26 @@ from .config import Config
 from .tokenizer import to_str_tokens
 from .weights import Block, Processing, Weights
 from .writing import write_checkpoint
+
+_ONCE = threading.Lock()
+_BUILDING: dict = {}
+
+
+def _once(cache: dict, key, build: Callable[[], object]):
+    """``cache[key]``, built by ``build()`` if missing, once however many threads ask at the same time
+    (the report's lanes share one model: a second build would be a second copy, and memos kept on
+    the first would be missed). Builds of other keys go on meanwhile."""
+    if key in cache:
+        return cache[key]
+    with _ONCE:
+        lock = _BUILDING.setdefault((id(cache), key), threading.Lock())
+    with lock:
+        if key not in cache:
+            cache[key] = build()
+    with _ONCE:
+        _BUILDING.pop((id(cache), key), None)
+    return cache[key]
+
 
 @dataclasses.dataclass(eq=False)
 class Model:
@@ -52,10 +73,8 @@ class Model:
     @property
     def raw(self) -> Weights:
         """The unprocessed weights (built from the files on first access, then kept)."""
-        none = Processing.none()
-        if none not in self._processed:         # kept with the processed weights: shared by bound copies
-            self._processed[none] = self.checkpoint.raw(self.dtype, self.device)
-        return self._processed[none]
+        # kept with the processed weights: shared by bound copies
+        return _once(self._processed, Processing.none(), lambda: self.checkpoint.raw(self.dtype, self.device))
 
     def bound(self, processing: Processing | None) -> "Model":
         """This model bound to `processing` (``None``: the default), sharing files and caches."""
@@ -90,19 +109,15 @@ class Model:
         processing = self.resolved_processing(processing)
         if processing == Processing.none():
             return self.raw
-        if processing not in self._processed:
-            self._processed[processing] = self.checkpoint.processed(processing, self.dtype, self.device)
-        return self._processed[processing]
+        return _once(self._processed, processing,
+                     lambda: self.checkpoint.processed(processing, self.dtype, self.device))
 
     def derived(self, name: str, build: Callable[[Weights], object]):
         """``build(self.weights())``, computed once per (`name`, bound processing) and kept
         beside the processed weights (e.g. the float64 layer-0 view, :func:`headscope.layer0.view`).
         Callers must not modify what it returns."""
         processing = self.resolved_processing()
-        key = (name, processing)
-        if key not in self._derived:
-            self._derived[key] = build(self.weights(processing))
-        return self._derived[key]
+        return _once(self._derived, (name, processing), lambda: build(self.weights(processing)))
 
     def raw_block(self, layer: int) -> Block:
         """The raw (unprocessed) weights of block `layer`, a copy the caller may modify."""

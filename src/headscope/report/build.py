@@ -23,9 +23,12 @@ import dataclasses
 import json
 import resource
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Sequence
+
+import torch
 
 from .._version import __version__
 from .._atomic import OutputDir, read_small_file, refuse_foreign_dir
@@ -37,6 +40,7 @@ from ..core.weights import Processing
 from . import html as H
 from .builtin import default_stages
 from .inputs import load_inputs
+from .lanes import Job, lanes_for, run_jobs
 from .stages import (Context, Inputs, PageSection, Progress, RenderContext, Rendered, Stage, check_order, data_path,
                      document, read_cached, select, stage_key)
 
@@ -65,6 +69,7 @@ class ReportOptions:
     atlas_tokens: int = 2000                      # frequent tokens the atlas's metrics average over
     neighbour_keys: str = "auto"                  # deep dives' neighbours over "vocab", "nodes", or "auto" (by cost)
     claims: bool = False                          # also the optional claims page (stage claims: the seeds' claims)
+    lanes: int | None = None                      # stages side by side (None: 2 with ≥ 2 torch threads; lanes.py)
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -170,62 +175,136 @@ def _build(model, out: Path, odir: OutputDir, options: ReportOptions, inputs, st
     if read_small_file(out / MARKER) != MARKER_TEXT.encode("utf-8"):
         odir.write(MARKER, MARKER_TEXT)
 
-    results: dict[str, dict] = {}
     keys: dict[str, str] = {}
-    runs: list[StageRun] = []
+    parts: dict[str, dict] = {}
+    for stage in stages:
+        keys[stage.name], parts[stage.name] = stage_key(stage, model, options, inputs, keys)
+    results: dict[str, dict] = {}
+    runs: dict[str, StageRun] = {}
     failed: dict[str, str] = {}
-    for i, stage in enumerate(stages):
-        key, parts = stage_key(stage, model, options, inputs, keys)
-        path = data_path(out, stage)
-        t0, c0 = time.perf_counter(), cpu_seconds()
-        rel = path.relative_to(out).as_posix()
+    number = {s.name: f"[{i + 1}/{len(stages)}]" for i, s in enumerate(stages)}
+    by_name = {s.name: s for s in stages}
+    jobs = []
+    for stage in stages:
+        rel = data_path(out, stage).relative_to(out).as_posix()
         # reused only as this run would write it: its key, and the hash the manifest recorded (no hand edit)
-        data = read_cached(odir.verified(rel, max_input_bytes()), key) if options.use_cache else None
-        broken = next((d for d in stage.requires if d in failed), None)
-        if broken is not None:
-            data = None                                   # never a cached result over a failed requirement
-        raw = None
-        cached = data is not None
-        if data is None:
-            progress = Progress(f"[{i + 1}/{len(stages)}] {stage.name}", enabled=options.progress)
-            try:
-                if broken is not None:
-                    raise HeadscopeError(f"needs the {broken} stage, which failed")
-                raw = _compute(stage, Context(model, options, inputs, dict(results), progress))
-            except NotApplicable:
-                raise
-            except HeadscopeError as e:
-                failed[stage.name] = (str(e).splitlines() or [type(e).__name__])[0]
-                results[stage.name] = failed_data(failed[stage.name])   # what later renders read
-                keys[stage.name] = key
-                runs.append(StageRun(stage.name, key, False, round(time.perf_counter() - t0, 3),
-                                     round(cpu_seconds() - c0, 3), failed=failed[stage.name]))
-                if options.progress:
-                    print(f"[{i + 1}/{len(stages)}] {stage.name}: failed: {failed[stage.name]}", file=sys.stderr)
-                continue
-            finally:
-                progress.close()
-            if not isinstance(raw, dict):
-                raise TypeError(f"stage {stage.name}: compute must return a dict, got {type(raw).__name__}")
-            text = encode(raw, level=1)   # as it sits in its document, encoded once
-            data = json.loads(text)  # what is saved is exactly what later stages see
-            odir.write(rel, document(stage, key, parts, Encoded(text)), record_hash=True)
-        elif options.progress:
-            print(f"[{i + 1}/{len(stages)}] {stage.name}: cached ({path.name})", file=sys.stderr)
-        results[stage.name] = data
-        keys[stage.name] = key
-        del raw
-        rss = rss_mb()
-        runs.append(StageRun(stage.name, key, cached, round(time.perf_counter() - t0, 3),
-                             round(cpu_seconds() - c0, 3), None if rss is None else round(rss, 1),
-                             round(peak_rss_mb(), 1),
-                             data[NOT_APPLICABLE] if is_not_applicable(data) else None))
+        t0, c0 = time.perf_counter(), cpu_seconds()
+        data = read_cached(odir.verified(rel, max_input_bytes()), keys[stage.name]) if options.use_cache else None
+        todo = [d for d in stage.requires if d in {j.name for j in jobs}]
+        if data is not None and not todo:                 # a computed requirement may fail: then not reused
+            if options.progress:
+                print(f"{number[stage.name]} {stage.name}: cached ({rel.rsplit('/', 1)[-1]})", file=sys.stderr)
+            results[stage.name] = data
+            runs[stage.name] = _stage_run(stage, keys[stage.name], True, data, t0, c0, cpu_seconds())
+            continue
+        jobs.append(Job(stage.name, _job(stage, model, options, inputs, results, failed, keys, parts, number,
+                                         by_name, cached=data), tuple(todo), exclusive=stage.exclusive))
+
+    def finish(job: Job, done: "_Done") -> None:
+        stage = by_name[job.name]
+        if done.document is not None:
+            odir.write(f"data/{stage.name}.json", done.document, record_hash=True)
+        if done.failed is not None:
+            failed[stage.name] = done.failed
+            if options.progress:
+                print(f"{number[stage.name]} {stage.name}: failed: {done.failed}", file=sys.stderr)
+        results[stage.name] = done.data
+        runs[stage.name] = done.run
+
+    threads = torch.get_num_threads()
+    lanes = lanes_for(threads, options.lanes)
+    if options.lanes is None and not _holds_every_block(model):
+        lanes = 1               # blocks dropped and rebuilt: stages side by side would rebuild each other's
+    run_jobs(jobs, finish, lanes, threads)
 
     written = _render(model, odir, stages, results, options, inputs)
     data_files = [f"data/{s.name}.json" for s in stages if s.name not in failed]   # a failed stage's old data goes
     odir.remove_stale(set(written) | set(data_files) | {MARKER})
-    return ReportResult(out, out / "index.html", runs, sorted(p for p in written if p != "index.html"),
-                        data_files, model.fingerprint)
+    return ReportResult(out, out / "index.html", [runs[s.name] for s in stages],
+                        sorted(p for p in written if p != "index.html"), data_files, model.fingerprint)
+
+
+@dataclasses.dataclass
+class _Done:
+    """A computed stage, as its lane hands it back: the data later stages and renders read, the
+    text of its data file (None: nothing to write), its one-line failure, and its StageRun."""
+
+    data: dict
+    document: str | None
+    failed: str | None
+    run: "StageRun"
+
+
+def _holds_every_block(model) -> bool:
+    """Whether the model's processed blocks are all held once built (no byte budget drops any)."""
+    holds_all = getattr(model.weights().blocks, "holds_all", None)      # a plain list holds them all
+    return holds_all is None or holds_all()
+
+
+def _closure(stage: Stage, by_name: dict) -> list[str]:
+    """The stages `stage` requires, directly or through them: the data its compute may read."""
+    out, todo = [], list(stage.requires)
+    while todo:
+        n = todo.pop(0)
+        if n not in out:
+            out.append(n)
+            todo += list(by_name[n].requires)
+    return out
+
+
+def _clock() -> float:
+    """CPU seconds to charge a stage with: in the calling thread of :func:`build_report` (the stage
+    runs alone) the whole process's and its waited-for children's (:func:`cpu_seconds`); in a lane
+    (another stage may run beside it) its own thread's only, which is all of its torch work when a
+    lane has one torch thread (child processes and a larger lane's OpenMP team not counted)."""
+    return cpu_seconds() if threading.current_thread() is threading.main_thread() else time.thread_time()
+
+
+def _job(stage: Stage, model, options, inputs, results: dict, failed: dict, keys: dict, parts: dict,
+         number: dict, by_name: dict, cached: dict | None):
+    """What a lane runs for `stage`: its data (from `cached`, this key's saved data, when every
+    requirement it waited for finished well; else computed), encoded as its file will hold it."""
+
+    def run() -> _Done:
+        t0, c0 = time.perf_counter(), _clock()
+        key = keys[stage.name]
+        broken = next((d for d in stage.requires if d in failed), None)
+        if broken is None and cached is not None:        # requirements computed and well: the cache holds
+            if options.progress:
+                print(f"{number[stage.name]} {stage.name}: cached (data/{stage.name}.json)", file=sys.stderr)
+            return _Done(cached, None, None, _stage_run(stage, key, True, cached, t0, c0, _clock()))
+        progress = Progress(f"{number[stage.name]} {stage.name}", enabled=options.progress)
+        try:
+            if broken is not None:
+                raise HeadscopeError(f"needs the {broken} stage, which failed")
+            deps = {d: results[d] for d in _closure(stage, by_name)}
+            raw = _compute(stage, Context(model, options, inputs, deps, progress))
+        except NotApplicable:
+            raise
+        except HeadscopeError as e:
+            why = (str(e).splitlines() or [type(e).__name__])[0]
+            return _Done(failed_data(why), None, why,
+                         StageRun(stage.name, key, False, round(time.perf_counter() - t0, 3),
+                                  round(_clock() - c0, 3), failed=why))
+        finally:
+            progress.close()
+        if not isinstance(raw, dict):
+            raise TypeError(f"stage {stage.name}: compute must return a dict, got {type(raw).__name__}")
+        text = encode(raw, level=1)   # as it sits in its document, encoded once
+        del raw
+        data = json.loads(text)  # what is saved is exactly what later stages see
+        doc = document(stage, key, parts[stage.name], Encoded(text))
+        return _Done(data, doc, None, _stage_run(stage, key, False, data, t0, c0, _clock()))
+
+    return run
+
+
+def _stage_run(stage: Stage, key: str, cached: bool, data: dict, t0: float, c0: float, c1: float) -> StageRun:
+    """The StageRun of a stage that ended with `data` (computed or read from the cache)."""
+    rss = rss_mb()
+    return StageRun(stage.name, key, cached, round(time.perf_counter() - t0, 3), round(c1 - c0, 3),
+                    None if rss is None else round(rss, 1), round(peak_rss_mb(), 1),
+                    data[NOT_APPLICABLE] if is_not_applicable(data) else None)
 
 
 def _compute(stage: Stage, ctx: Context) -> dict:

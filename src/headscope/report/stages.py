@@ -82,7 +82,7 @@ class Context:
     model: Any
     options: Any  # ReportOptions
     inputs: Inputs
-    results: dict[str, dict]  # stage name → its (JSON round-tripped) data
+    results: dict[str, dict]  # stage name → its (JSON round-tripped) data: the stages it requires
     progress: "Progress | None" = None
 
     def weights(self):
@@ -162,7 +162,10 @@ class Stage:
     * ``title`` — heading of its index section.
     * ``version`` — bump when compute changes, to invalidate old caches.
     * ``inputs`` — which input texts compute reads (``"calibration"``, ``"samples"``).
-    * ``requires`` — names of earlier stages whose data compute reads (``ctx.results[name]``).
+    * ``requires`` — names of earlier stages whose data compute reads (``ctx.results[name]``);
+      compute sees theirs (and what they require) only, finished before it starts.
+    * ``exclusive`` — True for a stage of large products that already use every torch thread
+      well: it runs alone on all of them, never in a lane beside another stage (:mod:`.lanes`).
     * :meth:`key_options` — the options that change the result (part of the cache key).
     * :meth:`compute` — the numbers, as a JSON-ready dict (use ``result.to_dict()``).
     * :meth:`render` — HTML from that dict (``data`` is what was saved, after the JSON
@@ -186,6 +189,7 @@ class Stage:
     nullable: tuple[str, ...] = ()
     tolerates_not_applicable: bool = False
     optional: bool = False          # run only when named (--stages NAME) or asked for (ReportOptions.claims)
+    exclusive: bool = False         # run alone on every torch thread, never in a lane (report.lanes)
 
     def key_options(self, options) -> dict:
         return {}

@@ -28,6 +28,7 @@ INDEX_GRIDS = ("qk_self", "ov_copying_effective")   #: grids repeated on index.h
 class AtlasStage(Stage):
     name = "atlas"
     title = "Atlas of every head (weights only)"
+    exclusive = True          # vocabulary-sized products on every thread (report.lanes)
     version = 2
     #: every figure typed ``… | None`` in HeadRow (None: not applicable to the head, stated in the page)
     nullable = tuple(f"rows[].{f.name}" for f in dataclasses.fields(HeadRow) if str(f.type).endswith("| None"))

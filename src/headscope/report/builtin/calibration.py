@@ -26,6 +26,7 @@ WINDOW = 1024
 class CalibrationStage(Stage):
     name = "calibration"
     title = "Calibration of the contextual circuit"
+    exclusive = True          # large products that use every thread well (report.lanes)
     version = 2     # 2: rotary models (layer0.rotary_split)
     inputs = ("calibration",)
 

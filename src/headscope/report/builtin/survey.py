@@ -35,6 +35,7 @@ def head_label(ctx, layer: int, head: int):
 class SurveyStage(Stage):
     name = "survey"
     title = "Semantic-head survey (category prompts)"
+    exclusive = True          # large products that use every thread well (report.lanes)
     version = 2
     nullable = ("rows[].copy_attention", "rows[].same_category", "rows[].bos_fallback")   # no query applies
 

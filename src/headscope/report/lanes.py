@@ -1,0 +1,137 @@
+"""The report's stages side by side: two lanes of half the torch threads each.
+
+Some stages are made of large products that two threads run nearly twice as fast as one (on
+GPT-2 small, 2026-12-06: calibration 1.7×, survey 1.6×, atlas 1.65×, neurons 1.5×); these are
+marked ``exclusive`` and run alone on every thread. The others are made of small products,
+decompositions and elementwise passes that a second thread hardly speeds up (kernels 1.08×,
+composition 1.04×, attention and denominators none, the semantic stage's own process slower:
+its Leiden partitions run in child processes) or are short; they run two at a time, each on
+half the threads, so that both cores stay busy. The gpt2 report's stages took 18.9 s one at a
+time and 15.4 s this way, with the same bytes (measured in one sitting; the README has the
+benchmark).
+
+Which thread count a stage runs on is fixed by the plan, never by timing: every lane stage runs
+on ``threads // lanes`` torch threads, every exclusive stage (and every stage, with one lane) on
+``threads``. A stage reads only the results of the stages it requires, finished before it starts,
+so its numbers depend on its inputs and its thread count only, and the same inputs on the same
+machine give the same bytes whichever lane ran what, in whatever order they finished. (A
+product's last bits can depend on the thread count — MKL picks other kernels for some shapes —
+so ``--lanes 1`` may differ from the default in the last printed digit on some models.)
+
+The scheduler: among the stages whose requirements have finished, exclusive ones first, then the
+stage order. An exclusive stage waits for both lanes to empty and runs in the calling thread; the
+others go to the first free lane. ``finish(job, outcome)`` is called in the calling thread as each
+stage ends (the report writes its data file there, so nothing else touches the output directory).
+An exception other than the stage's own reported failure (a bug, KeyboardInterrupt) stops new
+work; the stages already running finish and are kept, then it is raised.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import threading
+from typing import Any, Callable, Sequence
+
+import torch
+
+#: lanes when torch has at least two threads (each lane gets threads // LANES)
+LANES = 2
+
+
+def lanes_for(threads: int, requested: int | None = None) -> int:
+    """The number of lanes: `requested` (≥ 1) if given, else :data:`LANES` when `threads` ≥ 2, else 1;
+    never more than `threads` (each lane has at least one thread)."""
+    if requested is not None and requested < 1:
+        raise ValueError(f"lanes: expected at least 1, got {requested}")
+    n = requested if requested is not None else (LANES if threads >= 2 else 1)
+    return max(1, min(n, threads))
+
+
+@dataclasses.dataclass
+class Job:
+    """One stage to compute: `run()` returns its outcome; `requires` names jobs of this run that
+    must finish first (requirements already met, e.g. read from the cache, are not listed)."""
+
+    name: str
+    run: Callable[[], Any]
+    requires: tuple[str, ...] = ()
+    exclusive: bool = False
+
+
+def run_jobs(jobs: Sequence[Job], finish: Callable[[Job, Any], None], lanes: int = 1,
+             threads: int | None = None) -> None:
+    """Run every job (list order is the stage order), calling ``finish(job, outcome)`` in this thread
+    as each ends. One lane: in this thread, in order. More: the module docstring."""
+    names = {j.name for j in jobs}
+    unknown = [(j.name, d) for j in jobs for d in j.requires if d not in names]
+    if unknown:
+        raise ValueError(f"job {unknown[0][0]!r} requires {unknown[0][1]!r}, which is not a job of this run")
+    threads = torch.get_num_threads() if threads is None else threads
+    if lanes <= 1 or len(jobs) <= 1:
+        for j in jobs:                          # requirements come earlier in the stage order
+            finish(j, j.run())
+        return
+    _Lanes(lanes, max(1, threads // lanes)).run(list(jobs), finish)
+
+
+class _Lanes:
+    def __init__(self, lanes: int, lane_threads: int):
+        self.n, self.lane_threads = lanes, lane_threads
+        self.todo: queue.SimpleQueue = queue.SimpleQueue()      # (job) or None: stop
+        self.done: queue.SimpleQueue = queue.SimpleQueue()      # (job, outcome, exception)
+
+    def _lane(self) -> None:
+        # torch sets up a thread's count lazily, on its first parallel operation, from the process-wide
+        # count (the last one any thread set): set up first, then this thread's own count (OpenMP, MKL)
+        torch.get_num_threads()
+        torch.set_num_threads(self.lane_threads)
+        while (job := self.todo.get()) is not None:
+            try:
+                self.done.put((job, job.run(), None))
+            except BaseException as e:                          # raised in the calling thread
+                self.done.put((job, None, e))
+
+    def run(self, jobs: list[Job], finish) -> None:
+        order = {j.name: i for i, j in enumerate(jobs)}
+        pending = sorted(jobs, key=lambda j: (not j.exclusive, order[j.name]))
+        finished: set[str] = set()
+        running = 0
+        error: BaseException | None = None
+        workers = [threading.Thread(target=self._lane, name=f"headscope-lane-{i}", daemon=True)
+                   for i in range(self.n)]
+        for w in workers:
+            w.start()
+        try:
+            while pending or running:
+                ready = next((j for j in pending if finished.issuperset(j.requires)), None) if error is None else None
+                if ready is not None and ready.exclusive and running == 0:
+                    pending.remove(ready)
+                    try:
+                        outcome = ready.run()                   # alone, on every thread
+                    except BaseException as e:
+                        error = e
+                        continue
+                    finished.add(ready.name)
+                    finish(ready, outcome)
+                    continue
+                if ready is not None and not ready.exclusive and running < self.n:
+                    pending.remove(ready)
+                    self.todo.put(ready)
+                    running += 1
+                    continue
+                if running == 0:                                # nothing runs and nothing may start
+                    break
+                job, outcome, exc = self.done.get()
+                running -= 1
+                if exc is not None:
+                    error = error or exc
+                    continue
+                finished.add(job.name)
+                finish(job, outcome)                            # kept even after another stage's error
+        finally:
+            for _ in workers:
+                self.todo.put(None)
+            torch.set_num_threads(torch.get_num_threads())      # the process-wide count back to the caller's
+        if error is not None:
+            raise error
