@@ -8,8 +8,11 @@ machine as it is during this run:
 * **matmul rate** — float32 [4096 768] @ [768 3072] (GFLOP/s, median of 5; bench_sizes.matmul_gflops);
 * **baseline** — ``headscope.load``, the processed weights, and one forward pass of the report's
   sample texts through every layer (bench_sizes' baseline);
-* **report** — ``build_report`` with the cache off, each stage's ``compute`` timed (wall and CPU
-  seconds), plus loading and rendering;
+* **report, one stage at a time** — ``build_report`` with the cache off and ``lanes=1``, each
+  stage's ``compute`` timed (wall and CPU seconds) alone on every thread, plus loading and rendering;
+* **report** — the same as ``headscope report`` runs it (stages side by side in two lanes where
+  torch has two threads, :mod:`headscope.report.lanes`), timed whole: the figure judged against
+  the baseline and against the floors' sum;
 * **floors** — the report's stages run a second time (fresh model) under a
   ``TorchDispatchMode`` that records every matrix product and eigen-/QR-/SVD-solve torch
   dispatches (``aten.mm``, ``bmm``, ``addmm``, ``baddbmm``, ``mv``, ``dot``, fused attention,
@@ -345,6 +348,7 @@ def child(model_id: str, out: str) -> None:
     from headscope.report import ReportOptions, build_report, default_stages
     from headscope.report.build import cpu_seconds
     from headscope.report.inputs import load_inputs
+    from headscope.report.lanes import lanes_for
 
     rate_before = matmul_gflops()
     t0, c0 = time.perf_counter(), time.process_time()
@@ -360,15 +364,25 @@ def child(model_id: str, out: str) -> None:
     model = load_checkpoint(model_id, prefetch_fingerprint=True)   # as headscope report loads (commands/args.py)
     view_s = _process_blocks(model)
     load = {"wall_s": time.perf_counter() - t0, "cpu_s": cpu_seconds() - c0, "layer0_view_s": view_s}
-    build_report(model, Path(out) / "timed", ReportOptions(use_cache=False, progress=False),
+    build_report(model, Path(out) / "timed", ReportOptions(use_cache=False, progress=False, lanes=1),
                  stages=[_Stage(s, timed, False) for s in default_stages()])
-    report = {"wall_s": time.perf_counter() - t0, "cpu_s": cpu_seconds() - c0}
+    one_by_one = {"wall_s": time.perf_counter() - t0, "cpu_s": cpu_seconds() - c0}
+    del model
+
+    # the report as headscope report runs it: stages side by side where torch has two threads (report.lanes)
+    t0, c0 = time.perf_counter(), cpu_seconds()
+    model = load_checkpoint(model_id, prefetch_fingerprint=True)
+    _process_blocks(model)
+    lanes = lanes_for(torch.get_num_threads())
+    build_report(model, Path(out) / "lanes", ReportOptions(use_cache=False, progress=False))
+    report = {"wall_s": time.perf_counter() - t0, "cpu_s": cpu_seconds() - c0, "lanes": lanes,
+              "one_by_one_wall_s": one_by_one["wall_s"], "one_by_one_cpu_s": one_by_one["cpu_s"]}
     del model
 
     recorded: dict = {}
     model = headscope.load(model_id)
     _process_blocks(model)
-    build_report(model, Path(out) / "recorded", ReportOptions(use_cache=False, progress=False),
+    build_report(model, Path(out) / "recorded", ReportOptions(use_cache=False, progress=False, lanes=1),
                  stages=[_Stage(s, recorded, True) for s in default_stages()])
     floors = {}
     for name, (calls, graphs, workers) in recorded.items():
@@ -448,13 +462,19 @@ def table(r: dict) -> str:
     stage_sum = sum(s["wall_s"] for s in r["stages"])
     floor_sum = sum(s["floor_s"] for s in r["stages"])
     b, rep = r["baseline"]["wall_s"], r["report"]["wall_s"]
+    one = r["report"].get("one_by_one_wall_s", rep)
     cpu_sum, floor_cpu = sum(s["cpu_s"] for s in r["stages"]), sum(s.get("floor_cpu_s") or 0 for s in r["stages"])
     gflop = sum(s["gflop"] for s in r["stages"])          # a lower bound: every product at the float32 peak
     lines += [f"  {'all stages':<14} {stage_sum:7.2f} {cpu_sum:7.2f} {floor_sum:8.3f} {stage_sum / floor_sum:7.1f} "
               f"{floor_cpu:9.3f} {cpu_sum / floor_cpu if floor_cpu else math.inf:9.1f}",
               f"  load {r['load']['wall_s']:.2f} s (processed blocks and the shared float64 layer-0 view, "
-              f"{r['load'].get('layer0_view_s', 0):.2f} s, included); render + writes {rep - stage_sum - r['load']['wall_s']:.2f} s",
-              f"  report {rep:.1f} s wall ({r['report']['cpu_s']:.1f} s CPU) vs baseline {b:.2f} s "
+              f"{r['load'].get('layer0_view_s', 0):.2f} s, included); render + writes "
+              f"{one - stage_sum - r['load']['wall_s']:.2f} s",
+              f"  one stage at a time (the table above; --lanes 1): {one:.1f} s wall "
+              f"({r['report'].get('one_by_one_cpu_s', r['report']['cpu_s']):.1f} s CPU)",
+              f"  report {rep:.1f} s wall ({r['report']['cpu_s']:.1f} s CPU"
+              f"{'; stages side by side in %d lanes' % r['report']['lanes'] if r['report'].get('lanes', 1) > 1 else ''}"
+              f") vs baseline {b:.2f} s "
               f"(load + processed weights + one forward of the samples): {rep / b:.1f}× (target ≤ {REPORT_TARGET:.0f}×); "
               f"CPU {r['report']['cpu_s']:.1f} s vs {r['baseline']['cpu_s']:.2f} s: "
               f"{r['report']['cpu_s'] / r['baseline']['cpu_s']:.1f}×",
@@ -480,6 +500,7 @@ def rows(r: dict) -> list[dict]:
                         "baseline": round(s["floor_s"], 3), "ratio": round(ratio, 2),
                         "target": f"≤ {STAGE_TARGET}", "unit": "s", "pass": ratio <= STAGE_TARGET})
     b, rep = r["baseline"]["wall_s"], r["report"]["wall_s"]
+    one = r["report"].get("one_by_one_wall_s", rep)
     floor_sum = sum(s["floor_s"] for s in r["stages"])
     out.append({"name": f"{r['size']} report vs the sum of its stages' floors", "measured": round(rep, 1),
                 "baseline": round(floor_sum, 2), "ratio": round(rep / floor_sum, 2), "target": f"≤ {FLOOR_SUM_TARGET}",

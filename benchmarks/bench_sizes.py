@@ -109,11 +109,10 @@ class _Measured:
         return getattr(self._stage, name)
 
     def compute(self, ctx):
-        import threading
-
         from headscope import _memory
+        from headscope.report.lanes import in_lane
 
-        alone = threading.current_thread() is threading.main_thread()
+        alone = not in_lane()
         clock = time.process_time if alone else time.thread_time
         between = _memory.peak_rss_mb()                 # writes of the previous stage, since its reset
         if self._exact:

@@ -1,6 +1,8 @@
 """The HTML report: ``headscope report MODEL --out DIR``.
 
-A report is a list of *stages* run in order (:mod:`.stages`). Each stage computes a
+A report is a list of *stages* (:mod:`.stages`), run in order or, where torch has two
+threads, two at a time (:mod:`.lanes`: a stage starts once the stages it requires have
+finished; the ``exclusive`` ones run alone on every thread). Each stage computes a
 JSON-ready dict, saved to ``DIR/data/<name>.json`` together with a cache key (model
 fingerprint, dtype, device, processing, the stage's options, sha256 of the input texts it
 reads, keys of the stages it requires), and renders HTML from that dict: sections of
@@ -10,7 +12,8 @@ so it recomputes nothing finished and writes byte-identical JSON.
 
 Modules: :mod:`.figures` (inline SVG: line plots with bands, histograms, heatmaps,
 bars, spectra, token heatmaps), :mod:`.html` (escaping, tables, page template),
-:mod:`.stages` (Stage, registry, cache key), :mod:`.build` (``build_report``),
+:mod:`.stages` (Stage, registry, cache key), :mod:`.build` (``build_report``), :mod:`.lanes`
+(stages side by side),
 :mod:`.inputs` (shipped default texts), :mod:`.builtin` (the built-in stages).
 
 Adding a stage
@@ -29,7 +32,7 @@ Write one class in ``headscope/report/builtin/<name>.py`` and import that module
         title = "Layer-0 positional kernels"  # index section heading
         version = 1                           # bump when compute changes
         inputs = ("calibration",)             # texts read: "calibration", "samples"
-        requires = ()                         # earlier stages read via ctx.results[name]
+        requires = ()                         # earlier stages read via ctx.results[name] (only these)
 
         def key_options(self, options):       # options that change the numbers
             return {"query": SEED_QUERY}

@@ -23,7 +23,6 @@ import dataclasses
 import json
 import resource
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Sequence
@@ -40,7 +39,7 @@ from ..core.weights import Processing
 from . import html as H
 from .builtin import default_stages
 from .inputs import load_inputs
-from .lanes import Job, lanes_for, run_jobs
+from .lanes import Job, in_lane, lanes_for, run_jobs
 from .stages import (Context, Inputs, PageSection, Progress, RenderContext, Rendered, Stage, check_order, data_path,
                      document, read_cached, select, stage_key)
 
@@ -213,7 +212,7 @@ def _build(model, out: Path, odir: OutputDir, options: ReportOptions, inputs, st
 
     threads = torch.get_num_threads()
     lanes = lanes_for(threads, options.lanes)
-    if options.lanes is None and not _holds_every_block(model):
+    if lanes > 1 and options.lanes is None and len(jobs) > 1 and not _holds_every_block(model):
         lanes = 1               # blocks dropped and rebuilt: stages side by side would rebuild each other's
     run_jobs(jobs, finish, lanes, threads)
 
@@ -253,11 +252,11 @@ def _closure(stage: Stage, by_name: dict) -> list[str]:
 
 
 def _clock() -> float:
-    """CPU seconds to charge a stage with: in the calling thread of :func:`build_report` (the stage
-    runs alone) the whole process's and its waited-for children's (:func:`cpu_seconds`); in a lane
-    (another stage may run beside it) its own thread's only, which is all of its torch work when a
-    lane has one torch thread (child processes and a larger lane's OpenMP team not counted)."""
-    return cpu_seconds() if threading.current_thread() is threading.main_thread() else time.thread_time()
+    """CPU seconds to charge a stage with: run alone (one lane, or an exclusive stage) the whole
+    process's and its waited-for children's (:func:`cpu_seconds`); in a lane (another stage may run
+    beside it) its own thread's only, which is all of its torch work when a lane has one torch thread
+    (child processes and a larger lane's OpenMP team not counted)."""
+    return time.thread_time() if in_lane() else cpu_seconds()
 
 
 def _job(stage: Stage, model, options, inputs, results: dict, failed: dict, keys: dict, parts: dict,

@@ -37,6 +37,12 @@ import torch
 
 #: lanes when torch has at least two threads (each lane gets threads // LANES)
 LANES = 2
+_LOCAL = threading.local()
+
+
+def in_lane() -> bool:
+    """Whether the calling thread is a lane (another stage may be running beside it)."""
+    return getattr(_LOCAL, "lane", False)
 
 
 def lanes_for(threads: int, requested: int | None = None) -> int:
@@ -86,6 +92,7 @@ class _Lanes:
         # count (the last one any thread set): set up first, then this thread's own count (OpenMP, MKL)
         torch.get_num_threads()
         torch.set_num_threads(self.lane_threads)
+        _LOCAL.lane = True
         while (job := self.todo.get()) is not None:
             try:
                 self.done.put((job, job.run(), None))

@@ -1,7 +1,9 @@
 """Report stages: compute → JSON-ready dict (cached by an inputs key) → render → HTML.
 
 A stage is a subclass of :class:`Stage` registered with :func:`register_stage`.
-``build_report`` runs the registered stages in order. For each stage it computes
+``build_report`` runs the registered stages in order, or two at a time where torch has two
+threads (:mod:`.lanes`; a stage starts once those it requires have finished). For each stage it
+computes
 
     key = sha256(dumps({stage, version, model fingerprint, dtype, device, processing,
                         stage.key_options(options), sha256 of each input text the stage
@@ -9,7 +11,7 @@ A stage is a subclass of :class:`Stage` registered with :func:`register_stage`.
 
 and, unless ``--no-cache``, reuses ``DIR/data/<stage>.json`` when that file holds the
 same key; otherwise it calls :meth:`Stage.compute` and writes the result there
-atomically (temp file + rename) before the next stage starts. An interrupted run
+atomically (temp file + rename) as soon as the stage finishes. An interrupted run
 therefore keeps every finished stage, and the rerun skips them. What later stages and
 :meth:`Stage.render` see is always the JSON round-trip of the result
 (``json.loads(dumps(data))``), so a cached and a fresh run render identical pages and
