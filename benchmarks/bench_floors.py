@@ -348,7 +348,6 @@ def child(model_id: str, out: str) -> None:
     from headscope.report import ReportOptions, build_report, default_stages
     from headscope.report.build import cpu_seconds
     from headscope.report.inputs import load_inputs
-    from headscope.report.lanes import lanes_for
 
     rate_before = matmul_gflops()
     t0, c0 = time.perf_counter(), time.process_time()
@@ -373,8 +372,7 @@ def child(model_id: str, out: str) -> None:
     t0, c0 = time.perf_counter(), cpu_seconds()
     model = load_checkpoint(model_id, prefetch_fingerprint=True)
     _process_blocks(model)
-    lanes = lanes_for(torch.get_num_threads())
-    build_report(model, Path(out) / "lanes", ReportOptions(use_cache=False, progress=False))
+    lanes = build_report(model, Path(out) / "lanes", ReportOptions(use_cache=False, progress=False)).lanes
     report = {"wall_s": time.perf_counter() - t0, "cpu_s": cpu_seconds() - c0, "lanes": lanes,
               "one_by_one_wall_s": one_by_one["wall_s"], "one_by_one_cpu_s": one_by_one["cpu_s"]}
     del model

@@ -146,8 +146,9 @@ def child_report(model_id: str, out: str, dtype: str, lanes: int | None = None) 
     model = load_checkpoint(model_id, dtype=getattr(torch, dtype), prefetch_fingerprint=True)
     phases.append({"phase": "load", "wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0,
                    "rss_mb": _memory.rss_mb(), "peak_mb": _memory.peak_rss_mb()})
-    n_lanes = lanes_for(torch.get_num_threads(), lanes)
-    exact = _memory.reset_peak() and n_lanes == 1     # stages side by side: no peak of one stage alone
+    # stages side by side (report.lanes): no peak of one stage alone (the report may still run them one
+    # at a time where not every block fits: ReportResult.lanes says what it did)
+    exact = _memory.reset_peak() and lanes_for(torch.get_num_threads(), lanes) == 1
     stages = [_Measured(s, phases, exact) for s in default_stages()]
     t1 = time.perf_counter()
     result = build_report(model, out, ReportOptions(use_cache=False, progress=False, lanes=lanes), stages=stages)
@@ -163,7 +164,7 @@ def child_report(model_id: str, out: str, dtype: str, lanes: int | None = None) 
     semantic, steering = data.get("semantic") or {}, data.get("steering") or {}
     problems = check_report(model, data, {s.name: s for s in stages}, result)
     _emit({"phases": phases, "problems": problems, "check_s": time.perf_counter() - t2,
-           "exact_stage_peaks": exact, "pages": len(result.pages), "lanes": n_lanes,
+           "exact_stage_peaks": exact, "pages": len(result.pages), "lanes": result.lanes,
            "stages_wall_s": stages_wall,
            "deep_dives": [[h["layer"], h["head"], h["graph"]["keys"]] for h in semantic.get("heads", [])],
            "steered": steering.get("layer"),

@@ -350,3 +350,28 @@ def test_a_stage_in_a_lane_gives_the_numbers_of_its_own_thread_count(planted_mod
     for n in names:
         assert outs["lanes"][n] == outs["two" if by_name[n].exclusive else "one"][n], n
     assert [n for n in names if by_name[n].exclusive] == ["survey"]
+
+
+def test_lanes_by_default_only_where_they_pay(planted_dir, samples, tmp_path, monkeypatch):
+    """Two lanes by default on two threads for a model at most LANES_MAX_D_MODEL wide whose blocks are all
+    held; one lane when asked, for a wider model, or when a byte budget drops blocks (ReportResult.lanes)."""
+    import headscope.report.build as B
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        model = headscope.load(planted_dir)
+        opts = dict(stages=["model", "attention"], use_cache=False)
+        assert build_report(model, tmp_path / "a", _options(samples, **opts)).lanes == 2
+        assert build_report(model, tmp_path / "b", _options(samples, lanes=1, **opts)).lanes == 1
+        with monkeypatch.context() as m:
+            m.setattr(B, "LANES_MAX_D_MODEL", model.cfg.d_model - 1)
+            assert build_report(model, tmp_path / "c", _options(samples, **opts)).lanes == 1
+            assert build_report(model, tmp_path / "d", _options(samples, lanes=2, **opts)).lanes == 2
+        with monkeypatch.context() as m:
+            m.setenv("HEADSCOPE_BLOCK_BUDGET", "1")
+            assert build_report(headscope.load(planted_dir), tmp_path / "e", _options(samples, **opts)).lanes == 1
+        torch.set_num_threads(1)
+        assert build_report(model, tmp_path / "f", _options(samples, **opts)).lanes == 1
+    finally:
+        torch.set_num_threads(old)

@@ -39,7 +39,7 @@ from ..core.weights import Processing
 from . import html as H
 from .builtin import default_stages
 from .inputs import load_inputs
-from .lanes import Job, in_lane, lanes_for, run_jobs
+from .lanes import LANES_MAX_D_MODEL, Job, in_lane, lanes_for, run_jobs
 from .stages import (Context, Inputs, PageSection, Progress, RenderContext, Rendered, Stage, check_order, data_path,
                      document, read_cached, select, stage_key)
 
@@ -68,7 +68,7 @@ class ReportOptions:
     atlas_tokens: int = 2000                      # frequent tokens the atlas's metrics average over
     neighbour_keys: str = "auto"                  # deep dives' neighbours over "vocab", "nodes", or "auto" (by cost)
     claims: bool = False                          # also the optional claims page (stage claims: the seeds' claims)
-    lanes: int | None = None                      # stages side by side (None: 2 with ≥ 2 torch threads; lanes.py)
+    lanes: int | None = None                      # stages side by side (None: 2 on ≥ 2 torch threads up to d_model 768)
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -116,12 +116,14 @@ class ReportResult:
     pages: list[str]
     data_files: list[str]
     fingerprint: str
+    lanes: int = 1                        #: stages side by side (report.lanes; 1: one at a time)
 
     def to_dict(self) -> dict:
         return {
             "out_dir": str(self.out_dir),
             "index": str(self.index),
             "fingerprint": self.fingerprint,
+            "lanes": self.lanes,
             "stages": [dataclasses.asdict(s) | {"status": s.status} for s in self.stages],
             "pages": self.pages,
             "data_files": self.data_files,
@@ -212,15 +214,18 @@ def _build(model, out: Path, odir: OutputDir, options: ReportOptions, inputs, st
 
     threads = torch.get_num_threads()
     lanes = lanes_for(threads, options.lanes)
-    if lanes > 1 and options.lanes is None and len(jobs) > 1 and not _holds_every_block(model):
-        lanes = 1               # blocks dropped and rebuilt: stages side by side would rebuild each other's
+    if lanes > 1 and options.lanes is None and len(jobs) > 1 and (model.cfg.d_model > LANES_MAX_D_MODEL
+                                                                   or not _holds_every_block(model)):
+        lanes = 1   # wide products use both threads well (LANES_MAX_D_MODEL); or blocks are dropped and
+        #             rebuilt when read again, and stages side by side would rebuild each other's
     run_jobs(jobs, finish, lanes, threads)
 
     written = _render(model, odir, stages, results, options, inputs)
     data_files = [f"data/{s.name}.json" for s in stages if s.name not in failed]   # a failed stage's old data goes
     odir.remove_stale(set(written) | set(data_files) | {MARKER})
     return ReportResult(out, out / "index.html", [runs[s.name] for s in stages],
-                        sorted(p for p in written if p != "index.html"), data_files, model.fingerprint)
+                        sorted(p for p in written if p != "index.html"), data_files, model.fingerprint,
+                        lanes if len(jobs) > 1 else 1)
 
 
 @dataclasses.dataclass

@@ -10,6 +10,11 @@ half the threads, so that both cores stay busy. The gpt2 report's stages took 18
 time and 15.4 s this way, with the same bytes (measured in one sitting; the README has the
 benchmark).
 
+``build_report`` uses two lanes by default where torch has two threads or more, the model is at
+most :data:`LANES_MAX_D_MODEL` wide (wider, the lane stages too are products two threads speed up)
+and every processed block stays held (else stages side by side would rebuild each other's blocks);
+``ReportOptions.lanes`` (``--lanes``) sets it.
+
 Which thread count a stage runs on is fixed by the plan, never by timing: every lane stage runs
 on ``threads // lanes`` torch threads, every exclusive stage (and every stage, with one lane) on
 ``threads``. A stage reads only the results of the stages it requires, finished before it starts,
@@ -37,6 +42,13 @@ import torch
 
 #: lanes when torch has at least two threads (each lane gets threads // LANES)
 LANES = 2
+#: the widest model whose report runs in lanes by default. At d_model 768 a second thread hardly speeds
+#: up the lane stages (gpt2, 2026-12-06: kernels 1.08×, composition 1.04×, the semantic stage's own process
+#: 0.91×), so two at a time gain: the stages took 15.4 s against 18.9 s one at a time. At 1024 they are
+#: made of products two threads do speed up (gpt2-medium: semantic 7.1 s on two threads, 11.0 s in a
+#: lane; composition 10.9 s against 14.3 s): lanes still gained 4 s of 53 but the semantic stage and
+#: composition side by side raised the peak from 4.08 to 4.60 GB, over medium's 4.4 GB target.
+LANES_MAX_D_MODEL = 768
 _LOCAL = threading.local()
 
 
