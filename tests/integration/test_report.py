@@ -217,7 +217,7 @@ def test_interrupt_and_resume(report, planted_model, samples, tmp_path, monkeypa
             build_report(planted_model, out, _options(samples, lanes=lanes))
     if lanes == 1:                                    # one at a time, in order: exactly the stages before it
         assert calls == {n: 1 for n in names[:stop]}
-    else:                   # exclusive stages first (calibration, then neurons): what had started finished too
+    else:                   # exclusive stages first (calibration, survey, atlas): what had started finished too
         assert "calibration" in calls and set(calls.values()) == {1}
     assert done == set(calls) and "neurons" not in done
     before, rest = [n for n in names if n in done], [n for n in names if n not in done]

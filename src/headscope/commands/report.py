@@ -48,8 +48,8 @@ def add_arguments(p):
                         "that is neither GPT-2 Small nor planted), each row linked to its component's page")
     p.add_argument("--lanes", type=int, metavar="N",
                    help="stages side by side, each on torch's threads ÷ N (default: 2 with two or more threads, "
-                        "d_model ≤ 768 and every processed block held, else 1; calibration, neurons, survey and "
-                        "atlas always run alone on every thread). A stage's last digits may depend on its thread "
+                        "d_model ≤ 768 and every processed block held, else 1; calibration, survey and atlas "
+                        "always run alone on every thread). A stage's last digits may depend on its thread "
                         "count: --lanes 1 gives the numbers of one stage at a time")
     p.add_argument("--no-cache", action="store_true", help="recompute every stage, ignoring data/*.json")
     p.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")

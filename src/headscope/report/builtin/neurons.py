@@ -23,7 +23,6 @@ TOP = 20  #: top / bottom tokens kept per neuron
 class NeuronsStage(Stage):
     name = "neurons"
     title = "Contextual MLP0 neurons"
-    exclusive = True          # large products that use every thread well (report.lanes)
     version = 2     # 2: rotary models (layer0.rotary_split)
     nullable = ("neurons[].correlation", "neurons[].true[][]", "neurons[].predicted[][]")   # constant side; BOS
     inputs = ("samples",)
