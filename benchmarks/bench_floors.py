@@ -498,7 +498,6 @@ def rows(r: dict) -> list[dict]:
                         "baseline": round(s["floor_s"], 3), "ratio": round(ratio, 2),
                         "target": f"≤ {STAGE_TARGET}", "unit": "s", "pass": ratio <= STAGE_TARGET})
     b, rep = r["baseline"]["wall_s"], r["report"]["wall_s"]
-    one = r["report"].get("one_by_one_wall_s", rep)
     floor_sum = sum(s["floor_s"] for s in r["stages"])
     out.append({"name": f"{r['size']} report vs the sum of its stages' floors", "measured": round(rep, 1),
                 "baseline": round(floor_sum, 2), "ratio": round(rep / floor_sum, 2), "target": f"≤ {FLOOR_SUM_TARGET}",

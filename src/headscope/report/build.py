@@ -185,26 +185,26 @@ def _build(model, out: Path, odir: OutputDir, options: ReportOptions, inputs, st
     failed: dict[str, str] = {}
     number = {s.name: f"[{i + 1}/{len(stages)}]" for i, s in enumerate(stages)}
     by_name = {s.name: s for s in stages}
-    jobs = []
+    rel = {s.name: data_path(out, s).relative_to(out).as_posix() for s in stages}
+    jobs: list[Job] = []
     for stage in stages:
-        rel = data_path(out, stage).relative_to(out).as_posix()
         # reused only as this run would write it: its key, and the hash the manifest recorded (no hand edit)
         t0, c0 = time.perf_counter(), cpu_seconds()
-        data = read_cached(odir.verified(rel, max_input_bytes()), keys[stage.name]) if options.use_cache else None
-        todo = [d for d in stage.requires if d in {j.name for j in jobs}]
+        data = (read_cached(odir.verified(rel[stage.name], max_input_bytes()), keys[stage.name])
+                if options.use_cache else None)
+        todo = tuple(d for d in stage.requires if any(j.name == d for j in jobs))
         if data is not None and not todo:                 # a computed requirement may fail: then not reused
-            if options.progress:
-                print(f"{number[stage.name]} {stage.name}: cached ({rel.rsplit('/', 1)[-1]})", file=sys.stderr)
+            _say_cached(stage, number, options)
             results[stage.name] = data
             runs[stage.name] = _stage_run(stage, keys[stage.name], True, data, t0, c0, cpu_seconds())
             continue
         jobs.append(Job(stage.name, _job(stage, model, options, inputs, results, failed, keys, parts, number,
-                                         by_name, cached=data), tuple(todo), exclusive=stage.exclusive))
+                                         by_name, cached=data), todo, exclusive=stage.exclusive))
 
     def finish(job: Job, done: "_Done") -> None:
         stage = by_name[job.name]
         if done.document is not None:
-            odir.write(f"data/{stage.name}.json", done.document, record_hash=True)
+            odir.write(rel[stage.name], done.document, record_hash=True)
         if done.failed is not None:
             failed[stage.name] = done.failed
             if options.progress:
@@ -274,8 +274,7 @@ def _job(stage: Stage, model, options, inputs, results: dict, failed: dict, keys
         key = keys[stage.name]
         broken = next((d for d in stage.requires if d in failed), None)
         if broken is None and cached is not None:        # requirements computed and well: the cache holds
-            if options.progress:
-                print(f"{number[stage.name]} {stage.name}: cached (data/{stage.name}.json)", file=sys.stderr)
+            _say_cached(stage, number, options)
             return _Done(cached, None, None, _stage_run(stage, key, True, cached, t0, c0, _clock()))
         progress = Progress(f"{number[stage.name]} {stage.name}", enabled=options.progress)
         try:
@@ -301,6 +300,11 @@ def _job(stage: Stage, model, options, inputs, results: dict, failed: dict, keys
         return _Done(data, doc, None, _stage_run(stage, key, False, data, t0, c0, _clock()))
 
     return run
+
+
+def _say_cached(stage: Stage, number: dict, options) -> None:
+    if options.progress:
+        print(f"{number[stage.name]} {stage.name}: cached ({data_path(Path(), stage).name})", file=sys.stderr)
 
 
 def _stage_run(stage: Stage, key: str, cached: bool, data: dict, t0: float, c0: float, c1: float) -> StageRun:

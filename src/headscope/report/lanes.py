@@ -112,8 +112,7 @@ class _Lanes:
                 self.done.put((job, None, e))
 
     def run(self, jobs: list[Job], finish) -> None:
-        order = {j.name: i for i, j in enumerate(jobs)}
-        pending = sorted(jobs, key=lambda j: (not j.exclusive, order[j.name]))
+        pending = sorted(jobs, key=lambda j: not j.exclusive)            # stable: stage order within each
         finished: set[str] = set()
         running = 0
         error: BaseException | None = None
