@@ -98,9 +98,10 @@ def _block_builds() -> tuple[int, float]:
 
 
 class _Measured:
-    """A report stage whose compute is timed and, when stages run one at a time, whose own peak RSS is
-    measured. In a lane (:mod:`headscope.report.lanes`: another stage may run beside it) its CPU is
-    its own thread's, which with one torch thread per lane is all of its torch work."""
+    """A report stage whose compute is timed and, when it runs alone, whose own peak RSS is measured.
+    In a lane (:mod:`headscope.report.lanes`: another stage may run beside it) its CPU is its own
+    thread's, which with one torch thread per lane is all of its torch work, and its peak is the
+    process's since the last stage that ran alone."""
 
     def __init__(self, stage, phases: list, exact: bool):
         self._stage, self._phases, self._exact = stage, phases, exact
@@ -114,8 +115,9 @@ class _Measured:
 
         alone = not in_lane()
         clock = time.process_time if alone else time.thread_time
+        own_peak = self._exact and alone
         between = _memory.peak_rss_mb()                 # writes of the previous stage, since its reset
-        if self._exact:
+        if own_peak:
             _memory.reset_peak()
         b0 = _block_builds()
         t0, c0 = time.perf_counter(), clock()
@@ -124,17 +126,14 @@ class _Measured:
         self._phases.append({"phase": self._stage.name, "wall_s": time.perf_counter() - t0, "start": t0,
                              "end": time.perf_counter(), "cpu_s": clock() - c0, "rss_mb": _memory.rss_mb(),
                              "peak_mb": _memory.peak_rss_mb(), "between_peak_mb": between,
-                             "block_builds": b1[0] - b0[0], "block_build_s": b1[1] - b0[1],
-                             "lane": not alone})
-        if self._exact:
+                             "block_builds": b1[0] - b0[0], "block_build_s": b1[1] - b0[1]})
+        if own_peak:
             _memory.reset_peak()
         return data
 
 
 def child_report(model_id: str, out: str, dtype: str, lanes: int | None = None) -> None:
     import torch
-
-    from headscope.report.lanes import lanes_for
 
     from headscope import _memory
     from headscope.core.loading import load_checkpoint
@@ -146,9 +145,7 @@ def child_report(model_id: str, out: str, dtype: str, lanes: int | None = None) 
     model = load_checkpoint(model_id, dtype=getattr(torch, dtype), prefetch_fingerprint=True)
     phases.append({"phase": "load", "wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0,
                    "rss_mb": _memory.rss_mb(), "peak_mb": _memory.peak_rss_mb()})
-    # stages side by side (report.lanes): no peak of one stage alone (the report may still run them one
-    # at a time where not every block fits: ReportResult.lanes says what it did)
-    exact = _memory.reset_peak() and lanes_for(torch.get_num_threads(), lanes) == 1
+    exact = _memory.reset_peak()            # whether the peak can be reset (each stage that runs alone)
     stages = [_Measured(s, phases, exact) for s in default_stages()]
     t1 = time.perf_counter()
     result = build_report(model, out, ReportOptions(use_cache=False, progress=False, lanes=lanes), stages=stages)
@@ -164,7 +161,7 @@ def child_report(model_id: str, out: str, dtype: str, lanes: int | None = None) 
     semantic, steering = data.get("semantic") or {}, data.get("steering") or {}
     problems = check_report(model, data, {s.name: s for s in stages}, result)
     _emit({"phases": phases, "problems": problems, "check_s": time.perf_counter() - t2,
-           "exact_stage_peaks": exact, "pages": len(result.pages), "lanes": result.lanes,
+           "exact_stage_peaks": exact and result.lanes == 1, "pages": len(result.pages), "lanes": result.lanes,
            "stages_wall_s": stages_wall,
            "deep_dives": [[h["layer"], h["head"], h["graph"]["keys"]] for h in semantic.get("heads", [])],
            "steered": steering.get("layer"),
