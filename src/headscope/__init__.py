@@ -19,7 +19,7 @@ from .core.entry import load
 from .core.checkpoint import from_hf_state_dict
 from .core.model import Model
 from .core.writing import save_checkpoint, to_hf_state_dict
-from .core.tokenizer import bundled_gpt2_tokenizer, escape_token, to_str_tokens
+from .core.tokenizer import Tokenizer, bundled_gpt2_tokenizer, escape_token, to_str_tokens
 from .core.weights import Block, Processing, Weights, process
 
 # seed 000: the layer-0 split, positional kernels
@@ -53,7 +53,8 @@ from .report import ReportOptions, ReportResult, build_report
 
 __all__ = [
     "__version__",
-    "BadArgument", "Block", "Cache", "Config", "HeadscopeError", "Model", "NotApplicable", "Processing", "Weights",
+    "BadArgument", "Block", "Cache", "Config", "HeadscopeError", "Model", "NotApplicable", "Processing", "Tokenizer",
+    "Weights",
     "all_names", "bundled_gpt2_tokenizer", "escape_token", "from_hf_state_dict", "load",
     "process", "run_with_cache", "save_checkpoint", "to_hf_state_dict", "to_str_tokens",
     "layer0", "HeadKernel", "KernelReport", "analyse_kernels", "read_corpus", "sample_corpus",

@@ -191,13 +191,13 @@ def test_to_str_tokens_real_bpe(tiny_hf_dir):
 def test_loading_builds_the_vocabulary_dict_once(tiny_hf_dir, monkeypatch):
     """Loading (size and id checks, Config.vocab) builds the tokenizer's 50k-entry vocabulary dict
     once, and the BOS record once more: each build is a measurable part of a small command's start."""
-    from transformers import GPT2TokenizerFast
+    from headscope.core.tokenizer import Tokenizer
 
     calls = []
-    real = GPT2TokenizerFast.get_vocab
-    monkeypatch.setattr(GPT2TokenizerFast, "get_vocab", lambda self: calls.append(1) or real(self))
+    real = Tokenizer.get_vocab
+    monkeypatch.setattr(Tokenizer, "get_vocab", lambda self: calls.append(1) or real(self))
     model = headscope.load(tiny_hf_dir)
-    assert isinstance(model.tokenizer, GPT2TokenizerFast) and len(calls) == 1
+    assert isinstance(model.tokenizer, Tokenizer) and len(calls) == 1
     assert model.cfg.vocab == 50257
     assert model.bos == {"token": "<|endoftext|>", "id": 50256, "source": "gpt2 convention",
                          "prepended_by_tokenizer": False, "padding_row": False}

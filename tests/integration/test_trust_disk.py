@@ -207,7 +207,7 @@ def test_a_tokenizer_regex_that_backtracks_catastrophically_ends_in_headscope_er
 
     d = tmp_path / "ckpt"
     shutil.copytree(tiny_hf_dir, d)
-    tok = load_tokenizer(d)._tokenizer
+    tok = load_tokenizer(d).backend_tokenizer
     tok.pre_tokenizer = pre_tokenizers.Split(Regex("(a+)+$"), behavior="isolated")
     tok.save(str(d / "tokenizer.json"))
     (tmp_path / "t.txt").write_text("a" * 40 + "b\n")

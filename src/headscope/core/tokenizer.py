@@ -89,6 +89,90 @@ class _QuietPanics:
                         os.write(2, data)
 
 
+class Tokenizer:
+    """A checkpoint's tokenizer: the ``tokenizers`` library's backend read from the checkpoint's files,
+    with what headscope asks of a tokenizer, and nothing of transformers on its path.
+
+    transformers' tokenizers wrap the same backend; importing them costs about a second
+    (transformers 5 scans every model's sources twice) — most of a small command's load. Read
+    here, the files give the ids, texts and vocabulary that ``GPT2TokenizerFast`` (GPT-2) and
+    ``PreTrainedTokenizerFast`` (other families) give for them in transformers 5, checked token by
+    token in the tests:
+
+    * ``encode(text)``: the model's tokens only. GPT-2's tokenizer.json adds none of its own;
+      headscope prepends BOS itself (:mod:`.bos`), so no family's template is applied.
+    * ``decode(ids)``: the backend's, special tokens kept, no clean-up of spaces (transformers 5's
+      default).
+    * ``bos_token_id``: GPT-2's ``<|endoftext|>`` (GPT2TokenizerFast's bos, unk and eos, added as
+      special tokens where the file lacks them); None for other families' tokenizer.json (read
+      without their tokenizer_config.json, as transformers' ``PreTrainedTokenizerFast`` reads it).
+    * ``get_vocab()``, ``len()``, ``convert_ids_to_tokens``: with the added tokens.
+
+    Any other attribute (``__call__``, ``tokenize``, ``batch_decode``, …) is transformers' tokenizer
+    of the same files, built on first use: code written for ``model.tokenizer`` as a transformers
+    tokenizer keeps working. The backend's ``encode*`` calls hold back its panic notes
+    (:class:`_QuietPanics`).
+    """
+
+    def __init__(self, backend, family: str, hf_factory):
+        backend.no_truncation()                 # as transformers: a file's truncation applies only when asked
+        backend.no_padding()
+        if family == "gpt2":
+            from tokenizers import AddedToken
+
+            if EOT not in {t.content for t in backend.get_added_tokens_decoder().values()}:
+                backend.add_special_tokens([AddedToken(EOT, special=True, normalized=False)])
+        self._backend = _QuietPanics(backend)
+        self._family = family
+        self._hf_factory = hf_factory           # () -> transformers' tokenizer of the same files
+        self._hf = None
+        self.bos_token_id = backend.token_to_id(EOT) if family == "gpt2" else None
+
+    @property
+    def backend_tokenizer(self):
+        """The ``tokenizers.Tokenizer`` (as transformers' ``backend_tokenizer``)."""
+        return self._backend
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        """The ids of `text`, the model's tokens only (``add_special_tokens=True``: the file's template too)."""
+        return self._backend.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def decode(self, ids, skip_special_tokens: bool = False) -> str:
+        ids = [ids] if isinstance(ids, int) else [int(i) for i in ids]
+        return self._backend.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def get_vocab(self) -> dict[str, int]:
+        return self._backend.get_vocab(with_added_tokens=True)
+
+    def __len__(self) -> int:
+        return self._backend.get_vocab_size(with_added_tokens=True)
+
+    def convert_ids_to_tokens(self, ids):
+        if isinstance(ids, int):
+            return self._backend.id_to_token(ids)
+        return [self._backend.id_to_token(int(i)) for i in ids]
+
+    def transformers(self):
+        """transformers' tokenizer of the same files (imports transformers; built once)."""
+        if self._hf is None:
+            self._hf = self._hf_factory()
+        return self._hf
+
+    def __call__(self, *args, **kwargs):
+        return self.transformers()(*args, **kwargs)
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.transformers(), name)
+
+    def __getstate__(self):
+        return {**self.__dict__, "_hf": None}
+
+    def __repr__(self) -> str:
+        return f"headscope.Tokenizer({self._family}, {len(self)} tokens)"
+
+
 def _quiet_panics(tokenizer):
     """`tokenizer` (transformers, fast) with its backend's panic notes held back (:class:`_QuietPanics`)."""
     tokenizer._tokenizer = _QuietPanics(tokenizer._tokenizer)
@@ -96,25 +180,49 @@ def _quiet_panics(tokenizer):
 
 
 def _family_tokenizer(tokenizer_file: str):
-    """Any family's tokenizer.json (the ``tokenizers`` library through transformers), whose
-    ``encode`` adds none of its own special tokens (headscope prepends BOS itself: :mod:`.bos`)."""
+    """Any family's tokenizer.json through transformers (``PreTrainedTokenizerFast``), whose ``encode``
+    adds none of its own special tokens (headscope prepends BOS itself: :mod:`.bos`)."""
     from transformers import PreTrainedTokenizerFast
 
     class FamilyTokenizer(PreTrainedTokenizerFast):
         def encode(self, text, *args, add_special_tokens: bool = False, **kwargs):
             return super().encode(text, *args, add_special_tokens=add_special_tokens, **kwargs)
 
-    return FamilyTokenizer(tokenizer_file=tokenizer_file)
+    return _quiet_panics(FamilyTokenizer(tokenizer_file=tokenizer_file))
 
 
-def load_tokenizer(directory: Path, family: str = "gpt2"):
-    """Load a checkpoint directory's tokenizer.
-
-    Reads tokenizer.json if present (GPT-2: as ``GPT2TokenizerFast``; other families: a
-    ``PreTrainedTokenizerFast`` of the file), else GPT-2's vocab.json + merges.txt. Never runs
-    code from the checkpoint.
-    """
+def _transformers_tokenizer(tokenizer_file: str | None, family: str, vocab: dict | None = None,
+                            merges: list | None = None):
+    """transformers' tokenizer of a tokenizer.json (`tokenizer_file`), or of GPT-2's `vocab` and `merges`."""
+    if tokenizer_file is not None and family != "gpt2":
+        return _family_tokenizer(tokenizer_file)
     from transformers import GPT2TokenizerFast
+
+    if tokenizer_file is not None:
+        return _quiet_panics(GPT2TokenizerFast(tokenizer_file=tokenizer_file))
+    return GPT2TokenizerFast(vocab=vocab, merges=merges)
+
+
+def _gpt2_bpe(vocab: dict, merges: list):
+    """GPT-2's byte-level BPE of a vocab.json and merges.txt, as transformers 5's ``GPT2TokenizerFast``
+    builds it from them."""
+    from tokenizers import Tokenizer as Backend, decoders, pre_tokenizers
+    from tokenizers.models import BPE
+
+    backend = Backend(BPE(vocab=vocab, merges=merges, dropout=None, continuing_subword_prefix="",
+                          end_of_word_suffix="", fuse_unk=False))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    return backend
+
+
+def load_tokenizer(directory: Path, family: str = "gpt2") -> Tokenizer:
+    """Load a checkpoint directory's tokenizer (:class:`Tokenizer`).
+
+    Reads tokenizer.json if present, else GPT-2's vocab.json + merges.txt. Never runs code from
+    the checkpoint.
+    """
+    from tokenizers import Tokenizer as Backend
 
     from .._input import CHECKPOINT_FILE_LIMIT as LIMIT, decode_text, read_capped, read_json_file
 
@@ -122,13 +230,12 @@ def load_tokenizer(directory: Path, family: str = "gpt2"):
     tj = directory / "tokenizer.json"
     vocab, merges = directory / "vocab.json", directory / "merges.txt"
     if tj.exists():
-        read_capped(tj, "tokenizer file", LIMIT)    # the input rule and its cap, before tokenizers reads it
+        text = decode_text(read_capped(tj, "tokenizer file", LIMIT), tj, "tokenizer file")   # the input rule and its cap
         try:
-            if family != "gpt2":
-                return _quiet_panics(_family_tokenizer(str(tj)))
-            return _quiet_panics(GPT2TokenizerFast(tokenizer_file=str(tj)))
+            backend = Backend.from_str(text)
         except Exception as e:  # tokenizers raises its own exception types
             raise HeadscopeError(f"cannot read the tokenizer in {directory}: {str(e).splitlines()[0]}") from None
+        return Tokenizer(backend, family, functools.partial(_transformers_tokenizer, str(tj), family))
     if vocab.exists() and merges.exists():
         v = read_json_file(vocab, "tokenizer file", limit=LIMIT)
         if not isinstance(v, dict) or not all(isinstance(k, str) and type(i) is int and i >= 0 for k, i in v.items()):
@@ -141,9 +248,10 @@ def load_tokenizer(directory: Path, family: str = "gpt2"):
         if any(len(p) != 2 for p in pairs):
             raise HeadscopeError(f"tokenizer file {merges}: expected one merge 'A B' per line")
         try:
-            return GPT2TokenizerFast(vocab=v, merges=pairs)
+            backend = _gpt2_bpe(v, pairs)
         except Exception as e:  # tokenizers raises its own exception types
             raise HeadscopeError(f"cannot read the tokenizer in {directory}: {str(e).splitlines()[0]}") from None
+        return Tokenizer(backend, "gpt2", functools.partial(_transformers_tokenizer, None, "gpt2", v, pairs))
     raise HeadscopeError(
         f"no tokenizer in {directory}: expected tokenizer.json or vocab.json + merges.txt"
     )
