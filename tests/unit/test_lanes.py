@@ -86,6 +86,22 @@ def test_exclusive_stages_run_first_and_alone_unless_they_wait_for_a_requirement
     assert by["x"]["start"] >= max(by["a"]["end"], by["b"]["end"])                       # x waits for a, then runs alone
 
 
+def test_long_stages_start_first_and_the_short_ones_fill_the_lane_that_frees_first():
+    """Longest first: the long stages take both lanes at once; the short ones, in stage order, go to the lane
+    that ends first — and a long stage still waits for its requirement."""
+    log, finished = [], []
+    both = threading.Barrier(2)
+    jobs = [Job("s1", _recorder(log, "s1")), Job("s2", _recorder(log, "s2")),
+            Job("L1", _recorder(log, "L1", wait=both, pause=0.3), long=True),
+            Job("L2", _recorder(log, "L2", wait=both), long=True),
+            Job("L3", _recorder(log, "L3"), requires=("s1",), long=True)]
+    run_jobs(jobs, _finished(finished), lanes=2, threads=2)
+    by = {r["name"]: r for r in log}
+    assert min(by["s1"]["start"], by["s2"]["start"]) >= max(by["L1"]["start"], by["L2"]["start"])
+    assert by["s1"]["thread"] is by["L2"]["thread"] and by["s1"]["start"] < by["L1"]["end"]   # L2's lane, L1 runs
+    assert by["L3"]["start"] >= by["s1"]["end"] and sorted(by) == ["L1", "L2", "L3", "s1", "s2"]
+
+
 def test_an_error_stops_new_work_after_the_running_stages_finish():
     log, finished = [], []
     both = threading.Barrier(2)

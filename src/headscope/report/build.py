@@ -199,7 +199,8 @@ def _build(model, out: Path, odir: OutputDir, options: ReportOptions, inputs, st
             runs[stage.name] = _stage_run(stage, keys[stage.name], True, data, t0, c0, cpu_seconds())
             continue
         jobs.append(Job(stage.name, _job(stage, model, options, inputs, results, failed, keys, parts, number,
-                                         by_name, cached=data), todo, exclusive=stage.exclusive))
+                                         by_name, cached=data), todo, exclusive=stage.exclusive,
+                        long=stage.long))
 
     def finish(job: Job, done: "_Done") -> None:
         stage = by_name[job.name]

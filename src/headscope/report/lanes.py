@@ -24,8 +24,12 @@ product's last bits can depend on the thread count — MKL picks other kernels f
 so ``--lanes 1`` may differ from the default in the last printed digit on some models.)
 
 The scheduler: among the stages whose requirements have finished, exclusive ones first, then the
-stage order. An exclusive stage waits for both lanes to empty and runs in the calling thread; the
-others go to the first free lane. ``finish(job, outcome)`` is called in the calling thread as each
+``long`` ones (the longest stages that run in a lane), then the stage order. An exclusive stage waits
+for both lanes to empty and runs in the calling thread; the others go to the first free lane.
+Starting the long stages first is longest-first scheduling: the short ones then fill whichever lane
+ends first, and the lanes end nearly together (gpt2, 2026-12-06, in-process, alternating: the
+report 0.5–1.2 s shorter, lanes ending 0.2 s apart instead of 1.3 s; which lane runs a stage never
+changes its bytes). ``finish(job, outcome)`` is called in the calling thread as each
 stage ends (the report writes its data file there, so nothing else touches the output directory).
 An exception other than the stage's own reported failure (a bug, KeyboardInterrupt) stops new
 work; the stages already running finish and are kept, then it is raised.
@@ -75,6 +79,7 @@ class Job:
     run: Callable[[], Any]
     requires: tuple[str, ...] = ()
     exclusive: bool = False
+    long: bool = False          #: started before the other lane stages (longest first)
 
 
 def run_jobs(jobs: Sequence[Job], finish: Callable[[Job, Any], None], lanes: int = 1,
@@ -112,7 +117,7 @@ class _Lanes:
                 self.done.put((job, None, e))
 
     def run(self, jobs: list[Job], finish) -> None:
-        pending = sorted(jobs, key=lambda j: not j.exclusive)            # stable: stage order within each
+        pending = sorted(jobs, key=lambda j: (not j.exclusive, not j.long))   # stable: stage order within each
         finished: set[str] = set()
         running = 0
         error: BaseException | None = None

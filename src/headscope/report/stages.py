@@ -168,6 +168,8 @@ class Stage:
       compute sees theirs (and what they require) only, finished before it starts.
     * ``exclusive`` — True for a stage of large products that already use every torch thread
       well: it runs alone on all of them, never in a lane beside another stage (:mod:`.lanes`).
+    * ``long`` — True for one of the longest stages that run in a lane: lanes start it before the
+      others (longest first), so that they end together (:mod:`.lanes`).
     * :meth:`key_options` — the options that change the result (part of the cache key).
     * :meth:`compute` — the numbers, as a JSON-ready dict (use ``result.to_dict()``).
     * :meth:`render` — HTML from that dict (``data`` is what was saved, after the JSON
@@ -192,6 +194,7 @@ class Stage:
     tolerates_not_applicable: bool = False
     optional: bool = False          # run only when named (--stages NAME) or asked for (ReportOptions.claims)
     exclusive: bool = False         # run alone on every torch thread, never in a lane (report.lanes)
+    long: bool = False              # started before the other lane stages: longest first (report.lanes)
 
     def key_options(self, options) -> dict:
         return {}

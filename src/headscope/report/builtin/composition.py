@@ -25,6 +25,7 @@ class CompositionStage(Stage):
     name = "composition"
     title = "Composition between heads (weights only)"
     version = 1
+    long = True               # one of the longest lane stages: started first (report.lanes)
 
     def key_options(self, o) -> dict:
         return {"edges": EDGES, "asked": "composition" in (o.stages or ())}

@@ -27,6 +27,7 @@ class NeuronsStage(Stage):
     nullable = ("neurons[].correlation", "neurons[].true[][]", "neurons[].predicted[][]")   # constant side; BOS
     inputs = ("samples",)
     requires = ("calibration",)
+    long = True               # one of the longest lane stages: started first (report.lanes)
 
     def key_options(self, o) -> dict:
         return {"threshold": DEFAULT_THRESHOLD, "top": TOP, "n_neurons": o.n_neurons}

@@ -34,6 +34,7 @@ class SemanticStage(Stage):
                 "heads[].skew_to_sym_ratio",   # undefined: see headscope.head / clustering / survey / bilinear
                 "heads[].graph.max_comm_size")  # no community size cap (headscope's graph; the seed preset's: 512)
     requires = ("survey",)
+    long = True               # one of the longest lane stages: started first (report.lanes)
 
     def key_options(self, o) -> dict:
         return {"deep_dives": o.deep_dives, "n_tokens": o.semantic_tokens, "variant": "full", "seed": 0, "spectral": False,
