@@ -168,33 +168,24 @@ def denominator_stability(
         keys = X[:, 1:].reshape(-1)
         ids, counts = keys.unique(return_counts=True)
         u = counts.double() / counts.sum()                                       # unigram [support]
-        # the support's embedding rows gathered once, not once per position: W_E[ids] as a view's W_E
-        # (content_logits of the slice ':' then adds W_pos[n] to these very rows, the same values)
-        w_support = dataclasses.replace(w, W_E=w.W_E[ids])                      # W_E [support d]
-        pl, ps, ch, ho, s2s = [], [], [], [], []
-        for n in positions:
-            fr = layer0.frame(w, qid, n, c)
-            lc = fr.content_logits(w_support, slice(None))                       # [head support] log c
-            lbos = fr.content_logits(w, torch.tensor([model.bos_id]))[:, 0]      # [head]
-            m = lc.amax(1)                                                       # [head] shift
-            cp = (lc - m[:, None]).exp()                                         # c' = c e^{-m} in (0, 1]
-            mu = cp @ u                                                          # μ' ≥ min u > 0
-            var = (cp - mu[:, None]).pow(2) @ u                                  # Var'[c]
-            R_ = 1 - cp.amin(1)                                                  # (max c − min c) e^{-m}
-            lp = fr.pos_logits                                                   # [head n+1]
-            log_p0 = lp[:, 0] - fr.log_Z
-            log_rest = torch.logsumexp(lp[:, 1:], 1) - fr.log_Z                  # log(1 − pos_0)
-            log_s2 = torch.logsumexp(2 * lp[:, 1:], 1) - 2 * fr.log_Z            # log Σ_{i≥1} pos_i²
-            log_ES = torch.logaddexp(log_p0 + lbos, log_rest + m + mu.log())     # log E[S]
-            unit = (m + 0.5 * log_s2 - log_ES).exp()                             # e^m sqrt(s₂) / E[S]
-            pl.append(log_ES)
-            ps.append(var.sqrt() * unit)
-            ch.append((var / delta).sqrt() * unit)
-            ho.append(R_ * math.sqrt(math.log(2 / delta) / 2) * unit)
-            s2s.append(log_s2.exp())
-        st = lambda xs: torch.stack(xs, 1)                                      # [head P]
-        out = dict(log_pred=st(pl), pred_std=st(ps).tolist(), cheb=st(ch).tolist(), hoeff=st(ho).tolist(),
-                   s2=st(s2s).tolist())
+        ns = torch.tensor(positions)                                             # [P]
+        lc, lp = layer0.frames_at(w, qid, ns, c, torch.cat([ids, torch.tensor([model.bos_id])]))
+        lc, lbos = lc[..., :-1], lc[..., -1]                                     # [P head support] log c, [P head]
+        m = lc.amax(-1)                                                          # [P head] shift
+        cp = (lc - m[..., None]).exp_()                                          # c' = c e^{-m} in (0, 1]
+        mu = cp @ u                                                              # μ' ≥ min u > 0
+        var = (cp - mu[..., None]).pow_(2) @ u                                   # Var'[c]
+        R_ = 1 - cp.amin(-1)                                                     # (max c − min c) e^{-m}
+        log_Z = torch.logsumexp(lp, -1)                                          # [P head]; lp −inf beyond n
+        log_p0 = lp[..., 0] - log_Z
+        log_rest = torch.logsumexp(lp[..., 1:], -1) - log_Z                      # log(1 − pos_0)
+        log_s2 = torch.logsumexp(2 * lp[..., 1:], -1) - 2 * log_Z                # log Σ_{i≥1} pos_i²
+        log_ES = torch.logaddexp(log_p0 + lbos, log_rest + m + mu.log())         # log E[S]
+        unit = (m + 0.5 * log_s2 - log_ES).exp()                                 # e^m sqrt(s₂) / E[S]
+        st = lambda x: x.T.contiguous()                                          # [head P]
+        out = dict(log_pred=st(log_ES), pred_std=st(var.sqrt() * unit).tolist(),
+                   cheb=st((var / delta).sqrt() * unit).tolist(),
+                   hoeff=st(R_ * math.sqrt(math.log(2 / delta) / 2) * unit).tolist(), s2=st(log_s2.exp()).tolist())
     # absolute S where float64 holds it (log S ≤ 709); the logs are always given
     logs = [logS[:n_traces], log_mean] + ([out["log_pred"]] if out["log_pred"] is not None else [])
     top = max(float(x.max()) for x in logs)

@@ -364,6 +364,45 @@ def log_content_factors(w: Weights, query_token: int, n: int, tokens: Int[Tensor
         return torch.add(R.T, fr.bq[:, None], out=torch.empty(R.shape[1], V, dtype=R.dtype)).double()
 
 
+def frames_at(w: Weights, token: int, ns: Int[Tensor, "m"], c: float, tokens: Int[Tensor, "t"]
+              ) -> tuple[Float[Tensor, "m head t"], Float[Tensor, "m head k"]]:
+    """The frames of `token` at the positions `ns` at once, as far as the denominators read them:
+    (log content_h[n, t] for `tokens` [m head t], pos_logits [m head k], k = max(ns) + 1, −inf where
+    n does not see i) — :meth:`Frame.content_logits` and ``pos_logits`` of :func:`frame` at each n.
+
+    Learned positions: with LN1(x) = w₁ ⊙ c(x)/σ(x) + b₁, σ(x)² = |c(x)|²/d + eps and
+    x = W_E[t] + W_pos[n] (c linear), a token's readout is
+
+        LN1(x)·Kq_n = (c(W_E[t]) ⊙ w₁)·Kq_n / σ_tn + (c(W_pos[n]) ⊙ w₁)·Kq_n / σ_tn + b₁·Kq_n,
+        σ_tn² = (|c(W_E[t])|² + |c(W_pos[n])|² + 2 c(W_E[t])·c(W_pos[n])) / d + eps,
+
+    so every position's content logits come from one [t d] @ [d m·head] product and a [t d] @
+    [d m] one, not a LayerNorm of [t d] per position (the same values to float64 rounding; the
+    expansion of σ² is clamped at eps, as :func:`split_scores` clamps its own). Rotary
+    positions: :func:`frame` at each n (their content depends on n through q̃ only)."""
+    if _rotary(w.cfg):
+        frames = [frame(w, token, int(n), c) for n in ns]
+        k = int(ns.max()) + 1
+        pos = torch.full((len(frames), w.cfg.n_heads, k), -math.inf, dtype=frames[0].pos_logits.dtype)
+        for i, fr in enumerate(frames):
+            pos[i, :, :fr.pos_logits.shape[1]] = fr.pos_logits
+        return torch.stack([fr.content_logits(w, tokens) for fr in frames]), pos
+    _check_frame(w, [token], int(ns.max()))
+    b, d = w.blocks[0], w.cfg.d_model
+    q = queries(w, torch.full_like(ns, token), ns)                                 # [m h e]
+    s = w.cfg.attn_scale(0)
+    Kq = torch.einsum("hde,mhe->dmh", b.W_K, q) / s                                # [d m h]
+    m, H = q.shape[0], q.shape[1]
+    e_t, p_n = centred(w.W_E[tokens]), centred(w.W_pos[ns])                       # [t d], [m d]
+    sigma = ((e_t.pow(2).sum(-1)[:, None] + p_n.pow(2).sum(-1)[None, :] + 2 * e_t @ p_n.T) / d
+             ).clamp_min(0).add_(w.cfg.ln_eps).sqrt_()                             # [t m]
+    wE = (e_t * b.ln1_w) @ Kq.reshape(d, m * H)                                    # [t d] @ [d m·h] → [t m h]
+    wP = torch.einsum("md,dmh->mh", p_n * b.ln1_w, Kq)                             # [m h]
+    bias = b.ln1_b @ Kq.reshape(d, m * H) + (b.b_K * q).sum(-1).reshape(-1) / s    # [m·h]: b₁·Kq + b_K·q/s
+    content = (wE.view(-1, m, H).add_(wP).div_(sigma[:, :, None]) + bias.view(m, H))   # [t m h]
+    return content.permute(1, 2, 0), _positional_logits(w, q, ns, int(ns.max()) + 1, c)
+
+
 def seed_log_denominator(log_denom: Float[Tensor, "... head"], fr: Frame) -> Float[Tensor, "... head"]:
     """log S_h[n] = L_h[n] − log Z_h[n]: the model's log-denominator in the seed's normalisation."""
     return log_denom - fr.log_Z
