@@ -108,24 +108,37 @@ def robust_z(x: Tensor, ref: Tensor | None = None) -> Tensor:
     return torch.where(dev == 0, torch.zeros_like(dev), dev.sign() * math.inf)
 
 
+#: significant digits two values must share to count as one value when ranked (:func:`ranks`)
+RANK_DIGITS = 12
+
+
+def ranks(x: Sequence[float] | Tensor) -> Float[Tensor, "n"]:
+    """Ranks 0..n−1 of `x` (float64), ties their mean rank, after rounding each value to
+    :data:`RANK_DIGITS` significant digits.
+
+    The values ranked here are float64 results (spreads, bounds, kernel sums) whose last digits
+    depend on the order of the sums that made them (10⁻¹⁶–10⁻¹² relative, more after a
+    cancellation): two values equal in exact arithmetic, or equal to rounding, would otherwise
+    get distinct ranks in one order and a tie in another, and a rank correlation over a few
+    saturated heads would move by whole ranks with the arithmetic. Rounded, values that agree
+    to 12 digits are one value."""
+    t = torch.tensor([float(f"{float(v):.{RANK_DIGITS}g}") for v in (x.tolist() if isinstance(x, Tensor) else x)],
+                     dtype=torch.float64)
+    r = torch.empty_like(t)
+    r[torch.argsort(t, stable=True)] = torch.arange(len(t), dtype=torch.float64)
+    for v in t.unique():                                       # ties: mean rank
+        m = t == v
+        r[m] = r[m].mean()
+    return r
+
+
 def spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
-    """Spearman's ρ: Pearson's r of the ranks (ties get their mean rank); None below 3 pairs
-    or where either side is constant."""
+    """Spearman's ρ: Pearson's r of the :func:`ranks` (ties, to 12 digits, get their mean rank);
+    None below 3 pairs or where either side is constant."""
     if len(a) != len(b):
         raise ValueError(f"spearman: expected equal lengths, got {len(a)} and {len(b)}")
     if len(a) < 3:
         return None
-
-    def ranks(x):
-        t = torch.tensor([float(v) for v in x], dtype=torch.float64)
-        order = torch.argsort(t, stable=True)
-        r = torch.empty_like(t)
-        r[order] = torch.arange(len(t), dtype=torch.float64)
-        for v in t.unique():                                   # ties: mean rank
-            m = t == v
-            r[m] = r[m].mean()
-        return r
-
     return pearson(ranks(a), ranks(b))
 
 

@@ -11,7 +11,7 @@ import torch
 
 from .._errors import HeadscopeError, NotApplicable
 from ..layer0.kernels import translation_positions
-from ..stats import correlation, sign_flip_means, spearman
+from ..stats import correlation, ranks, sign_flip_means, spearman
 from .null import compare, generator, share_null
 from .reference import FOUND_REFERENCE, check_layer0_heads, seed_component
 from .table import claim, margin_of, share_of
@@ -406,16 +406,6 @@ def _share(c, ref, w, values: dict, ok_value, what: str, planted_note: str = "")
 CONCENTRATION_PERMUTATIONS = 1000   #: the concentration row's null: head labels permuted per position
 
 
-def _ranks(t: torch.Tensor) -> torch.Tensor:
-    """Ranks of a 1-D tensor, ties their mean rank (as stats.spearman)."""
-    r = torch.empty_like(t)
-    r[torch.argsort(t, stable=True)] = torch.arange(len(t), dtype=t.dtype)
-    for v in t.unique():
-        m = t == v
-        r[m] = r[m].mean()
-    return r
-
-
 @claim("denominator_concentration")
 def _denominator_concentration(c, ref, w):
     """Seed 000: under i.i.d. tokens, Chebyshev/Hoeffding bound S's deviation by σ·sqrt(Σ pos²) (and
@@ -443,7 +433,7 @@ def _denominator_concentration(c, ref, w):
     # the null: permuting the predictions permutes their ranks, so rank once, permute the ranks
     g = generator("denominator_concentration")
     H, P = pred.shape
-    rp, rm = _ranks(pred.flatten()).reshape(H, P), _ranks(meas.flatten())
+    rp, rm = ranks(pred.flatten()).reshape(H, P), ranks(meas.flatten())
     perm = torch.argsort(torch.rand(CONCENTRATION_PERMUTATIONS, H, P, generator=g, dtype=torch.float64), dim=1)
     x = rp.expand(CONCENTRATION_PERMUTATIONS, H, P).gather(1, perm).flatten(1)                 # [N H·P]
     draws = correlation(x, rm.expand_as(x)).nan_to_num(0.0).tolist()
