@@ -396,8 +396,12 @@ def _files_stamp(files) -> tuple:
 
 #: environment variable: bytes of processed blocks a model keeps in memory ("2G", "512M", "all")
 BLOCK_BUDGET_ENV = "HEADSCOPE_BLOCK_BUDGET"
-#: share of the available memory the processed blocks may take by default (when they do not all fit in it)
-BLOCK_SHARE = 0.25
+#: share of the available memory the processed blocks may take by default (when they do not all fit in it).
+#: A third: on GPT-2 XL (5.9 GB of blocks) the report's other memory (embeddings, unembedding, the stages'
+#: working sets) peaks at about 3.3 GB, 0.56× the blocks, so blocks within a third leave the rest two thirds.
+#: A quarter dropped XL's blocks on a 24 GB machine whenever less than 23.6 GB was available, and the atlas's
+#: rebuilds then cost it 20 s of 90 (2026-12-06, docs/performance.md).
+BLOCK_SHARE = 1 / 3
 
 
 def parse_bytes(text: str) -> int | None:
