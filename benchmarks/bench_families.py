@@ -27,7 +27,7 @@ The 7-billion class (Mistral-7B, GPT-J-6B, Phi-3-mini) is stored in half precisi
 read block by block into float32 (one copy, exact upcast, as transformers reads it with
 ``dtype=float32``). The whole model in float32 would take Mistral-7B 29 GB plus 3.2 GB of expanded
 key/value heads, GPT-J-6B 24 GB, Phi-3-mini 15 GB; processed blocks are held within a budget
-(``HEADSCOPE_BLOCK_BUDGET``, default a quarter of the available memory) and rebuilt from the files
+(``HEADSCOPE_BLOCK_BUDGET``, default a third of the available memory) and rebuilt from the files
 when read again, so full depth runs in bounded memory (each phase prints the blocks it built and
 their CPU seconds). ``--layers N``: the real widths at reduced depth, rows named ``<shape>@<N>L``,
 never presented as the full model's.
@@ -266,7 +266,7 @@ def main(argv=None) -> int:
     big = [s for s in a.shapes if s in DISK_DTYPE]
     if big and a.layers is None and os.environ.get("HEADSCOPE_BLOCK_BUDGET", "").lower() == "all":
         ap.error(f"{', '.join(big)}: HEADSCOPE_BLOCK_BUDGET=all holds every float32 block (15–32 GB); "
-                 "leave it unset (blocks held within a quarter of the available memory) or give --layers N")
+                 "leave it unset (blocks held within a third of the available memory) or give --layers N")
     r = run(shapes=a.shapes, cache=a.cache, keep=a.keep, layers=a.layers, timeout=a.timeout)
     print(json.dumps(r, indent=2, default=str) if a.json else r["report_text"])
     return 0 if all(row["pass"] for row in r["rows"]) else 1
