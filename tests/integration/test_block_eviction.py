@@ -123,3 +123,22 @@ def test_budget_parsing():
     assert parse_bytes("1048576") == 1 << 20
     with pytest.raises(headscope.HeadscopeError, match="HEADSCOPE_BLOCK_BUDGET"):
         parse_bytes("lots")
+
+
+def test_default_budget_holds_every_block_within_a_third_of_available_memory(monkeypatch):
+    """Unset, the budget keeps every block while the blocks take at most a third of MemAvailable (GPT-2 XL's
+    5.9 GB on a machine with 18 GB or more available), else that third, and never less than one block."""
+    from headscope.core import checkpoint
+
+    monkeypatch.delenv(checkpoint.BLOCK_BUDGET_ENV, raising=False)
+    block = 122_963_200                                                       # one processed GPT-2 XL block
+    monkeypatch.setattr(checkpoint, "available_bytes", lambda: 18 << 30)
+    assert checkpoint.block_budget(48, block) is None                        # 5.9 GB ≤ 6 GB: all held
+    monkeypatch.setattr(checkpoint, "available_bytes", lambda: 16 << 30)
+    assert checkpoint.block_budget(48, block) == (16 << 30) // 3             # 5.9 GB > 5.33 GB: a third
+    monkeypatch.setattr(checkpoint, "available_bytes", lambda: 1 << 20)
+    assert checkpoint.block_budget(48, block) == block                       # at least one block
+    monkeypatch.setattr(checkpoint, "available_bytes", lambda: None)
+    assert checkpoint.block_budget(48, block) is None                        # unknown: no budget
+    monkeypatch.setenv(checkpoint.BLOCK_BUDGET_ENV, "2G")
+    assert checkpoint.block_budget(48, block) == 2 << 30                     # the variable wins
