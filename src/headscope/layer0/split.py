@@ -313,13 +313,18 @@ def query_frames(w: Weights, token: int, ns: Int[Tensor, "m"], c: float
     """The frames of `token` at positions `ns` at once: q [m h e], Kq = W_K q / s [m d h],
     bq = b_K·q / s [m h] and pos [m h k] (k = max(ns) + 1, zero beyond each n) — what
     :func:`frame` gives one position at a time."""
+    q, Kq, bq, logits = _frame_parts(w, token, ns, c)
+    return q, Kq, bq, torch.softmax(logits, dim=-1)
+
+
+def _frame_parts(w: Weights, token: int, ns: Int[Tensor, "m"], c: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """:func:`query_frames` with the positional logits [m h k] (−inf where hidden) in place of their softmax."""
     b = w.blocks[0]
     _check_frame(w, [token], int(ns.max()))
     q = queries(w, torch.full_like(ns, token), ns)                                 # [m h e]
     s = w.cfg.attn_scale(0)
-    k = int(ns.max()) + 1
-    logits = _positional_logits(w, q, ns, k, c)                                    # [m h k], −inf where hidden
-    return q, torch.einsum("hde,mhe->mdh", b.W_K, q) / s, (b.b_K * q).sum(-1) / s, torch.softmax(logits, dim=-1)
+    logits = _positional_logits(w, q, ns, int(ns.max()) + 1, c)                    # [m h k], −inf where hidden
+    return q, torch.einsum("hde,mhe->mdh", b.W_K, q) / s, (b.b_K * q).sum(-1) / s, logits
 
 
 def positional_kernels(w: Weights, query_tokens: Sequence[int], n: int, c: float) -> Float[Tensor, "t h i"]:
@@ -387,20 +392,18 @@ def frames_at(w: Weights, token: int, ns: Int[Tensor, "m"], c: float, tokens: In
         for i, fr in enumerate(frames):
             pos[i, :, :fr.pos_logits.shape[1]] = fr.pos_logits
         return torch.stack([fr.content_logits(w, tokens) for fr in frames]), pos
-    _check_frame(w, [token], int(ns.max()))
     b, d = w.blocks[0], w.cfg.d_model
-    q = queries(w, torch.full_like(ns, token), ns)                                 # [m h e]
-    s = w.cfg.attn_scale(0)
-    Kq = torch.einsum("hde,mhe->dmh", b.W_K, q) / s                                # [d m h]
-    m, H = q.shape[0], q.shape[1]
+    _, Kq, bq, logits = _frame_parts(w, token, ns, c)                              # Kq [m d h], bq [m h]
+    m, H = bq.shape
+    KqT = Kq.permute(1, 0, 2).reshape(d, m * H)                                    # [d m·h]
     e_t, p_n = centred(w.W_E[tokens]), centred(w.W_pos[ns])                       # [t d], [m d]
     sigma = ((e_t.pow(2).sum(-1)[:, None] + p_n.pow(2).sum(-1)[None, :] + 2 * e_t @ p_n.T) / d
              ).clamp_min(0).add_(w.cfg.ln_eps).sqrt_()                             # [t m]
-    wE = (e_t * b.ln1_w) @ Kq.reshape(d, m * H)                                    # [t d] @ [d m·h] → [t m h]
-    wP = torch.einsum("md,dmh->mh", p_n * b.ln1_w, Kq)                             # [m h]
-    bias = b.ln1_b @ Kq.reshape(d, m * H) + (b.b_K * q).sum(-1).reshape(-1) / s    # [m·h]: b₁·Kq + b_K·q/s
-    content = (wE.view(-1, m, H).add_(wP).div_(sigma[:, :, None]) + bias.view(m, H))   # [t m h]
-    return content.permute(1, 2, 0), _positional_logits(w, q, ns, int(ns.max()) + 1, c)
+    wE = (e_t * b.ln1_w) @ KqT                                                     # [t d] @ [d m·h] → [t m·h]
+    wP = torch.einsum("md,mdh->mh", p_n * b.ln1_w, Kq)                             # [m h]
+    bias = (b.ln1_b @ KqT).view(m, H) + bq                                         # [m h]: b₁·Kq + b_K·q/s
+    content = wE.view(-1, m, H).add_(wP).div_(sigma[:, :, None]).add_(bias)       # [t m h]
+    return content.permute(1, 2, 0), logits
 
 
 def seed_log_denominator(log_denom: Float[Tensor, "... head"], fr: Frame) -> Float[Tensor, "... head"]:
