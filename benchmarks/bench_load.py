@@ -1,7 +1,7 @@
 """Weight memory: ``headscope.load`` + ``model.weights()`` + one forward pass, at every GPT-2 size.
 
 For each size a hub-layout checkpoint (random weights, float32, the hub's single
-``model.safetensors``) is written by ``headscope.planted.hub`` in a subprocess, then
+``model.safetensors``) is written by ``headscope.testing.hub`` in a subprocess, then
 measured in fresh subprocesses so that each peak RSS (``ru_maxrss``) is its own:
 
 - baseline: ``safetensors.torch.load_file`` of the file with every tensor read (what
@@ -42,7 +42,7 @@ TARGET_ONE_COPY = 1.5
 
 _WRITE = r"""
 import sys
-from headscope.planted.hub import write_hub_checkpoint
+from headscope.testing.hub import write_hub_checkpoint
 write_hub_checkpoint(sys.argv[1], size=sys.argv[2])
 print("{}")
 """

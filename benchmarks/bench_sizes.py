@@ -1,7 +1,7 @@
 """The full report on every GPT-2 size, in the hub's exact layout: time and peak RSS per stage.
 
 For each size, random weights at realistic scales in the hub's layout
-(:func:`headscope.planted.hub.write_hub_cache`, an offline Hugging Face cache in a
+(:func:`headscope.testing.hub.write_hub_cache`, an offline Hugging Face cache in a
 temporary directory, reached with ``HF_HUB_OFFLINE=1 HF_HUB_CACHE=…`` exactly as
 ``headscope report openai-community/gpt2-xl`` reaches a downloaded model), then, each in a
 fresh subprocess so that its memory is its own:

@@ -1,6 +1,6 @@
 """Fuzz test: every analysis and the report on small GPT-2 checkpoints with wild weight scales.
 
-Checkpoints come from :func:`headscope.planted.hub.write_hub_checkpoint` (the hub's
+Checkpoints come from :func:`headscope.testing.hub.write_hub_checkpoint` (the hub's
 layout, GPT-2's tokenizer and vocabulary) with shapes drawn per example (1–3 layers,
 2/3/5 heads, d_head 4/6/7, d_mlp, n_ctx 24–40; all dimensions distinct) and every
 weight tensor multiplied by its own factor 10^U(−3, 3) — LayerNorm gains and biases

@@ -3,7 +3,7 @@ or one clear error — never NaN, inf or a null where a number is promised, neve
 
 Tiny checkpoints (GPT-2's vocabulary, all dimensions distinct) built from the `tiny` fixture
 (2 layers, 3 heads, d_head 4, d_model 12, d_mlp 20, n_ctx 40) or from
-:func:`headscope.planted.hub.write_hub_checkpoint`, edited where the case needs it:
+:func:`headscope.testing.hub.write_hub_checkpoint`, edited where the case needs it:
 
 - scores hundreds to thousands of nats apart between heads (the stable log-sum-exp of
   the calibration, checked against an independent float64 reference; the denominators'

@@ -1,4 +1,4 @@
-"""planted.hub: checkpoints in the Hugging Face hub's exact layout (tiny, all-distinct dims).
+"""testing.hub: checkpoints in the Hugging Face hub's exact layout (tiny, all-distinct dims).
 
 n_layer=2, n_embd=24, n_head=3 (d_head 8), n_ctx=40, GPT-2's vocabulary (the real
 tokenizer needs 50257 rows).

@@ -218,6 +218,7 @@ def hub_state_keys(
 
 
 def _tensor_seed(seed: int, key: str) -> int:
+    # "headscope.planted.hub": this module's former name, kept in the seed so the weights stay the same
     digest = hashlib.sha256(f"headscope.planted.hub/{seed}/{key}".encode()).digest()
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
