@@ -72,8 +72,8 @@ from ..core.tokenizer import word_ids
 from ..core.weights import Block, Weights
 from ..lowrank import small_matrices
 from .split_windows import (  # noqa: F401  (the window-level split: its names re-exported here)
-    approx_pattern, approx_tv, centred, check_split, crude_pattern, hidden, ln1, mask_block_, queries, query_rows, split_scores,
-    text_content_factors, text_positional_kernels, true_pattern, true_pattern_rows, true_qk, tv_distance,
+    approx_pattern, approx_tv, centred, check_split, crude_pattern, hidden, ln1, mask_block_, queries, query_rows,
+    split_scores, sum_norm2, text_content_factors, text_positional_kernels, true_pattern, true_pattern_rows, true_qk, tv_distance,
 )
 
 from ..core.applicability import learned_positions
@@ -381,9 +381,9 @@ def frames_at(w: Weights, token: int, ns: Int[Tensor, "m"], c: float, tokens: In
         LN1(x)·Kq_n = (c(W_E[t]) ⊙ w₁)·Kq_n / σ_tn + (c(W_pos[n]) ⊙ w₁)·Kq_n / σ_tn + b₁·Kq_n,
         σ_tn² = (|c(W_E[t])|² + |c(W_pos[n])|² + 2 c(W_E[t])·c(W_pos[n])) / d + eps,
 
-    so every position's content logits come from one [t d] @ [d m·head] product and a [t d] @
-    [d m] one, not a LayerNorm of [t d] per position (the same values to float64 rounding; the
-    expansion of σ² is clamped at eps, as :func:`split_scores` clamps its own). Rotary
+    so every position's content logits come from one [t d] @ [d m·head] product and σ² from
+    :func:`sum_norm2` (as :func:`split_scores` takes its own), not a LayerNorm of [t d] per position
+    (the same values to float64 rounding). Rotary
     positions: :func:`frame` at each n (their content depends on n through q̃ only)."""
     if _rotary(w.cfg):
         frames = [frame(w, token, int(n), c) for n in ns]
@@ -397,8 +397,7 @@ def frames_at(w: Weights, token: int, ns: Int[Tensor, "m"], c: float, tokens: In
     m, H = bq.shape
     KqT = Kq.permute(1, 0, 2).reshape(d, m * H)                                    # [d m·h]
     e_t, p_n = centred(w.W_E[tokens]), centred(w.W_pos[ns])                       # [t d], [m d]
-    sigma = ((e_t.pow(2).sum(-1)[:, None] + p_n.pow(2).sum(-1)[None, :] + 2 * e_t @ p_n.T) / d
-             ).clamp_min(0).add_(w.cfg.ln_eps).sqrt_()                             # [t m]
+    sigma = sum_norm2(p_n.pow(2).sum(-1), e_t.pow(2).sum(-1), p_n, e_t).T.div(d).add_(w.cfg.ln_eps).sqrt_()   # [t m]
     wE = (e_t * b.ln1_w) @ KqT                                                     # [t d] @ [d m·h] → [t m·h]
     wP = torch.einsum("md,mdh->mh", p_n * b.ln1_w, Kq)                             # [m h]
     bias = (b.ln1_b @ KqT).view(m, H) + bq                                         # [m h]: b₁·Kq + b_K·q/s

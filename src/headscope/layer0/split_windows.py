@@ -78,6 +78,14 @@ def query_rows(b, x: Float[Tensor, "p d"]) -> Float[Tensor, "p h e"]:
     return (x @ _by_columns(b)[0]).view(x.shape[0], h, e).add_(b.b_Q)             # [p d] @ [d h·e] → [p h e]
 
 
+def sum_norm2(p2: Float[Tensor, "n"], e2: Float[Tensor, "t"], p: Float[Tensor, "n d"], e: Float[Tensor, "t d"]
+              ) -> Float[Tensor, "n t"]:
+    """|p_n + e_t|² for every row n of p and t of e (c(W_pos[n]) and c(W_E[t]): LayerNorm's centred input
+    of token t at position n) from their squared norms p2, e2 and one [n d] @ [d t] product:
+    |p|² + |e|² + 2 p·e, clamped at 0 (the expansion's rounding must not go below it)."""
+    return (e2[None, :] + p2[:, None] + 2 * p @ e.T).clamp_min(0)
+
+
 def hidden(w: Weights, ns: Int[Tensor, "m"], k: int) -> Tensor:
     """[m k] True where key i < k is not visible from query position ns[m] in layer 0: i > n, or
     outside a local window (:meth:`Config.hidden_keys`, the forward's own mask)."""
@@ -123,8 +131,8 @@ def split_scores(weights: Weights, tokens: Int[Tensor, "p"], c: float
     q_pK = Qh @ pK.transpose(1, 2)                                                # [h q k]  q_n · p_i W_K
     q_pnK = torch.diagonal(q_pK, dim1=1, dim2=2).clone()                          # [h q]    q_n · p_n W_K
     q_bK = torch.einsum("hqe,he->hq", Qh, b.b_K)                                  # [h q]
-    norm2 = (e_x.pow(2).sum(-1)[None, :] + p.pow(2).sum(-1)[:, None] + 2 * p @ e_x.T).clamp_min(0) + d * cfg.ln_eps
-    # [q k] = |c(W_E[x_k] + W_pos[q])|² + d·eps; clamped: rounding of the expansion must not go below d·eps
+    norm2 = sum_norm2(p.pow(2).sum(-1), e_x.pow(2).sum(-1), p, e_x) + d * cfg.ln_eps
+    # [q k] = |c(W_E[x_k] + W_pos[q])|² + d·eps
     # in place, each step the same operation as (√d (q_eK + q_pnK) / √norm2 + q_bK) / s: [h q k] passes, no copies
     content = q_eK.add_(q_pnK[:, :, None]).mul_(math.sqrt(d)).div_(norm2.sqrt()).add_(q_bK[:, :, None]).div_(s)
     pos_norm = (p.pow(2).sum(-1) + c ** 2).clamp_min(d * cfg.ln_eps).sqrt()      # [k] (floor: see positional_term)
@@ -229,7 +237,7 @@ def _approx_tv(weights: Weights, tokens: Tensor, c: float, true: Tensor | None, 
         q_eK = q @ eK[:, :z].transpose(1, 2)                                      # [h r z]
         q_pK = q @ pK[:, :z].transpose(1, 2)                                      # [h r z]
         q_pnK = torch.diagonal(q_pK[:, :, a:z], dim1=1, dim2=2).clone()           # [h r]  q_n · p_n W_K
-        norm2 = (e2[None, :z] + p2[a:z, None] + 2 * p[a:z] @ e_x[:z].T).clamp_min(0) + floor   # [r z]
+        norm2 = sum_norm2(p2[a:z], e2[:z], p[a:z], e_x[:z]) + floor                   # [r z]
         # addcdiv(x, t, u, value=v) = x + (v·t)/u elementwise, as written: (√d·(q_eK + q_pnK))/√norm2 + q_bK
         # and content + (√d·(q_pK − q_pnK))/pos_norm in one [h r z] pass each instead of three (the same
         # operations in the same order: v·t = t·v and x + y = y + x exactly)
