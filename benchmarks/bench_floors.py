@@ -7,7 +7,7 @@ machine as it is during this run:
 
 * **matmul rate** — float32 [4096 768] @ [768 3072] (GFLOP/s, median of 5; bench_sizes.matmul_gflops);
 * **baseline** — ``headscope.load``, the processed weights, and one forward pass of the report's
-  sample texts through every layer (bench_sizes' baseline);
+  sample texts through every layer to the logits (bench_sizes.baseline_forward);
 * **report, one stage at a time** — ``build_report`` with the cache off and ``lanes=1``, each
   stage's ``compute`` timed (wall and CPU seconds) alone on every thread, plus loading and rendering;
 * **report** — the same as ``headscope report`` runs it (stages side by side in two lanes where
@@ -342,21 +342,17 @@ def child(model_id: str, out: str) -> None:
     import torch
 
     import headscope
-    from bench_sizes import matmul_gflops
-    from headscope.core.forward import run_with_cache
+    from bench_sizes import baseline_forward, matmul_gflops
     from headscope.core.loading import load_checkpoint
     from headscope.report import ReportOptions, build_report, default_stages
     from headscope.report.build import cpu_seconds
-    from headscope.report.inputs import load_inputs
 
     rate_before = matmul_gflops()
     t0, c0 = time.perf_counter(), time.process_time()
     model = headscope.load(model_id)
-    W = model.weights()
-    for t in load_inputs().samples:
-        run_with_cache(W, model.to_tokens(t.text)[: model.cfg.n_ctx][None], names=[])
+    baseline_forward(model)
     baseline = {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
-    del model, W
+    del model
 
     timed: dict = {}
     t0, c0 = time.perf_counter(), cpu_seconds()

@@ -7,7 +7,8 @@ temporary directory, reached with ``HF_HUB_OFFLINE=1 HF_HUB_CACHE=…`` exactly 
 fresh subprocess so that its memory is its own:
 
 * **baseline** — ``headscope.load``, the processed weights, and one forward pass of the
-  shipped sample texts through every layer: what any analysis of the whole model costs;
+  shipped sample texts through every layer to the logits (:func:`baseline_forward`): what any
+  analysis of the whole model costs;
 * **report** — ``build_report`` of every stage with the cache off (what ``headscope report
   MODEL --out DIR --no-cache`` does), timing each phase: loading, each stage (wall and CPU
   seconds, RSS after it, and its own peak RSS: the peak is reset before each stage through
@@ -72,19 +73,35 @@ def _emit(obj) -> None:
     print(RESULT + json.dumps(obj), flush=True)
 
 
+def baseline_forward(model) -> list:
+    """The baseline's forward: each shipped sample text through every block to the logits, one pass
+    each. Returns the last position's logits of each text [vocab] (they read every block).
+
+    The pass keeps the logits (``names=["logits"]``): a pass asked to keep nothing stops before its
+    first block (:func:`headscope.core.forward._forward` stops once everything asked for is kept), and
+    from 2026-12-04 (78edb92) until this function the baselines of this benchmark and bench_floors
+    were exactly that: load and processed weights, no forward."""
+    from headscope.core.forward import run_with_cache
+    from headscope.report.inputs import load_inputs
+
+    W = model.weights()
+    last = []
+    for t in load_inputs().samples:
+        logits = run_with_cache(W, model.to_tokens(t.text)[: model.cfg.n_ctx][None], names=["logits"]).logits
+        last.append(logits[0, -1].clone())                                        # [vocab]
+        del logits
+    return last
+
+
 def child_baseline(model_id: str, dtype: str) -> None:
     import torch
 
     import headscope
     from headscope import _memory
-    from headscope.core.forward import run_with_cache
-    from headscope.report.inputs import load_inputs
 
     t0, c0 = time.perf_counter(), time.process_time()
     model = headscope.load(model_id, dtype=getattr(torch, dtype))
-    W = model.weights()
-    for t in load_inputs().samples:
-        run_with_cache(W, model.to_tokens(t.text)[: model.cfg.n_ctx][None], names=[])
+    baseline_forward(model)
     _emit({"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0,
            "peak_mb": _memory.peak_rss_mb(), "rss_mb": _memory.rss_mb()})
 
